@@ -1,0 +1,549 @@
+package sluicetest
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Config configures an Engine.
+type Config struct {
+	// Rules are the limits to enforce. A RuleSet with no rules means
+	// DefaultRules().
+	Rules RuleSet
+	// Tokens are the valid bot tokens. Empty means any non-empty token is
+	// valid. Requests with another token get 401.
+	Tokens []string
+	// Forbidden lists major parameter values (channel, guild, webhook or
+	// interaction ids) whose requests get 403 Missing Access after being
+	// counted against their bucket, as Discord does for resources the bot
+	// cannot see.
+	Forbidden []string
+	// TimelineLimit caps the events kept per bucket in Stats. Zero means
+	// 10000; negative keeps none.
+	TimelineLimit int
+}
+
+// Request is what the engine needs to know of one HTTP request.
+type Request struct {
+	// Method is the HTTP method.
+	Method string
+	// Path is the URL's escaped path, with or without the /api/vN prefix
+	// (http.Request.URL.EscapedPath()).
+	Path string
+	// Authorization is the raw Authorization header value; "" when absent.
+	// The engine never stores or reports it.
+	Authorization string
+	// IP is the client's address without port; it keys the per-IP global
+	// limit, the invalid-request count and bans.
+	IP string
+	// Body is the request body; sublimits look at its top-level JSON fields.
+	Body []byte
+}
+
+// Decision is the engine's answer to one Request.
+type Decision struct {
+	// Status is the HTTP status code.
+	Status int
+	// Header holds every header to send, rate-limit headers included.
+	Header http.Header
+	// Body is the response body.
+	Body []byte
+	// Rule is the name of the matched rule; "" when none matched.
+	Rule string
+	// Scope is the X-RateLimit-Scope of a 429 ("user", "global", "shared"),
+	// "ban" for the Cloudflare answer, and "" otherwise.
+	Scope string
+	// Injected is true for a global 429 caused by the simulated external
+	// consumer rather than by the client.
+	Injected bool
+}
+
+// Engine is the simulator's rules engine: it decides the answer to each
+// request at a time given as an argument, so its tests need no clock and no
+// sleeps. It keeps the strict accounting that Stats reports. An Engine is
+// safe for concurrent use; requests are decided one at a time, in the order
+// Handle is called.
+type Engine struct {
+	mu        sync.Mutex
+	rules     RuleSet
+	router    *router
+	majors    map[string]bool
+	tokens    map[string]bool
+	forbidden map[string]bool
+	start     time.Time
+	seq       uint64
+
+	buckets   map[string]*bucketState
+	sublimits map[string]*sublimitState
+	globals   map[string]*globalState
+	invalid   map[string]*slidingLog // per IP
+	bans      map[string]time.Time   // IP -> banned until
+	outages   []outage               // external consumer windows
+	stats     counters
+	timeline  int
+}
+
+type bucketState struct {
+	win   fixedWindow
+	stats BucketStats
+}
+
+type sublimitState struct {
+	win         fixedWindow
+	limited     int // 429s in the open window
+	stats       SublimitStats
+	windowCount int
+}
+
+type globalState struct {
+	log   slidingLog
+	stats GlobalStats
+}
+
+type outage struct{ from, until time.Time }
+
+type counters struct {
+	requests       int
+	byStatus       map[int]int
+	rateLimited    map[string]int
+	injected       int
+	banned         int
+	bans           int
+	invalid        int
+	serverErrors   int
+	dropped        int
+	goAways        int
+	maxBucket      int
+	maxGlobal      int
+	lastBanExpires time.Time
+}
+
+// NewEngine returns an engine whose clock starts at start (Stats report
+// times relative to it).
+func NewEngine(start time.Time, cfg Config) (*Engine, error) {
+	rs := cfg.Rules
+	if len(rs.Rules) == 0 {
+		rs = DefaultRules()
+	}
+	rs = rs.withDefaults()
+	if err := rs.Validate(); err != nil {
+		return nil, err
+	}
+	rt, err := newRouter(rs.Rules)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidRules, err)
+	}
+	e := &Engine{
+		rules:     rs,
+		router:    rt,
+		majors:    map[string]bool{},
+		tokens:    map[string]bool{},
+		forbidden: map[string]bool{},
+		start:     start,
+		buckets:   map[string]*bucketState{},
+		sublimits: map[string]*sublimitState{},
+		globals:   map[string]*globalState{},
+		invalid:   map[string]*slidingLog{},
+		bans:      map[string]time.Time{},
+		timeline:  cfg.TimelineLimit,
+	}
+	if e.timeline == 0 {
+		e.timeline = 10000
+	}
+	for _, m := range rs.MajorParams {
+		e.majors[m] = true
+	}
+	for _, t := range cfg.Tokens {
+		e.tokens[t] = true
+	}
+	for _, f := range cfg.Forbidden {
+		e.forbidden[f] = true
+	}
+	e.stats = newCounters()
+	return e, nil
+}
+
+func newCounters() counters {
+	return counters{byStatus: map[int]int{}, rateLimited: map[string]int{}}
+}
+
+// Rules returns the rule set in force, defaults filled in.
+func (e *Engine) Rules() RuleSet { return e.rules }
+
+// ExhaustGlobal simulates another consumer of the bot's token eating the
+// whole global limit from from until until: every authenticated request
+// that is not global-exempt gets a global 429 in that interval, with
+// retry_after running to until. Those 429s are counted as injected.
+func (e *Engine) ExhaustGlobal(from, until time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.outages = append(e.outages, outage{from, until})
+}
+
+// identity names who a request counts against, without the token itself.
+func identity(token, ip string) string {
+	if token == "" {
+		return "ip:" + ip
+	}
+	return "token:" + shortHash(token)
+}
+
+func shortHash(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:4])
+}
+
+// parseAuthorization returns the token of "Bot <t>" or "Bearer <t>".
+func parseAuthorization(v string) (token string, ok bool) {
+	for _, p := range []string{"Bot ", "Bearer "} {
+		if len(v) > len(p) && strings.EqualFold(v[:len(p)], p) {
+			return strings.TrimSpace(v[len(p):]), true
+		}
+	}
+	return "", false
+}
+
+// Handle decides the answer to req at time now and records it.
+func (e *Engine) Handle(now time.Time, req Request) Decision {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	d := e.decide(now, req)
+	e.stats.requests++
+	e.stats.byStatus[d.Status]++
+	if d.Status == http.StatusTooManyRequests && d.Scope != "ban" {
+		e.stats.rateLimited[d.Scope]++
+		if d.Injected {
+			e.stats.injected++
+		}
+	}
+	if d.Status == 401 || d.Status == 403 || (d.Status == 429 && d.Scope != "shared" && d.Scope != "ban") {
+		e.countInvalid(now, req.IP)
+	}
+	return d
+}
+
+func (e *Engine) countInvalid(now time.Time, ip string) {
+	e.stats.invalid++
+	l := e.invalid[ip]
+	if l == nil {
+		l = &slidingLog{window: e.rules.InvalidWindow.D()}
+		e.invalid[ip] = l
+	}
+	l.add(now)
+	if l.count(now) > e.rules.InvalidLimit {
+		until := now.Add(e.rules.BanDuration.D())
+		if e.bans[ip].Before(now) || e.bans[ip].IsZero() {
+			e.stats.bans++
+		}
+		e.bans[ip] = until
+		e.stats.lastBanExpires = until
+		l.times, l.head = nil, 0 // the ban starts a clean slate
+	}
+}
+
+func (e *Engine) decide(now time.Time, req Request) Decision {
+	if until, ok := e.bans[req.IP]; ok {
+		if now.Before(until) {
+			e.stats.banned++
+			return banDecision()
+		}
+		delete(e.bans, req.IP)
+	}
+	path, ok := apiPath(req.Path)
+	if !ok {
+		return jsonError(http.StatusNotFound, "404: Not Found", 0)
+	}
+	rule, params, otherMethod := e.router.match(req.Method, path)
+	if rule == nil {
+		if otherMethod {
+			return jsonError(http.StatusMethodNotAllowed, "405: Method Not Allowed", 0)
+		}
+		return jsonError(http.StatusNotFound, "404: Not Found", 0)
+	}
+
+	token := ""
+	if req.Authorization != "" {
+		t, ok := parseAuthorization(req.Authorization)
+		if !ok || t == "" || (len(e.tokens) > 0 && !e.tokens[t]) {
+			return named(jsonError(http.StatusUnauthorized, "401: Unauthorized", 0), rule)
+		}
+		token = t
+	} else if rule.Auth == AuthRequired {
+		return named(jsonError(http.StatusUnauthorized, "401: Unauthorized", 0), rule)
+	}
+	who := identity(token, req.IP)
+
+	if !rule.GlobalExempt {
+		if d, limited := e.checkGlobal(now, who, token != ""); limited {
+			return named(d, rule)
+		}
+	}
+
+	major := e.majorString(rule.tmpl, params)
+	key := who + "/" + rule.Bucket + "/" + major
+	b := e.buckets[key]
+	if b == nil {
+		b = &bucketState{
+			win: fixedWindow{limit: rule.Limit, length: rule.Window.D()},
+			stats: BucketStats{
+				Key: key, Hash: rule.Bucket, Major: major, Identity: who,
+				Limit: rule.Limit, Window: rule.Window,
+			},
+		}
+		e.buckets[key] = b
+	}
+	b.stats.addRule(rule.Name)
+	b.win.roll(now)
+	admitted, opened := b.win.take(now)
+	if opened {
+		b.stats.Windows++
+	}
+	b.stats.Requests++
+	h := e.bucketHeaders(now, rule, &b.win)
+	if !admitted {
+		b.stats.RateLimited++
+		wait := b.win.resetAfter(now)
+		d := rateLimited(h, "user", wait, false, 0)
+		e.record(b, now, rule, d, b.win.remaining())
+		return named(d, rule)
+	}
+	b.stats.Admitted++
+	if b.win.count > b.stats.MaxAdmitted {
+		b.stats.MaxAdmitted = b.win.count
+	}
+	if b.win.count > e.stats.maxBucket {
+		e.stats.maxBucket = b.win.count
+	}
+
+	if d, limited := e.checkSublimits(now, rule, key, req.Body, h); limited {
+		e.record(b, now, rule, d, b.win.remaining())
+		return named(d, rule)
+	}
+
+	for name, v := range params {
+		if e.majors[name] && e.forbidden[v] {
+			d := jsonError(http.StatusForbidden, "Missing Access", 50001)
+			mergeHeader(d.Header, h)
+			e.record(b, now, rule, d, b.win.remaining())
+			return named(d, rule)
+		}
+	}
+
+	d := Decision{Status: rule.Status, Header: h}
+	if rule.Status != http.StatusNoContent {
+		d.Header.Set("Content-Type", "application/json")
+		d.Body = e.successBody(now, rule, params, req.Body)
+	}
+	e.record(b, now, rule, d, b.win.remaining())
+	return named(d, rule)
+}
+
+func named(d Decision, r *compiledRule) Decision {
+	d.Rule = r.Name
+	return d
+}
+
+func (e *Engine) checkGlobal(now time.Time, who string, authed bool) (Decision, bool) {
+	g := e.globals[who]
+	if g == nil {
+		limit := e.rules.GlobalLimit
+		if !authed {
+			limit = e.rules.IPGlobalLimit
+		}
+		g = &globalState{
+			log:   slidingLog{window: e.rules.GlobalWindow.D()},
+			stats: GlobalStats{Identity: who, Limit: limit, Window: e.rules.GlobalWindow},
+		}
+		e.globals[who] = g
+	}
+	if authed {
+		for _, o := range e.outages {
+			if !now.Before(o.from) && now.Before(o.until) {
+				g.stats.RateLimited++
+				g.stats.Injected++
+				return globalLimited(o.until.Sub(now), true), true
+			}
+		}
+	}
+	if n := g.log.count(now); n >= g.stats.Limit {
+		g.stats.RateLimited++
+		return globalLimited(g.log.freeAt().Sub(now), false), true
+	}
+	g.log.add(now)
+	g.stats.Admitted++
+	if n := g.log.count(now); n > g.stats.MaxInWindow {
+		g.stats.MaxInWindow = n
+		if n > e.stats.maxGlobal {
+			e.stats.maxGlobal = n
+		}
+	}
+	return Decision{}, false
+}
+
+func (e *Engine) checkSublimits(now time.Time, rule *compiledRule, bucketKey string, body []byte, h http.Header) (Decision, bool) {
+	if len(rule.Sublimits) == 0 {
+		return Decision{}, false
+	}
+	var fields map[string]json.RawMessage
+	_ = json.Unmarshal(body, &fields) // a body that is not an object touches no field
+	for i := range rule.Sublimits {
+		sl := &rule.Sublimits[i]
+		if !touches(sl.Fields, fields) {
+			continue
+		}
+		key := bucketKey + "/" + sl.Name
+		s := e.sublimits[key]
+		if s == nil {
+			s = &sublimitState{
+				win:   fixedWindow{limit: sl.Limit, length: sl.Window.D()},
+				stats: SublimitStats{Key: key, Name: sl.Name, Limit: sl.Limit, Window: sl.Window},
+			}
+			e.sublimits[key] = s
+		}
+		if s.win.roll(now) {
+			s.limited = 0
+		}
+		admitted, opened := s.win.take(now)
+		if opened {
+			s.stats.Windows++
+		}
+		if admitted {
+			s.stats.Admitted++
+			continue
+		}
+		s.limited++
+		s.stats.RateLimited++
+		if s.limited > s.stats.Max429sInWindow {
+			s.stats.Max429sInWindow = s.limited
+		}
+		return rateLimited(h.Clone(), "shared", s.win.resetAfter(now), false, sl.Code), true
+	}
+	return Decision{}, false
+}
+
+func touches(want []string, fields map[string]json.RawMessage) bool {
+	if len(want) == 0 {
+		return true
+	}
+	for _, f := range want {
+		if _, ok := fields[f]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// majorString is the canonical major-parameter part of a bucket key, in
+// template order. Webhook and interaction tokens appear hashed.
+func (e *Engine) majorString(t template, params map[string]string) string {
+	var b strings.Builder
+	for _, s := range t {
+		if s.param == "" || !e.majors[s.param] {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte(';')
+		}
+		v := params[s.param]
+		if strings.HasSuffix(s.param, "_token") {
+			v = "#" + shortHash(v)
+		}
+		b.WriteString(s.param)
+		b.WriteByte('=')
+		b.WriteString(v)
+	}
+	return b.String()
+}
+
+func (e *Engine) record(b *bucketState, now time.Time, rule *compiledRule, d Decision, remaining int) {
+	if e.timeline < 0 || len(b.stats.Timeline) >= e.timeline {
+		return
+	}
+	b.stats.Timeline = append(b.stats.Timeline, Event{
+		At: now.Sub(e.start), Rule: rule.Name, Status: d.Status, Scope: d.Scope, Remaining: remaining,
+	})
+}
+
+// RecordFault counts a fault the server injected outside the rules engine:
+// "server_error", "drop" or "goaway". Unknown kinds are ignored.
+func (e *Engine) RecordFault(kind string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch kind {
+	case "server_error":
+		e.stats.serverErrors++
+	case "drop":
+		e.stats.dropped++
+	case "goaway":
+		e.stats.goAways++
+	}
+}
+
+// Stats returns a deep copy of the accounting so far, with buckets, globals
+// and sublimits sorted by key.
+func (e *Engine) Stats() Stats {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	c := e.stats
+	s := Stats{
+		Requests:         c.requests,
+		ByStatus:         map[int]int{},
+		RateLimited:      map[string]int{},
+		InjectedGlobal:   c.injected,
+		Banned:           c.banned,
+		Bans:             c.bans,
+		Invalid:          c.invalid,
+		ServerErrors:     c.serverErrors,
+		Dropped:          c.dropped,
+		GoAways:          c.goAways,
+		MaxBucketWindow:  c.maxBucket,
+		MaxGlobalWindow:  c.maxGlobal,
+		GlobalLimit:      e.rules.GlobalLimit,
+		GlobalWindow:     e.rules.GlobalWindow,
+		InvalidLimit:     e.rules.InvalidLimit,
+		InvalidWindowLen: e.rules.InvalidWindow,
+	}
+	for k, v := range c.byStatus {
+		s.ByStatus[k] = v
+	}
+	for k, v := range c.rateLimited {
+		s.RateLimited[k] = v
+	}
+	for _, b := range e.buckets {
+		bs := b.stats
+		bs.Rules = append([]string(nil), bs.Rules...)
+		bs.Timeline = append([]Event(nil), bs.Timeline...)
+		s.Buckets = append(s.Buckets, bs)
+	}
+	for _, sl := range e.sublimits {
+		s.Sublimits = append(s.Sublimits, sl.stats)
+	}
+	for _, g := range e.globals {
+		s.Globals = append(s.Globals, g.stats)
+	}
+	sort.Slice(s.Buckets, func(i, j int) bool { return s.Buckets[i].Key < s.Buckets[j].Key })
+	sort.Slice(s.Sublimits, func(i, j int) bool { return s.Sublimits[i].Key < s.Sublimits[j].Key })
+	sort.Slice(s.Globals, func(i, j int) bool { return s.Globals[i].Identity < s.Globals[j].Identity })
+	return s
+}
+
+// Reset forgets every bucket, window, ban and count, as if the engine had
+// just been created at now. The rules and scheduled outages stay.
+func (e *Engine) Reset(now time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.start = now
+	e.buckets = map[string]*bucketState{}
+	e.sublimits = map[string]*sublimitState{}
+	e.globals = map[string]*globalState{}
+	e.invalid = map[string]*slidingLog{}
+	e.bans = map[string]time.Time{}
+	e.stats = newCounters()
+}

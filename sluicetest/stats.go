@@ -1,0 +1,205 @@
+package sluicetest
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Stats is the simulator's strict accounting. Keys never contain tokens:
+// a token appears as "token:" and the first 8 hex digits of its SHA-256,
+// webhook and interaction tokens as "#" and the same.
+type Stats struct {
+	// Requests is the number of requests the rules engine answered
+	// (injected 5xx answers and dropped connections are counted apart).
+	Requests int `json:"requests"`
+	// ByStatus counts answers by HTTP status.
+	ByStatus map[int]int `json:"by_status"`
+	// RateLimited counts 429s by X-RateLimit-Scope: "user", "global",
+	// "shared". Cloudflare bans are in Banned, not here.
+	RateLimited map[string]int `json:"rate_limited"`
+	// InjectedGlobal is how many of RateLimited["global"] the simulated
+	// external consumer caused.
+	InjectedGlobal int `json:"injected_global"`
+	// Banned counts requests answered with the Cloudflare ban page.
+	Banned int `json:"banned"`
+	// Bans counts the times an IP was banned.
+	Bans int `json:"bans"`
+	// Invalid counts 401, 403 and 429 answers except shared-scope 429s and
+	// ban pages: what Discord's invalid-request limit counts.
+	Invalid int `json:"invalid"`
+	// ServerErrors counts injected 5xx answers.
+	ServerErrors int `json:"server_errors"`
+	// Dropped counts connections closed abruptly by fault injection.
+	Dropped int `json:"dropped"`
+	// GoAways counts GOAWAY frames (or Connection: close) sent by fault
+	// injection.
+	GoAways int `json:"goaways"`
+	// MaxBucketWindow is the most requests ever admitted in one window of
+	// any bucket.
+	MaxBucketWindow int `json:"max_bucket_window"`
+	// MaxGlobalWindow is the most requests ever admitted, for one token or
+	// IP, in any interval of length GlobalWindow.
+	MaxGlobalWindow int `json:"max_global_window"`
+	// GlobalLimit and GlobalWindow are the token global limit in force.
+	GlobalLimit  int      `json:"global_limit"`
+	GlobalWindow Duration `json:"global_window"`
+	// InvalidLimit and InvalidWindowLen are the invalid-request limit.
+	InvalidLimit     int      `json:"invalid_limit"`
+	InvalidWindowLen Duration `json:"invalid_window"`
+	// Buckets, Sublimits and Globals hold per-key detail, sorted by key.
+	Buckets   []BucketStats   `json:"buckets"`
+	Sublimits []SublimitStats `json:"sublimits"`
+	Globals   []GlobalStats   `json:"globals"`
+}
+
+// BucketStats is the accounting of one real bucket: one identity (token or
+// IP), one hash, one set of major parameters.
+type BucketStats struct {
+	// Key is Identity + "/" + Hash + "/" + Major.
+	Key      string `json:"key"`
+	Identity string `json:"identity"`
+	Hash     string `json:"hash"`
+	Major    string `json:"major"`
+	// Rules are the names of the rules whose requests landed here, in the
+	// order first seen; more than one means a shared hash.
+	Rules  []string `json:"rules"`
+	Limit  int      `json:"limit"`
+	Window Duration `json:"window"`
+	// Requests reached the bucket (after the global limit); Admitted of
+	// them fitted the window; RateLimited got a user-scope 429.
+	Requests    int `json:"requests"`
+	Admitted    int `json:"admitted"`
+	RateLimited int `json:"rate_limited"`
+	// Windows is the number of windows opened.
+	Windows int `json:"windows"`
+	// MaxAdmitted is the most requests admitted in one window (<= Limit).
+	MaxAdmitted int `json:"max_admitted"`
+	// Timeline lists the bucket's answers in order (capped by
+	// Config.TimelineLimit).
+	Timeline []Event `json:"timeline,omitempty"`
+}
+
+// Event is one answer in a bucket's timeline.
+type Event struct {
+	// At is the time since the engine started (or was Reset).
+	At time.Duration `json:"at"`
+	// Rule is the matched rule's name.
+	Rule string `json:"rule"`
+	// Status is the HTTP status sent.
+	Status int `json:"status"`
+	// Scope is set on 429s.
+	Scope string `json:"scope,omitempty"`
+	// Remaining is the bucket's remaining count after the request.
+	Remaining int `json:"remaining"`
+}
+
+// SublimitStats is the accounting of one hidden sublimit of one bucket.
+type SublimitStats struct {
+	Key         string   `json:"key"`
+	Name        string   `json:"name"`
+	Limit       int      `json:"limit"`
+	Window      Duration `json:"window"`
+	Admitted    int      `json:"admitted"`
+	RateLimited int      `json:"rate_limited"`
+	Windows     int      `json:"windows"`
+	// Max429sInWindow is the most shared 429s given in one sublimit window.
+	// A client can't see a hidden limit coming, so one per window is
+	// unavoidable; more means it did not back off.
+	Max429sInWindow int `json:"max_429s_in_window"`
+}
+
+// GlobalStats is the global-limit accounting of one token or IP.
+type GlobalStats struct {
+	Identity    string   `json:"identity"`
+	Limit       int      `json:"limit"`
+	Window      Duration `json:"window"`
+	Admitted    int      `json:"admitted"`
+	RateLimited int      `json:"rate_limited"`
+	Injected    int      `json:"injected"`
+	// MaxInWindow is the most requests admitted in any interval of
+	// length Window (<= Limit).
+	MaxInWindow int `json:"max_in_window"`
+}
+
+func (b *BucketStats) addRule(name string) {
+	for _, r := range b.Rules {
+		if r == name {
+			return
+		}
+	}
+	b.Rules = append(b.Rules, name)
+}
+
+// Violations lists every way the client broke the rules: user-scope 429s,
+// global 429s it caused (injected ones excluded), more than one shared 429
+// in a hidden sublimit's window, and bans. Empty means the client never
+// exceeded a limit it could have known.
+func (s Stats) Violations() []string {
+	var v []string
+	if n := s.RateLimited["user"]; n > 0 {
+		v = append(v, fmt.Sprintf("%d user-scope 429s (bucket limits exceeded)", n))
+	}
+	if n := s.RateLimited["global"] - s.InjectedGlobal; n > 0 {
+		v = append(v, fmt.Sprintf("%d global 429s caused by the client (global limit %d per %s exceeded)", n, s.GlobalLimit, s.GlobalWindow))
+	}
+	for _, sl := range s.Sublimits {
+		if sl.Max429sInWindow > 1 {
+			v = append(v, fmt.Sprintf("sublimit %s: %d shared 429s in one window (at most 1 is unavoidable)", sl.Key, sl.Max429sInWindow))
+		}
+	}
+	if s.Bans > 0 || s.Banned > 0 {
+		v = append(v, fmt.Sprintf("banned %d times; %d requests answered with the Cloudflare page", s.Bans, s.Banned))
+	}
+	for _, b := range s.Buckets {
+		if b.MaxAdmitted > b.Limit {
+			v = append(v, fmt.Sprintf("bucket %s admitted %d in one window, limit %d (simulator bug)", b.Key, b.MaxAdmitted, b.Limit))
+		}
+	}
+	for _, g := range s.Globals {
+		if g.MaxInWindow > g.Limit {
+			v = append(v, fmt.Sprintf("global %s admitted %d in one window, limit %d (simulator bug)", g.Identity, g.MaxInWindow, g.Limit))
+		}
+	}
+	return v
+}
+
+// Summary is a short human-readable report of s.
+func (s Stats) Summary() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "requests=%d invalid=%d banned=%d 429s{", s.Requests, s.Invalid, s.Banned)
+	scopes := make([]string, 0, len(s.RateLimited))
+	for k := range s.RateLimited {
+		scopes = append(scopes, k)
+	}
+	sort.Strings(scopes)
+	for i, k := range scopes {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%s=%d", k, s.RateLimited[k])
+	}
+	fmt.Fprintf(&b, "} injected_global=%d 5xx=%d dropped=%d goaways=%d max_bucket_window=%d max_global_window=%d/%d buckets=%d",
+		s.InjectedGlobal, s.ServerErrors, s.Dropped, s.GoAways, s.MaxBucketWindow, s.MaxGlobalWindow, s.GlobalLimit, len(s.Buckets))
+	return b.String()
+}
+
+// TB is the part of testing.TB that AssertNoViolations uses, so this
+// package does not import testing.
+type TB interface {
+	Helper()
+	Errorf(format string, args ...any)
+}
+
+// AssertNoViolations fails t, listing each violation, if the client
+// exceeded any limit it could have known (see Stats.Violations).
+func AssertNoViolations(t TB, s Stats) bool {
+	t.Helper()
+	v := s.Violations()
+	if len(v) == 0 {
+		return true
+	}
+	t.Errorf("sluicetest: the client exceeded the simulated API's limits:\n  %s\n%s", strings.Join(v, "\n  "), s.Summary())
+	return false
+}

@@ -1,0 +1,77 @@
+package sluicetest
+
+import "time"
+
+// fixedWindow is one bucket's (or sublimit's) counter. A window opens with
+// the first request into an empty bucket and admits limit requests until
+// start+length; the next request after that opens a new window.
+type fixedWindow struct {
+	limit  int
+	length time.Duration
+	open   bool
+	start  time.Time
+	count  int // requests admitted in the open window; 0 <= count <= limit
+}
+
+// roll closes the window if it has ended and reports whether it did.
+func (w *fixedWindow) roll(now time.Time) (closed bool) {
+	if w.open && !now.Before(w.start.Add(w.length)) {
+		w.open, w.count, closed = false, 0, true
+	}
+	return closed
+}
+
+// take admits one request if the window has room, opening it if empty.
+// It reports whether it opened a new window.
+func (w *fixedWindow) take(now time.Time) (admitted, opened bool) {
+	if !w.open {
+		w.open, w.start, w.count, opened = true, now, 0, true
+	}
+	if w.count >= w.limit {
+		return false, opened
+	}
+	w.count++
+	return true, opened
+}
+
+func (w *fixedWindow) remaining() int { return w.limit - w.count }
+
+// resetAfter is the time until the open window ends (the full length when
+// no window is open).
+func (w *fixedWindow) resetAfter(now time.Time) time.Duration {
+	if !w.open {
+		return w.length
+	}
+	return w.start.Add(w.length).Sub(now)
+}
+
+// slidingLog admits at most limit events in any interval of length window:
+// an event at t occupies the log until t+window. It is exact, which makes it
+// the strictest reading of "N per period": a client that passes it passes a
+// fixed-window server too.
+type slidingLog struct {
+	window time.Duration
+	times  []time.Time // ascending
+	head   int         // times[:head] have expired
+}
+
+func (l *slidingLog) prune(now time.Time) {
+	cut := now.Add(-l.window)
+	for l.head < len(l.times) && !l.times[l.head].After(cut) {
+		l.head++
+	}
+	if l.head > 64 && l.head*2 > len(l.times) {
+		l.times = append(l.times[:0], l.times[l.head:]...)
+		l.head = 0
+	}
+}
+
+func (l *slidingLog) count(now time.Time) int {
+	l.prune(now)
+	return len(l.times) - l.head
+}
+
+func (l *slidingLog) add(now time.Time) { l.times = append(l.times, now) }
+
+// freeAt is when the oldest event leaves the window; valid when count > 0.
+func (l *slidingLog) freeAt() time.Time { return l.times[l.head].Add(l.window) }
