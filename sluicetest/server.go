@@ -284,11 +284,15 @@ func (s *Server) InjectGlobalLimit(d time.Duration) {
 
 // DropConnections closes every client connection abruptly and returns how
 // many it closed.
-func (s *Server) DropConnections() int {
+func (s *Server) DropConnections() int { return s.dropConnections(nil) }
+
+func (s *Server) dropConnections(except net.Conn) int {
 	s.connMu.Lock()
 	conns := make([]net.Conn, 0, len(s.conns))
 	for c := range s.conns {
-		conns = append(conns, c)
+		if c != except {
+			conns = append(conns, c)
+		}
 	}
 	s.connMu.Unlock()
 	for _, c := range conns {
@@ -435,7 +439,7 @@ func serverError(status int) Decision {
 //	GET  /_sluice/stats          Stats as JSON (?timeline=0 leaves timelines out)
 //	POST /_sluice/global?for=2s  an external consumer exhausts the global limit
 //	POST /_sluice/reset          forget all buckets, windows, bans and counts
-//	POST /_sluice/drop           close every connection abruptly
+//	POST /_sluice/drop           close every other connection abruptly
 func (s *Server) admin(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.URL.Path == "/_sluice/stats" && r.Method == http.MethodGet:
@@ -461,16 +465,13 @@ func (s *Server) admin(w http.ResponseWriter, r *http.Request) {
 		s.engine.Reset(s.clock())
 		w.WriteHeader(http.StatusNoContent)
 	case r.URL.Path == "/_sluice/drop" && r.Method == http.MethodPost:
-		// Answer first: this request's own connection is among those closed.
-		w.WriteHeader(http.StatusNoContent)
-		if f, ok := w.(http.Flusher); ok {
-			f.Flush()
-		}
-		s.handlers.Add(1) // safe: this handler's own count is still held
-		go func() {
-			defer s.handlers.Done()
-			s.DropConnections()
-		}()
+		// Every other connection dies at once; this one is closed
+		// gracefully after the answer, so the caller learns the count.
+		own, _ := r.Context().Value(connKey{}).(net.Conn)
+		n := s.dropConnections(own)
+		w.Header().Set("Connection", "close")
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]int{"dropped": n})
 	default:
 		http.Error(w, "unknown admin endpoint", http.StatusNotFound)
 	}

@@ -1,0 +1,491 @@
+package sluicetest
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// t0 is a fixed wall-clock instant so header values are exact.
+var t0 = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+
+const token = "Bot secret-token-value"
+
+func ms(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+
+type sim struct {
+	t *testing.T
+	e *Engine
+}
+
+func newSim(t *testing.T, rs RuleSet, cfg ...Config) *sim {
+	t.Helper()
+	c := Config{Rules: rs}
+	if len(cfg) > 0 {
+		c = cfg[0]
+		c.Rules = rs
+	}
+	e, err := NewEngine(t0, c)
+	require.NoError(t, err)
+	return &sim{t, e}
+}
+
+func (s *sim) do(at time.Duration, method, path string, mods ...func(*Request)) Decision {
+	r := Request{Method: method, Path: path, Authorization: token, IP: "10.0.0.1"}
+	for _, m := range mods {
+		m(&r)
+	}
+	return s.e.Handle(t0.Add(at), r)
+}
+
+func noAuth(r *Request)                { r.Authorization = "" }
+func withBody(b string) func(*Request) { return func(r *Request) { r.Body = []byte(b) } }
+func withAuth(a string) func(*Request) { return func(r *Request) { r.Authorization = a } }
+func fromIP(ip string) func(*Request)  { return func(r *Request) { r.IP = ip } }
+func hasRateLimitHeaders(h http.Header) bool {
+	for k := range h {
+		if strings.HasPrefix(strings.ToLower(k), "x-ratelimit-") {
+			return true
+		}
+	}
+	return false
+}
+
+func rl(limit int, window time.Duration, rules ...Rule) RuleSet {
+	for i := range rules {
+		if rules[i].Limit == 0 {
+			rules[i].Limit = limit
+		}
+		if rules[i].Window == 0 {
+			rules[i].Window = Duration(window)
+		}
+	}
+	return RuleSet{Rules: rules}
+}
+
+func TestDefaultRulesValid(t *testing.T) {
+	rs := DefaultRules()
+	require.NoError(t, rs.Validate())
+	assert.Equal(t, 50, rs.GlobalLimit)
+	assert.Equal(t, 10000, rs.InvalidLimit)
+	assert.Equal(t, Duration(10*time.Minute), rs.InvalidWindow)
+	names := map[string]bool{}
+	for _, r := range rs.Rules {
+		names[r.Name] = true
+	}
+	for _, want := range []string{"create_message", "get_message", "edit_message", "delete_message", "add_reaction",
+		"modify_channel", "modify_member", "add_role", "get_current_user", "execute_webhook", "interaction_callback", "get_gateway_bot"} {
+		assert.True(t, names[want], "default rules lack %s", want)
+	}
+}
+
+func TestExactHeadersOfAdmittedRequests(t *testing.T) {
+	s := newSim(t, rl(5, 5*time.Second, Rule{Name: "create_message", Method: "POST", Route: "/channels/{channel_id}/messages", Bucket: "abcd"}))
+	d := s.do(0, "POST", "/api/v10/channels/1/messages", withBody(`{"content":"hi"}`))
+	require.Equal(t, 200, d.Status)
+	assert.Equal(t, "5", d.Header.Get("X-RateLimit-Limit"))
+	assert.Equal(t, "4", d.Header.Get("X-RateLimit-Remaining"))
+	assert.Equal(t, "5.000", d.Header.Get("X-RateLimit-Reset-After"))
+	assert.Equal(t, fmt.Sprintf("%.3f", float64(t0.Add(5*time.Second).UnixMilli())/1000), d.Header.Get("X-RateLimit-Reset"))
+	assert.Equal(t, "abcd", d.Header.Get("X-RateLimit-Bucket"))
+	assert.Empty(t, d.Header.Get("X-RateLimit-Scope"), "scope is only sent on 429s")
+	assert.Empty(t, d.Header.Get("X-RateLimit-Global"))
+	var body map[string]any
+	require.NoError(t, json.Unmarshal(d.Body, &body))
+	assert.Equal(t, "hi", body["content"])
+	assert.Equal(t, "1", body["channel_id"])
+
+	// 1234.5678 ms later: reset-after is rounded up to the millisecond.
+	d = s.do(1234*time.Millisecond+567800*time.Nanosecond, "POST", "/api/v10/channels/1/messages")
+	assert.Equal(t, "3", d.Header.Get("X-RateLimit-Remaining"))
+	assert.Equal(t, "3.766", d.Header.Get("X-RateLimit-Reset-After"))
+	assert.Equal(t, fmt.Sprintf("%.3f", float64(t0.Add(5*time.Second).UnixMilli())/1000), d.Header.Get("X-RateLimit-Reset"))
+}
+
+func TestUserScope429AndWindowReset(t *testing.T) {
+	s := newSim(t, rl(2, time.Second, Rule{Name: "r", Method: "GET", Route: "/channels/{channel_id}", Bucket: "h"}))
+	s.do(ms(100), "GET", "/api/v10/channels/7")
+	s.do(ms(200), "GET", "/api/v10/channels/7")
+	d := s.do(ms(350), "GET", "/api/v10/channels/7")
+	require.Equal(t, 429, d.Status)
+	assert.Equal(t, "user", d.Header.Get("X-RateLimit-Scope"))
+	assert.Equal(t, "0", d.Header.Get("X-RateLimit-Remaining"))
+	assert.Equal(t, "2", d.Header.Get("X-RateLimit-Limit"))
+	assert.Equal(t, "0.750", d.Header.Get("X-RateLimit-Reset-After"), "the window started at the first request, 100 ms")
+	assert.Equal(t, "h", d.Header.Get("X-RateLimit-Bucket"))
+	assert.Equal(t, "1", d.Header.Get("Retry-After"), "Retry-After is whole seconds, rounded up")
+	assert.Empty(t, d.Header.Get("X-RateLimit-Global"))
+	assert.JSONEq(t, `{"message":"You are being rate limited.","retry_after":0.75,"global":false}`, string(d.Body))
+
+	// One nanosecond before the window ends: still limited.
+	assert.Equal(t, 429, s.do(ms(1100)-1, "GET", "/api/v10/channels/7").Status)
+	// Exactly at its end a new window opens with the first request.
+	d = s.do(ms(1100), "GET", "/api/v10/channels/7")
+	require.Equal(t, 200, d.Status)
+	assert.Equal(t, "1", d.Header.Get("X-RateLimit-Remaining"))
+	assert.Equal(t, "1.000", d.Header.Get("X-RateLimit-Reset-After"))
+
+	st := s.e.Stats()
+	assert.Equal(t, 2, st.RateLimited["user"])
+	assert.Equal(t, 2, st.Invalid)
+	require.Len(t, st.Buckets, 1)
+	assert.Equal(t, 2, st.Buckets[0].Windows)
+	assert.Equal(t, 2, st.Buckets[0].MaxAdmitted)
+	assert.Len(t, st.Buckets[0].Timeline, 5)
+	assert.Contains(t, st.Violations()[0], "2 user-scope 429s")
+}
+
+func TestSharedHashAndMajorParameters(t *testing.T) {
+	s := newSim(t, DefaultRules())
+	// get_messages and get_message share a hash (limit 5 per 5 s): their
+	// requests on one channel share one count.
+	for i := 0; i < 3; i++ {
+		require.Equal(t, 200, s.do(0, "GET", "/api/v10/channels/1/messages").Status)
+	}
+	d := s.do(0, "GET", "/api/v10/channels/1/messages/100")
+	assert.Equal(t, "1", d.Header.Get("X-RateLimit-Remaining"))
+	d = s.do(0, "GET", "/api/v10/channels/1/messages/200") // message ids are not major
+	assert.Equal(t, "0", d.Header.Get("X-RateLimit-Remaining"))
+	assert.Equal(t, 429, s.do(0, "GET", "/api/v10/channels/1/messages").Status)
+	// Another channel is another bucket with the same hash.
+	d = s.do(0, "GET", "/api/v10/channels/2/messages/100")
+	assert.Equal(t, "4", d.Header.Get("X-RateLimit-Remaining"))
+	assert.Equal(t, d.Header.Get("X-RateLimit-Bucket"), s.do(0, "GET", "/api/v10/channels/1/messages/5").Header.Get("X-RateLimit-Bucket"))
+	// Another hash on the same channel has its own count.
+	assert.Equal(t, "4", s.do(0, "POST", "/api/v10/channels/1/messages").Header.Get("X-RateLimit-Remaining"))
+
+	st := s.e.Stats()
+	var shared *BucketStats
+	for i, b := range st.Buckets {
+		if b.Major == "channel_id=1" && len(b.Rules) == 2 {
+			shared = &st.Buckets[i]
+		}
+	}
+	require.NotNil(t, shared, "one bucket holds both rules")
+	assert.Equal(t, []string{"get_messages", "get_message"}, shared.Rules)
+	assert.Equal(t, 5, shared.MaxAdmitted)
+
+	// Guilds: members of one guild share, another guild does not.
+	assert.Equal(t, "9", s.do(0, "PATCH", "/api/v10/guilds/5/members/1").Header.Get("X-RateLimit-Remaining"))
+	assert.Equal(t, "8", s.do(0, "PATCH", "/api/v10/guilds/5/members/2").Header.Get("X-RateLimit-Remaining"))
+	assert.Equal(t, "9", s.do(0, "PATCH", "/api/v10/guilds/6/members/1").Header.Get("X-RateLimit-Remaining"))
+	// Roles: add and remove share a hash.
+	s.do(0, "PUT", "/api/v10/guilds/5/members/1/roles/3")
+	assert.Equal(t, "8", s.do(0, "DELETE", "/api/v10/guilds/5/members/1/roles/3").Header.Get("X-RateLimit-Remaining"))
+}
+
+func TestRoutingPrefixesAndMethods(t *testing.T) {
+	s := newSim(t, DefaultRules())
+	for _, p := range []string{"/api/v10/users/@me", "/api/v9/users/@me", "/api/users/@me", "/api/v10/users/@me/"} {
+		d := s.do(0, "GET", p)
+		assert.Equal(t, 200, d.Status, p)
+		assert.Equal(t, "get_current_user", d.Rule, p)
+	}
+	assert.Equal(t, "get_user", s.do(0, "GET", "/api/v10/users/80351110224678912").Rule, "a literal beats a parameter")
+	assert.Equal(t, 404, s.do(0, "GET", "/api/v6/users/@me").Status, "old versions are not served")
+	assert.Equal(t, 404, s.do(0, "GET", "/users/@me").Status, "not an API path")
+	assert.Equal(t, 404, s.do(0, "GET", "/api/v10/nothing/here").Status)
+	assert.Equal(t, 405, s.do(0, "POST", "/api/v10/users/@me").Status)
+	d := s.do(0, "PUT", "/api/v10/channels/1/messages/2/reactions/%F0%9F%91%8D/@me")
+	assert.Equal(t, 204, d.Status)
+	assert.Equal(t, "add_reaction", d.Rule)
+	assert.Empty(t, d.Body)
+	d = s.do(0, "PUT", "/api/v10/channels/1/messages/2/reactions/custom:123/@me")
+	assert.Equal(t, 429, d.Status, "every emoji shares the reaction bucket: 1 per 250 ms")
+	assert.Equal(t, 404, s.do(0, "GET", "/api/v10/channels//messages").Status, "an empty parameter matches nothing")
+}
+
+func TestGlobalLimitSlidingWindowAndShape(t *testing.T) {
+	rs := DefaultRules()
+	rs.GlobalLimit = 3
+	s := newSim(t, rs)
+	s.do(ms(0), "GET", "/api/v10/channels/1")
+	s.do(ms(400), "GET", "/api/v10/channels/2")
+	s.do(ms(800), "GET", "/api/v10/channels/3")
+	d := s.do(ms(900), "GET", "/api/v10/channels/4")
+	require.Equal(t, 429, d.Status)
+	assert.False(t, d.Injected)
+	assert.Equal(t, "global", d.Header.Get("X-RateLimit-Scope"))
+	assert.Equal(t, "true", d.Header.Get("X-RateLimit-Global"))
+	assert.Equal(t, "1", d.Header.Get("Retry-After"))
+	for _, h := range []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "X-RateLimit-Reset-After", "X-RateLimit-Bucket"} {
+		assert.Empty(t, d.Header.Get(h), "the documented global 429 has no %s", h)
+	}
+	assert.JSONEq(t, `{"message":"You are being rate limited.","retry_after":0.1,"global":true}`, string(d.Body))
+	// Sliding: at 1000 ms the first request leaves the window, not before.
+	assert.Equal(t, 429, s.do(ms(1000)-1, "GET", "/api/v10/channels/4").Status)
+	assert.Equal(t, 200, s.do(ms(1000), "GET", "/api/v10/channels/4").Status)
+	assert.Equal(t, 429, s.do(ms(1001), "GET", "/api/v10/channels/5").Status)
+
+	// The refused request did not reach the bucket of channel 4.
+	st := s.e.Stats()
+	for _, b := range st.Buckets {
+		if b.Major == "channel_id=4" {
+			assert.Equal(t, 1, b.Requests)
+		}
+	}
+	assert.Equal(t, 3, st.RateLimited["global"])
+	assert.Equal(t, 3, st.MaxGlobalWindow)
+	require.Len(t, st.Globals, 1)
+	assert.True(t, strings.HasPrefix(st.Globals[0].Identity, "token:"))
+	assert.Contains(t, strings.Join(st.Violations(), "\n"), "3 global 429s caused by the client")
+}
+
+func TestGlobalPerIPForWebhooksAndExemptInteractions(t *testing.T) {
+	rs := DefaultRules()
+	rs.GlobalLimit = 1
+	rs.IPGlobalLimit = 2
+	s := newSim(t, rs)
+	require.Equal(t, 200, s.do(0, "GET", "/api/v10/channels/1").Status)
+	require.Equal(t, 429, s.do(0, "GET", "/api/v10/channels/2").Status, "token's global limit of 1")
+	// Webhooks without a token count per IP, separately.
+	assert.Equal(t, 200, s.do(0, "POST", "/api/v10/webhooks/1/tok1", noAuth).Status)
+	assert.Equal(t, 200, s.do(0, "POST", "/api/v10/webhooks/2/tok2", noAuth).Status)
+	d := s.do(0, "POST", "/api/v10/webhooks/3/tok3", noAuth)
+	assert.Equal(t, 429, d.Status)
+	assert.Equal(t, "global", d.Header.Get("X-RateLimit-Scope"))
+	assert.Equal(t, 200, s.do(0, "POST", "/api/v10/webhooks/3/tok3", noAuth, fromIP("10.0.0.2")).Status, "another IP")
+	// The same webhook with the bot token counts against the token.
+	assert.Equal(t, 429, s.do(0, "POST", "/api/v10/webhooks/3/tok3").Status)
+	// Interaction callbacks are exempt, with or without a token.
+	for i := 0; i < 5; i++ {
+		assert.Equal(t, 204, s.do(0, "POST", fmt.Sprintf("/api/v10/interactions/%d/itok/callback", i)).Status)
+	}
+	// Routes that need a token refuse a missing one.
+	assert.Equal(t, 401, s.do(0, "GET", "/api/v10/channels/1", noAuth).Status)
+}
+
+func TestWebhookTokensAreMajorAndNeverReported(t *testing.T) {
+	s := newSim(t, DefaultRules())
+	secret := "aVeryS3cretWebhookToken"
+	d1 := s.do(0, "POST", "/api/v10/webhooks/1/"+secret, noAuth)
+	d2 := s.do(0, "POST", "/api/v10/webhooks/1/other", noAuth)
+	assert.Equal(t, "4", d1.Header.Get("X-RateLimit-Remaining"))
+	assert.Equal(t, "4", d2.Header.Get("X-RateLimit-Remaining"), "webhook_id + webhook_token is the major")
+	assert.NotContains(t, string(d1.Body), secret)
+	st := s.e.Stats()
+	b, err := json.Marshal(st)
+	require.NoError(t, err)
+	assert.NotContains(t, string(b), secret)
+	assert.NotContains(t, string(b), "secret-token-value")
+	s.do(0, "GET", "/api/v10/users/@me")
+	b, _ = json.Marshal(s.e.Stats())
+	assert.NotContains(t, string(b), "secret-token-value")
+}
+
+func TestHiddenSublimitSharedScope(t *testing.T) {
+	rs := DefaultRules().Scaled(0.001) // 10 min → 600 ms; 5 s → 5 ms
+	s := newSim(t, rs)
+	rename := withBody(`{"name":"general"}`)
+	assert.Equal(t, 200, s.do(ms(0), "PATCH", "/api/v10/channels/9", rename).Status)
+	assert.Equal(t, 200, s.do(ms(10), "PATCH", "/api/v10/channels/9", rename).Status)
+	d := s.do(ms(20), "PATCH", "/api/v10/channels/9", withBody(`{"topic":"x"}`))
+	require.Equal(t, 429, d.Status)
+	assert.Equal(t, "shared", d.Header.Get("X-RateLimit-Scope"))
+	assert.Equal(t, "4", d.Header.Get("X-RateLimit-Remaining"), "the headers still show calls remaining")
+	assert.Empty(t, d.Header.Get("X-RateLimit-Global"))
+	assert.Equal(t, "1", d.Header.Get("Retry-After"))
+	var body rateLimitBody
+	require.NoError(t, json.Unmarshal(d.Body, &body))
+	assert.InDelta(t, 0.58, body.RetryAfter, 1e-9)
+	assert.False(t, body.Global)
+	// Edits that touch neither field are not counted by the sublimit.
+	assert.Equal(t, 200, s.do(ms(30), "PATCH", "/api/v10/channels/9", withBody(`{"nsfw":true}`)).Status)
+	// A second 429 in the same window is the client's fault.
+	assert.Equal(t, 429, s.do(ms(40), "PATCH", "/api/v10/channels/9", rename).Status)
+	// Another channel has its own sublimit.
+	assert.Equal(t, 200, s.do(ms(40), "PATCH", "/api/v10/channels/10", rename).Status)
+	// After the sublimit window: admitted again.
+	assert.Equal(t, 200, s.do(ms(600), "PATCH", "/api/v10/channels/9", rename).Status)
+
+	st := s.e.Stats()
+	assert.Equal(t, 2, st.RateLimited["shared"])
+	assert.Equal(t, 0, st.Invalid, "shared 429s are not invalid requests")
+	require.Len(t, st.Sublimits, 2)
+	max := map[string]int{}
+	for _, sl := range st.Sublimits {
+		max[sl.Key[strings.Index(sl.Key, "channel_id="):]] = sl.Max429sInWindow
+	}
+	assert.Equal(t, map[string]int{"channel_id=9/channel_name_topic": 2, "channel_id=10/channel_name_topic": 0}, max)
+	assert.Contains(t, strings.Join(st.Violations(), "\n"), "2 shared 429s in one window")
+}
+
+func TestInvalidRequestLimitBansTheIP(t *testing.T) {
+	rs := DefaultRules()
+	rs.InvalidLimit = 3
+	rs.InvalidWindow = Duration(10 * time.Second)
+	rs.BanDuration = Duration(time.Minute)
+	s := newSim(t, rs, Config{Tokens: []string{"good"}, Forbidden: []string{"666"}})
+	good := withAuth("Bot good")
+	assert.Equal(t, 401, s.do(ms(0), "GET", "/api/v10/users/@me", withAuth("Bot wrong")).Status)
+	d := s.do(ms(1), "GET", "/api/v10/channels/666", good)
+	assert.Equal(t, 403, d.Status)
+	assert.Equal(t, "4", d.Header.Get("X-RateLimit-Remaining"), "a 403 is counted by its bucket")
+	assert.JSONEq(t, `{"message":"Missing Access","code":50001}`, string(d.Body))
+	// Shared 429s do not count.
+	sub := withBody(`{"name":"n"}`)
+	s.do(ms(2), "PATCH", "/api/v10/channels/1", good, sub)
+	s.do(ms(3), "PATCH", "/api/v10/channels/1", good, sub)
+	assert.Equal(t, "shared", s.do(ms(4), "PATCH", "/api/v10/channels/1", good, sub).Scope)
+	assert.Equal(t, 401, s.do(ms(5), "GET", "/api/v10/users/@me", noAuth).Status)
+	assert.Equal(t, 0, s.e.Stats().Bans)
+	// The fourth invalid request in 10 s bans the IP.
+	assert.Equal(t, 401, s.do(ms(6), "GET", "/api/v10/users/@me", withAuth("garbage")).Status)
+	d = s.do(ms(7), "GET", "/api/v10/users/@me", good)
+	require.Equal(t, 429, d.Status)
+	assert.Equal(t, "ban", d.Scope)
+	assert.False(t, hasRateLimitHeaders(d.Header), "a Cloudflare ban has no rate-limit headers")
+	assert.Empty(t, d.Header.Get("Retry-After"))
+	assert.Contains(t, d.Header.Get("Content-Type"), "text/html")
+	assert.Contains(t, string(d.Body), "Error 1015")
+	assert.Equal(t, 200, s.do(ms(8), "GET", "/api/v10/users/@me", good, fromIP("10.9.9.9")).Status, "bans are per IP")
+	// The ban lasts BanDuration from the triggering request.
+	assert.Equal(t, 429, s.do(ms(6)+time.Minute-1, "GET", "/api/v10/users/@me", good).Status)
+	assert.Equal(t, 200, s.do(ms(6)+time.Minute, "GET", "/api/v10/users/@me", good).Status)
+	st := s.e.Stats()
+	assert.Equal(t, 1, st.Bans)
+	assert.Equal(t, 2, st.Banned)
+	assert.Equal(t, 4, st.Invalid)
+	assert.Contains(t, strings.Join(st.Violations(), "\n"), "banned 1 times")
+}
+
+func TestInvalidRequestsSlideOutOfTheWindow(t *testing.T) {
+	rs := DefaultRules()
+	rs.InvalidLimit = 2
+	rs.InvalidWindow = Duration(time.Second)
+	s := newSim(t, rs)
+	s.do(ms(0), "GET", "/api/v10/users/@me", noAuth)
+	s.do(ms(500), "GET", "/api/v10/users/@me", noAuth)
+	s.do(ms(1000), "GET", "/api/v10/users/@me", noAuth) // the first has left the window
+	assert.Equal(t, 0, s.e.Stats().Bans)
+	s.do(ms(1100), "GET", "/api/v10/users/@me", noAuth)
+	assert.Equal(t, 1, s.e.Stats().Bans)
+}
+
+func TestInjectedGlobalOutage(t *testing.T) {
+	s := newSim(t, DefaultRules())
+	s.e.ExhaustGlobal(t0.Add(time.Second), t0.Add(3500*time.Millisecond))
+	assert.Equal(t, 200, s.do(ms(999), "GET", "/api/v10/channels/1").Status)
+	d := s.do(ms(1000), "GET", "/api/v10/channels/1")
+	require.Equal(t, 429, d.Status)
+	assert.True(t, d.Injected)
+	assert.Equal(t, "3", d.Header.Get("Retry-After"))
+	assert.JSONEq(t, `{"message":"You are being rate limited.","retry_after":2.5,"global":true}`, string(d.Body))
+	assert.Equal(t, 204, s.do(ms(2000), "POST", "/api/v10/interactions/1/t/callback").Status, "exempt routes pass")
+	assert.Equal(t, 200, s.do(ms(2000), "POST", "/api/v10/webhooks/1/t", noAuth).Status, "the IP limit is not the token's")
+	assert.Equal(t, 200, s.do(ms(3500), "GET", "/api/v10/channels/1").Status)
+	st := s.e.Stats()
+	assert.Equal(t, 1, st.InjectedGlobal)
+	assert.Equal(t, 1, st.RateLimited["global"])
+	assert.Empty(t, st.Violations(), "injected 429s are not the client's fault")
+}
+
+func TestEngineReset(t *testing.T) {
+	s := newSim(t, DefaultRules())
+	s.do(0, "GET", "/api/v10/users/@me")
+	s.e.Reset(t0.Add(time.Second))
+	st := s.e.Stats()
+	assert.Zero(t, st.Requests)
+	assert.Empty(t, st.Buckets)
+}
+
+type fakeTB struct{ msgs []string }
+
+func (f *fakeTB) Helper() {}
+func (f *fakeTB) Errorf(format string, args ...any) {
+	f.msgs = append(f.msgs, fmt.Sprintf(format, args...))
+}
+
+func TestAssertNoViolations(t *testing.T) {
+	s := newSim(t, rl(1, time.Second, Rule{Name: "r", Method: "GET", Route: "/x", Bucket: "h"}))
+	s.do(0, "GET", "/api/x")
+	var tb fakeTB
+	assert.True(t, AssertNoViolations(&tb, s.e.Stats()))
+	assert.Empty(t, tb.msgs)
+	s.do(0, "GET", "/api/x")
+	assert.False(t, AssertNoViolations(&tb, s.e.Stats()))
+	require.Len(t, tb.msgs, 1)
+	assert.Contains(t, tb.msgs[0], "1 user-scope 429s")
+}
+
+func TestRulesParsingAndValidation(t *testing.T) {
+	js := `{"global_limit": 10, "rules": [{"name":"a","method":"get","route":"/things/{channel_id}","bucket":"h","limit":2,"window":"1.5s"}]}`
+	rs, err := ParseRules([]byte(js))
+	require.NoError(t, err)
+	assert.Equal(t, 10, rs.GlobalLimit)
+	assert.Equal(t, 50, rs.IPGlobalLimit)
+	assert.Equal(t, "GET", rs.Rules[0].Method)
+	assert.Equal(t, Duration(1500*time.Millisecond), rs.Rules[0].Window)
+	assert.Equal(t, AuthRequired, rs.Rules[0].Auth)
+
+	yml := "rules:\n  - {name: a, method: DELETE, route: '/x/{guild_id}', bucket: h, limit: 1, window: 0.25}\n"
+	rs, err = ParseRules([]byte(yml))
+	require.NoError(t, err)
+	assert.Equal(t, Duration(250*time.Millisecond), rs.Rules[0].Window)
+	assert.Equal(t, 204, rs.Rules[0].Status)
+
+	bad := map[string]string{
+		"unknown field":  `{"rules": [], "globl": 1}`,
+		"no rules":       `{"rules": []}`,
+		"zero limit":     `{"rules": [{"method":"GET","route":"/a","bucket":"h","limit":0,"window":"1s"}]}`,
+		"no window":      `{"rules": [{"method":"GET","route":"/a","bucket":"h","limit":1}]}`,
+		"bad method":     `{"rules": [{"method":"FETCH","route":"/a","bucket":"h","limit":1,"window":"1s"}]}`,
+		"bad route":      `{"rules": [{"method":"GET","route":"a/{x","bucket":"h","limit":1,"window":"1s"}]}`,
+		"no bucket":      `{"rules": [{"method":"GET","route":"/a","limit":1,"window":"1s"}]}`,
+		"negative":       `{"rules": [{"method":"GET","route":"/a","bucket":"h","limit":1,"window":"-1s"}]}`,
+		"duplicate":      `{"rules": [{"method":"GET","route":"/a/{x}","bucket":"h","limit":1,"window":"1s"},{"method":"GET","route":"/a/{y}","bucket":"g","limit":1,"window":"1s"}]}`,
+		"hash disagrees": `{"rules": [{"method":"GET","route":"/a","bucket":"h","limit":1,"window":"1s"},{"method":"POST","route":"/a","bucket":"h","limit":2,"window":"1s"}]}`,
+		"bad auth":       `{"rules": [{"method":"GET","route":"/a","bucket":"h","limit":1,"window":"1s","auth":"maybe"}]}`,
+		"bad sublimit":   `{"rules": [{"method":"GET","route":"/a","bucket":"h","limit":1,"window":"1s","sublimits":[{"name":"s","limit":0,"window":"1s"}]}]}`,
+	}
+	for name, in := range bad {
+		_, err := ParseRules([]byte(in))
+		assert.ErrorIs(t, err, ErrInvalidRules, name)
+	}
+	_, err = LoadRules("rules.toml")
+	assert.Error(t, err)
+	_, err = NewEngine(t0, Config{Rules: RuleSet{Rules: []Rule{{Method: "GET", Route: "/a", Bucket: "h"}}}})
+	assert.ErrorIs(t, err, ErrInvalidRules)
+}
+
+func TestLoadRulesFromFiles(t *testing.T) {
+	dir := t.TempDir()
+	y := dir + "/r.yaml"
+	require.NoError(t, writeFile(y, DefaultRulesYAML()))
+	rs, err := LoadRules(y)
+	require.NoError(t, err)
+	assert.Equal(t, DefaultRules(), rs)
+	j := dir + "/r.json"
+	b, err := json.Marshal(DefaultRules())
+	require.NoError(t, err)
+	require.NoError(t, writeFile(j, b))
+	rs2, err := LoadRules(j)
+	require.NoError(t, err)
+	assert.Equal(t, rs, rs2, "JSON round trip")
+}
+
+func TestScaled(t *testing.T) {
+	rs := DefaultRules()
+	sc := rs.Scaled(0.5)
+	for i := range rs.Rules {
+		assert.Equal(t, rs.Rules[i].Window/2, sc.Rules[i].Window)
+	}
+	assert.Equal(t, rs.GlobalWindow, sc.GlobalWindow)
+	assert.Equal(t, Duration(10*time.Minute), rs.Rules[indexOf(rs, "modify_channel")].Sublimits[0].Window, "the original is untouched")
+	assert.Equal(t, Duration(5*time.Minute), sc.Rules[indexOf(sc, "modify_channel")].Sublimits[0].Window)
+}
+
+func indexOf(rs RuleSet, name string) int {
+	for i, r := range rs.Rules {
+		if r.Name == name {
+			return i
+		}
+	}
+	return -1
+}
