@@ -1,0 +1,369 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/sluicehq/sluice/fsm"
+	"github.com/sluicehq/sluice/ratelimit"
+	"github.com/sluicehq/sluice/routes"
+	"github.com/sluicehq/sluice/transport"
+)
+
+// bucket is the actor of one real bucket: a route key until the pioneer's
+// headers reveal the hash, then hash + major parameters. It owns the queue
+// and decides, from the bucket state, when each request may go.
+type bucket struct {
+	sys      *System
+	self     *actor.PID
+	key      string // the key the supervisor knows this actor by
+	routeKey string // the route that created it
+	machine  *fsm.Bucket
+
+	// state is the bucket's limits; it lives in the store between actor
+	// lives so a restarted or re-spawned actor keeps them.
+	state ratelimit.Bucket
+	// window is the longest Reset-After seen: the window length used to
+	// predict waits.
+	window time.Duration
+
+	// queue holds calls not yet dispatched, FIFO. Finished calls (context
+	// ended) are skipped lazily.
+	queue []*Call
+	// running: admitted by state.Take and dispatched (handed to the
+	// supervisor or the wire), no response headers yet. inflight: headers
+	// received and observed, body streaming.
+	// Invariants: a call is in at most one of queue, running, inflight;
+	// every call in running is reported to state exactly once (Observe or
+	// Refund) when it leaves running; len(running) == state.InFlight().
+	// While the bucket is unknown, state.Take admits one pioneer at a time.
+	running  map[uint64]*Call
+	inflight map[uint64]*Call
+
+	received      uint64     // enqueueMsgs from the supervisor
+	awaitingOwner bool       // learned a hash; waits for the supervisor's answer
+	movedTo       *actor.PID // set when another actor owns our hash
+	draining      error      // set on Close
+	idleSent      bool
+	timers        timers
+}
+
+func newBucket(sys *System, key, routeKey string) actor.Actor {
+	b := &bucket{
+		sys: sys, key: key, routeKey: routeKey,
+		running: map[uint64]*Call{}, inflight: map[uint64]*Call{},
+	}
+	if st, ok := sys.store.Load(key); ok {
+		b.state = st
+	}
+	b.machine = fsm.NewBucket(func(e fsm.BucketEvent, from, to fsm.BucketState) {
+		sys.trace(b.self, "transition", slog.String("bucket", b.key), slog.String("event", e.String()), slog.String("from", from.String()), slog.String("to", to.String()))
+	})
+	if b.state.Known {
+		b.fire(fsm.Discovered)
+	}
+	return b
+}
+
+func (b *bucket) fire(e fsm.BucketEvent) {
+	if b.machine.Can(e) {
+		_ = b.machine.Fire(context.Background(), e)
+	}
+}
+
+// Receive handles one message at a time.
+func (b *bucket) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		b.self = ctx.Self()
+		b.timers = timers{sys: b.sys, pid: b.self}
+	case *enqueueMsg:
+		if ctx.Sender() == nil {
+			b.received++
+		}
+		b.idleSent = false
+		for _, c := range m.calls {
+			b.enqueue(ctx, c)
+		}
+		b.pump(ctx)
+	case *wakeMsg:
+		if b.timers.current(timerWake, m.gen) {
+			b.pump(ctx)
+		}
+	case *headersMsg:
+		b.headers(ctx, m)
+	case *resultMsg:
+		b.result(ctx, m)
+	case *notSentMsg:
+		if _, ok := b.running[m.call.ID]; ok {
+			delete(b.running, m.call.ID)
+			b.state.Refund(b.sys.now())
+		}
+		if m.err != nil {
+			m.call.Complete(nil, m.err)
+		} else if !m.call.Finished() {
+			b.queue = append([]*Call{m.call}, b.queue...)
+		}
+		b.pump(ctx)
+	case *ownerMsg:
+		b.awaitingOwner = false
+		b.key = m.key
+		if m.moveTo != nil {
+			b.movedTo = m.moveTo
+			if len(b.queue) > 0 {
+				ctx.Request(m.moveTo, &enqueueMsg{calls: b.queue})
+				b.queue = nil
+			}
+		}
+		b.pump(ctx)
+	case *drainMsg:
+		b.draining = m.err
+		for _, c := range b.queue {
+			c.Complete(nil, m.err)
+		}
+		b.queue = nil
+		b.maybeIdle(ctx)
+	case *actor.Stopping:
+		b.timers.stopAll()
+		b.save()
+		for _, c := range b.queue {
+			c.Complete(nil, ErrClosed)
+		}
+		for _, c := range b.running {
+			c.Complete(nil, ErrClosed)
+		}
+		for _, c := range b.inflight {
+			c.Complete(nil, ErrClosed)
+		}
+		b.queue = nil
+	}
+}
+
+func (b *bucket) enqueue(ctx actor.Context, c *Call) {
+	if c.Finished() {
+		return
+	}
+	if b.movedTo != nil {
+		ctx.Request(b.movedTo, &enqueueMsg{calls: []*Call{c}})
+		return
+	}
+	if b.draining != nil {
+		c.Complete(nil, b.draining)
+		return
+	}
+	now := b.sys.now()
+	if wait := b.predictWait(now, len(b.queue)); wait > 0 {
+		limit := b.sys.cfg.MaxWait
+		if dl, ok := c.Ctx.Deadline(); ok && (limit == 0 || dl.Sub(now) < limit) {
+			limit = dl.Sub(now)
+		}
+		if limit > 0 && wait > limit {
+			c.Complete(nil, &WaitError{Bucket: c.Route.Redacted(), Wait: wait, Limit: limit})
+			return
+		}
+	}
+	b.queue = append(b.queue, c)
+}
+
+// predictWait estimates when the request at queue position pos would be
+// sent: the job queue's estimate, nextWindowStart + floor(waiting/perWindow)*window.
+func (b *bucket) predictWait(now time.Time, pos int) time.Duration {
+	if !b.state.Known || b.state.Limit <= 0 {
+		return 0
+	}
+	var first time.Duration
+	remaining := b.state.Remaining
+	if now.Before(b.state.ResetAt) {
+		first = b.state.ResetAt.Sub(now)
+	} else {
+		remaining = b.state.Limit
+	}
+	if pause := b.state.PausedUntil.Sub(now); pause > first {
+		first, remaining = pause, b.state.Limit
+	}
+	if pos < remaining {
+		return 0
+	}
+	window := b.window
+	if window <= 0 {
+		window = first
+	}
+	return first + time.Duration((pos-remaining)/b.state.Limit)*window
+}
+
+// pump dispatches queued calls while the bucket allows. It is the only
+// place that takes from the bucket.
+func (b *bucket) pump(ctx actor.Context) {
+	if b.awaitingOwner || b.movedTo != nil {
+		return
+	}
+	now := b.sys.now()
+	for len(b.queue) > 0 {
+		c := b.queue[0]
+		if c.Finished() {
+			b.queue[0] = nil
+			b.queue = b.queue[1:]
+			continue
+		}
+		ok, wait := b.state.Take(now)
+		if !ok {
+			switch {
+			case now.Before(b.state.PausedUntil):
+				b.fire(fsm.RateLimited)
+			case b.state.Known:
+				b.fire(fsm.Drained)
+			}
+			b.timers.after(timerWake, wait, func(gen uint64) any { return &wakeMsg{gen} })
+			return
+		}
+		if b.state.Known {
+			b.fire(fsm.Wake)
+			b.fire(fsm.Reset)
+		}
+		b.queue[0] = nil
+		b.queue = b.queue[1:]
+		b.running[c.ID] = c
+		ctx.Send(b.sys.sup, &dispatchMsg{call: c, bucket: b.self})
+	}
+	b.maybeIdle(ctx)
+}
+
+func (b *bucket) headers(ctx actor.Context, m *headersMsg) {
+	c := m.call
+	if _, ok := b.running[c.ID]; !ok {
+		return
+	}
+	delete(b.running, c.ID)
+	b.inflight[c.ID] = c
+	now := b.sys.now()
+	h, err := ratelimit.ParseHeaders(m.header, now)
+	if err != nil {
+		b.sys.log.Warn("sluice: malformed rate-limit headers", slog.String("route", c.Route.Redacted()), slog.String("error", err.Error()))
+	}
+	wasKnown := b.state.Known
+	b.state.Observe(now, c.sentAt, h)
+	if h.Has.ResetAfter && h.ResetAfter > b.window && m.status != 429 {
+		b.window = h.ResetAfter
+	}
+	if !wasKnown && b.state.Known {
+		b.fire(fsm.Discovered)
+	}
+	if h.Has.Bucket && h.Bucket != "" && b.key == b.routeKey && !b.awaitingOwner {
+		if bucketKey := routes.BucketKey(h.Bucket, c.Route.Major); bucketKey != b.key {
+			b.awaitingOwner = true
+			ctx.Request(b.sys.sup, &learnedMsg{routeKey: b.routeKey, bucketKey: bucketKey})
+		}
+	}
+	b.pump(ctx)
+}
+
+func (b *bucket) result(ctx actor.Context, m *resultMsg) {
+	c := m.call
+	_, unreported := b.running[c.ID]
+	delete(b.running, c.ID)
+	delete(b.inflight, c.ID)
+	now := b.sys.now()
+	if m.err != nil {
+		if unreported {
+			// No headers came back. A request that never reached the
+			// server gives its slot back; one that may have reached it
+			// only releases its slot (no information).
+			if transport.Classify(m.err) == transport.NotSent {
+				b.state.Refund(now)
+			} else {
+				b.state.Observe(now, c.sentAt, ratelimit.Headers{})
+			}
+		}
+		b.failed(ctx, c, m)
+		b.pump(ctx)
+		return
+	}
+	if m.resp.StatusCode == 429 {
+		h, _ := ratelimit.ParseHeaders(m.resp.Header, now)
+		v := ratelimit.Classify(429, h, m.body)
+		b.limited(ctx, c, v, now, m)
+		b.pump(ctx)
+		return
+	}
+	c.Complete(m.resp, nil)
+	b.pump(ctx)
+}
+
+// limited handles a 429 by its shape.
+func (b *bucket) limited(ctx actor.Context, c *Call, v ratelimit.Verdict, now time.Time, m *resultMsg) {
+	scope := v.Kind.String()
+	switch v.Kind {
+	case ratelimit.CloudflareBan:
+		ctx.Send(b.sys.sup, &banMsg{wait: v.Wait})
+		c.Complete(nil, &RateLimitError{Scope: "ban", RetryAfter: v.Wait, Attempts: c.attempts + 1, Bucket: c.Route.Redacted()})
+		return
+	case ratelimit.GlobalLimit:
+		ctx.Send(b.sys.sup, &globalHitMsg{wait: v.Wait})
+	default: // user, shared, sublimit: pause this bucket only
+		b.state.Pause(now.Add(v.Wait))
+		b.fire(fsm.RateLimited)
+	}
+	b.sys.log.Warn("sluice: 429", slog.String("scope", scope), slog.String("route", c.Route.Redacted()), slog.Duration("retry_after", v.Wait))
+	c.attempts++
+	if c.attempts > b.sys.cfg.MaxRetries {
+		c.Complete(nil, &RateLimitError{Scope: scope, RetryAfter: v.Wait, Attempts: c.attempts, Bucket: c.Route.Redacted()})
+		return
+	}
+	b.queue = append([]*Call{c}, b.queue...)
+}
+
+// failed handles a request that got no complete response.
+func (b *bucket) failed(ctx actor.Context, c *Call, m *resultMsg) {
+	if c.Finished() {
+		return
+	}
+	if c.Ctx.Err() != nil {
+		c.Complete(nil, ctxError(c.Ctx))
+		return
+	}
+	if errors.Is(m.err, ErrResponseTooLarge) {
+		c.Complete(nil, m.err)
+		return
+	}
+	switch transport.Classify(m.err) {
+	case transport.NotSent:
+		// Never reached the server: it goes again when the supervisor has
+		// a connection.
+		b.queue = append([]*Call{c}, b.queue...)
+	default:
+		c.Complete(nil, fmt.Errorf("sluice: %s: %w", c.Route.Redacted(), m.err))
+	}
+}
+
+// maybeIdle tells the supervisor when the bucket has nothing to do and its
+// window is over, so the actor can stop and memory follows the working set.
+func (b *bucket) maybeIdle(ctx actor.Context) {
+	if len(b.queue) > 0 || len(b.running) > 0 || len(b.inflight) > 0 || b.awaitingOwner || b.idleSent {
+		return
+	}
+	now := b.sys.now()
+	end := b.state.ResetAt
+	if b.state.PausedUntil.After(end) {
+		end = b.state.PausedUntil
+	}
+	end = end.Add(b.sys.cfg.IdleAfter)
+	if now.Before(end) {
+		b.timers.after(timerWake, end.Sub(now), func(gen uint64) any { return &wakeMsg{gen} })
+		return
+	}
+	b.fire(fsm.Quiet)
+	b.save()
+	b.idleSent = true
+	ctx.Request(b.sys.sup, &idleMsg{key: b.key, received: b.received})
+}
+
+func (b *bucket) save() {
+	if b.state.Known {
+		b.sys.store.Save(b.key, b.state)
+	}
+}

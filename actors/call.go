@@ -1,0 +1,94 @@
+package actors
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/routes"
+)
+
+// Call is one submitted request and its single outcome. The public API
+// creates it; the actors move it through queues; exactly one Complete wins.
+//
+// Invariant: done is closed exactly once, after resp and err are set, and
+// neither changes afterwards. Everything else is owned by whichever actor
+// currently holds the call (never two at once).
+type Call struct {
+	// ID is unique per limiter, in submission order.
+	ID uint64
+	// Req is the request, with a replayable body (GetBody set).
+	Req *http.Request
+	// Ctx is the caller's context: honoured while queued and in flight.
+	Ctx context.Context
+	// Route is the parsed route: template, major parameters, exemption.
+	Route routes.Route
+	// Safe marks a request the caller allows to be sent twice.
+	Safe bool
+	// Submitted is when the call was submitted (limiter clock).
+	Submitted time.Time
+
+	// Owned by the holding actor.
+	attempts int                         // 429 retries so far
+	sentAt   time.Time                   // when the current attempt was handed to the wire
+	stopCtx  atomic.Pointer[func() bool] // unregisters the context watch
+	onDone   func()                      // set before arm; runs once with the outcome
+
+	once sync.Once
+	done chan struct{}
+	resp *http.Response
+	err  error
+	fin  atomic.Bool
+}
+
+// NewCall returns a call ready to submit.
+func NewCall(id uint64, ctx context.Context, req *http.Request, route routes.Route, safe bool, now time.Time) *Call {
+	return &Call{ID: id, Req: req, Ctx: ctx, Route: route, Safe: safe, Submitted: now, done: make(chan struct{})}
+}
+
+// arm sets the bookkeeping hook and watches the context: if it ends before
+// the call is answered, the call completes with its error at once; the
+// actors notice and skip it, freeing its place for the next request.
+func (c *Call) arm(onDone func()) {
+	c.onDone = onDone
+	stop := context.AfterFunc(c.Ctx, func() { c.Complete(nil, ctxError(c.Ctx)) })
+	c.stopCtx.Store(&stop)
+}
+
+// Complete records the outcome if none was recorded yet and reports whether
+// this call did it. A response that loses the race is closed.
+func (c *Call) Complete(resp *http.Response, err error) bool {
+	won := false
+	c.once.Do(func() {
+		won = true
+		c.resp, c.err = resp, err
+		c.fin.Store(true)
+		if stop := c.stopCtx.Load(); stop != nil {
+			(*stop)()
+		}
+		close(c.done)
+		c.runOnDone()
+	})
+	if !won && resp != nil && resp.Body != nil {
+		resp.Body.Close()
+	}
+	return won
+}
+
+func (c *Call) runOnDone() {
+	if f := c.onDone; f != nil {
+		c.onDone = nil
+		f()
+	}
+}
+
+// Done is closed when the call has its outcome.
+func (c *Call) Done() <-chan struct{} { return c.done }
+
+// Finished reports whether the call has its outcome, without blocking.
+func (c *Call) Finished() bool { return c.fin.Load() }
+
+// Result returns the outcome; valid once Done is closed.
+func (c *Call) Result() (*http.Response, error) { return c.resp, c.err }

@@ -1,0 +1,83 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Sentinel errors. Each is returned (possibly wrapped) as documented.
+var (
+	// ErrClosed is returned for requests submitted after Close began, and
+	// for requests still queued when Close gave up on them.
+	ErrClosed = errors.New("sluice: limiter closed")
+	// ErrWaitTooLong is returned when a request's predicted wait exceeds
+	// its context deadline or the configured maximum wait; the error is a
+	// *WaitError carrying the wait.
+	ErrWaitTooLong = errors.New("sluice: predicted wait too long")
+	// ErrRateLimited is returned when a request was still answered 429
+	// after the configured number of retries; the error is a
+	// *RateLimitError.
+	ErrRateLimited = errors.New("sluice: rate limited")
+	// ErrBanned is returned when the API answered like a Cloudflare ban (a
+	// 429 without rate-limit headers or JSON). Such requests are never
+	// retried at once.
+	ErrBanned = errors.New("sluice: upstream ban (Cloudflare)")
+	// ErrResponseTooLarge is returned when a response body exceeds the
+	// configured maximum.
+	ErrResponseTooLarge = errors.New("sluice: response body too large")
+)
+
+// WaitError is returned when a request would wait longer than allowed. It
+// matches ErrWaitTooLong with errors.Is.
+type WaitError struct {
+	// Bucket is the bucket the request waited for (tokens redacted).
+	Bucket string
+	// Wait is the predicted wait.
+	Wait time.Duration
+	// Limit is the wait that was allowed (MaxWait or the time left before
+	// the context's deadline).
+	Limit time.Duration
+}
+
+func (e *WaitError) Error() string {
+	return fmt.Sprintf("sluice: predicted wait %s for bucket %s exceeds %s", e.Wait.Round(time.Millisecond), e.Bucket, e.Limit.Round(time.Millisecond))
+}
+
+// Unwrap returns ErrWaitTooLong.
+func (e *WaitError) Unwrap() error { return ErrWaitTooLong }
+
+// RateLimitError is returned when retries of a 429 ran out, or for a
+// Cloudflare ban. It matches ErrRateLimited (or ErrBanned) with errors.Is.
+type RateLimitError struct {
+	// Scope is "user", "global", "shared", "sublimit" or "ban".
+	Scope string
+	// RetryAfter is the wait the API asked for.
+	RetryAfter time.Duration
+	// Attempts is the number of times the request was sent.
+	Attempts int
+	// Bucket is the bucket (tokens redacted).
+	Bucket string
+}
+
+func (e *RateLimitError) Error() string {
+	return fmt.Sprintf("sluice: %s rate limit on %s after %d attempts (retry after %s)", e.Scope, e.Bucket, e.Attempts, e.RetryAfter.Round(time.Millisecond))
+}
+
+// Unwrap returns ErrBanned for a ban and ErrRateLimited otherwise.
+func (e *RateLimitError) Unwrap() error {
+	if e.Scope == "ban" {
+		return ErrBanned
+	}
+	return ErrRateLimited
+}
+
+// ctxError is ctx's cause, so callers can tell cancellation from a deadline
+// and see custom causes.
+func ctxError(ctx context.Context) error {
+	if c := context.Cause(ctx); c != nil {
+		return c
+	}
+	return ctx.Err()
+}

@@ -1,0 +1,125 @@
+package actors
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/sluicehq/sluice/transport"
+)
+
+// Messages between the public API, the supervisor, the bucket actors and
+// the worker goroutines. Every message is a pointer to a struct; none is
+// shared after sending.
+
+// submitMsg: API -> supervisor. A new call to route to its bucket.
+type submitMsg struct{ call *Call }
+
+// enqueueMsg: supervisor -> bucket (or bucket -> bucket when queues merge).
+type enqueueMsg struct{ calls []*Call }
+
+// dispatchMsg: bucket -> supervisor. The bucket granted the call a slot;
+// the supervisor sends it when connected and the global limit allows.
+type dispatchMsg struct {
+	call   *Call
+	bucket *actor.PID
+}
+
+// notSentMsg: supervisor -> bucket. The call never reached the wire
+// (cancelled, closing, or the connection refused it before sending): its
+// bucket slot is refunded and, unless finished, it goes back to the front.
+type notSentMsg struct {
+	call *Call
+	err  error // why; nil when it only waits for a new connection
+}
+
+// headersMsg: worker -> bucket. Response headers arrived; the body follows.
+type headersMsg struct {
+	call   *Call
+	status int
+	header http.Header
+	at     time.Time
+}
+
+// resultMsg: worker -> bucket. The attempt is over: a full response or an
+// error.
+type resultMsg struct {
+	call *Call
+	resp *http.Response // body fully read and replaced by a buffer
+	body []byte
+	err  error
+	conn *transport.Conn
+}
+
+// globalHitMsg: bucket -> supervisor. A global 429 asked to wait.
+type globalHitMsg struct{ wait time.Duration }
+
+// banMsg: bucket -> supervisor. A Cloudflare-style ban: stop everything
+// for wait.
+type banMsg struct{ wait time.Duration }
+
+// learnedMsg: bucket -> supervisor. The pioneer revealed the bucket hash.
+type learnedMsg struct {
+	routeKey  string
+	bucketKey string
+}
+
+// ownerMsg: supervisor -> bucket, answering learnedMsg. moveTo is nil when
+// the bucket keeps its queue, else the actor that owns the hash already.
+type ownerMsg struct {
+	moveTo *actor.PID
+	key    string // the bucket key the receiver is now known by
+}
+
+// workDoneMsg: worker -> supervisor. One request left the wire.
+type workDoneMsg struct{}
+
+// idleMsg: bucket -> supervisor. Nothing queued, running or limited; the
+// bucket has received `received` enqueue messages so far.
+type idleMsg struct {
+	key      string
+	received uint64
+}
+
+// drainMsg: supervisor -> bucket on Close: fail every queued call.
+type drainMsg struct{ err error }
+
+// wakeMsg: timer -> actor. Stale generations are ignored.
+type wakeMsg struct{ gen uint64 }
+
+// dialedMsg: dial goroutine -> supervisor.
+type dialedMsg struct {
+	conn *transport.Conn
+	err  error
+}
+
+// connDownMsg: watcher goroutine -> supervisor. The connection died.
+type connDownMsg struct {
+	conn *transport.Conn
+	err  error
+}
+
+// redialMsg, globalClearMsg, globalRetryMsg: supervisor timers.
+type redialMsg struct{ gen uint64 }
+type globalClearMsg struct{ gen uint64 }
+type globalRetryMsg struct{ gen uint64 }
+
+// closeMsg: API -> supervisor. Refuse new calls, fail queued ones.
+type closeMsg struct{ err error }
+
+// snapshotMsg asks the supervisor for a Snapshot.
+type snapshotMsg struct{ reply chan Snapshot }
+
+// Snapshot is the limiter's state at one moment.
+type Snapshot struct {
+	// State is the supervisor's state: disconnected, connecting,
+	// connected or global_limit.
+	State string
+	// Buckets is the number of live bucket actors.
+	Buckets int
+	// Pending is the number of dispatches held back by the supervisor.
+	Pending int
+	// Running is the number of requests on the wire.
+	Running int
+}

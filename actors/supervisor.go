@@ -1,0 +1,334 @@
+package actors
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/sluicehq/sluice/fsm"
+	"github.com/sluicehq/sluice/transport"
+)
+
+// supervisor owns the HTTP/2 connection, the global limit and the bucket
+// actors. Its state machine is fsm.Supervisor; its Receive is the only code
+// that fires it.
+type supervisor struct {
+	sys     *System
+	self    *actor.PID
+	machine *fsm.Supervisor
+
+	// conn is the live connection; nil unless Connected or GlobalLimit.
+	// Invariant: conn != nil  <=>  machine is connected or global_limit.
+	conn *transport.Conn
+	// children maps a bucket key (route key until the hash is learned) to
+	// its actor. Invariant: at most one actor per key; the supervisor is
+	// the only sender of enqueueMsg to actors in this map.
+	children map[string]*child
+	// aliases maps a route key to the bucket key its hash revealed.
+	aliases map[string]string
+	// pending holds dispatches waiting for the connection or the global
+	// limit, in arrival order.
+	pending []*dispatchMsg
+	running int // requests handed to workers and not yet finished
+
+	closing     error // set by closeMsg: new submits fail with it
+	dialFails   int   // consecutive failed dials
+	globalUntil time.Time
+	timers      timers
+	spawned     uint64
+}
+
+type child struct {
+	pid       *actor.PID
+	forwarded uint64 // enqueueMsgs sent by the supervisor
+}
+
+// maxDialFailures is how many dials in a row may fail before the
+// dispatches waiting for a connection are failed with the dial error.
+const maxDialFailures = 3
+
+func newSupervisor(sys *System) actor.Actor {
+	s := &supervisor{sys: sys, children: map[string]*child{}, aliases: map[string]string{}}
+	s.machine = fsm.NewSupervisor(func(e fsm.SupervisorEvent, from, to fsm.SupervisorState) {
+		sys.trace(s.self, "transition", slog.String("event", e.String()), slog.String("from", from.String()), slog.String("to", to.String()))
+	})
+	return s
+}
+
+func (s *supervisor) fire(e fsm.SupervisorEvent) {
+	if err := s.machine.Fire(context.Background(), e); err != nil {
+		// A stale event (e.g. a timer for a state already left) is
+		// harmless; it is traced, never acted on.
+		s.sys.trace(s.self, "ignored event", slog.String("event", e.String()), slog.String("error", err.Error()))
+	}
+}
+
+// Receive handles one message at a time.
+func (s *supervisor) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		s.self = ctx.Self()
+		s.timers = timers{sys: s.sys, pid: s.self}
+		s.dial()
+	case *submitMsg:
+		s.submit(ctx, m.call)
+	case *dispatchMsg:
+		if s.closing != nil {
+			ctx.Send(m.bucket, &notSentMsg{call: m.call, err: s.closing})
+			return
+		}
+		s.pending = append(s.pending, m)
+		s.flush(ctx)
+	case *workDoneMsg:
+		s.running--
+	case *dialedMsg:
+		s.dialed(ctx, m)
+	case *connDownMsg:
+		if m.conn != s.conn {
+			m.conn.Close() // an older connection; already replaced
+			return
+		}
+		s.sys.log.Warn("sluice: connection died", slog.String("reason", errString(m.err)))
+		s.conn.Close()
+		s.conn = nil
+		s.fire(fsm.Down)
+		s.dial()
+	case *redialMsg:
+		if s.timers.current(timerRedial, m.gen) && s.machine.Current() == fsm.Disconnected {
+			s.dial()
+		}
+	case *globalHitMsg:
+		s.globalHit(m.wait)
+	case *banMsg:
+		s.sys.log.Error("sluice: the API answered like a Cloudflare ban; pausing all requests", slog.Duration("for", m.wait))
+		s.globalHit(m.wait)
+	case *globalClearMsg:
+		if !s.timers.current(timerGlobal, m.gen) {
+			return
+		}
+		if s.machine.Current() == fsm.GlobalLimit {
+			s.fire(fsm.GlobalClear)
+		}
+		s.flush(ctx)
+	case *globalRetryMsg:
+		if s.timers.current(timerRetry, m.gen) {
+			s.flush(ctx)
+		}
+	case *learnedMsg:
+		s.learned(ctx, m)
+	case *idleMsg:
+		s.idle(ctx, m)
+	case *closeMsg:
+		s.close(ctx, m.err)
+	case *snapshotMsg:
+		m.reply <- Snapshot{State: s.machine.Current().String(), Buckets: len(s.children), Pending: len(s.pending), Running: s.running}
+	case *actor.Stopping:
+		s.timers.stopAll()
+		for _, d := range s.pending {
+			d.call.Complete(nil, ErrClosed)
+		}
+		s.pending = nil
+		if s.conn != nil {
+			s.conn.Close()
+		}
+	}
+}
+
+func (s *supervisor) submit(ctx actor.Context, c *Call) {
+	if s.closing != nil {
+		c.Complete(nil, s.closing)
+		return
+	}
+	if c.Finished() {
+		return
+	}
+	routeKey := c.Route.Key()
+	key := routeKey
+	if k, ok := s.aliases[routeKey]; ok {
+		key = k
+	} else if k, ok := s.sys.store.Alias(routeKey); ok {
+		s.aliases[routeKey] = k
+		key = k
+	}
+	ch := s.children[key]
+	if ch == nil {
+		s.spawned++
+		props := actor.PropsFromProducer(func() actor.Actor { return newBucket(s.sys, key, routeKey) },
+			actor.WithReceiverMiddleware(s.sys.receiveMiddleware()...))
+		pid, err := ctx.SpawnNamed(props, "b"+itoa(s.spawned))
+		if err != nil {
+			c.Complete(nil, err)
+			return
+		}
+		ch = &child{pid: pid}
+		s.children[key] = ch
+	}
+	ch.forwarded++
+	ctx.Send(ch.pid, &enqueueMsg{calls: []*Call{c}})
+}
+
+// flush sends pending dispatches in order while the connection and the
+// global limit allow. Global-exempt requests (interaction callbacks) pass
+// while the global limit holds the others back.
+func (s *supervisor) flush(ctx actor.Context) {
+	now := s.sys.now()
+	kept := s.pending[:0]
+	blocked := false
+	for i, d := range s.pending {
+		if d.call.Finished() {
+			ctx.Send(d.bucket, &notSentMsg{call: d.call})
+			continue
+		}
+		if s.conn == nil {
+			kept = append(kept, s.pending[i:]...)
+			break
+		}
+		if !d.call.Route.GlobalExempt {
+			if blocked || s.machine.Current() == fsm.GlobalLimit {
+				kept = append(kept, d)
+				continue
+			}
+			ok, wait := s.sys.global.Reserve(now)
+			if !ok {
+				blocked = true
+				s.timers.after(timerRetry, wait, func(gen uint64) any { return &globalRetryMsg{gen} })
+				kept = append(kept, d)
+				continue
+			}
+		}
+		s.send(d)
+	}
+	for i := len(kept); i < len(s.pending); i++ {
+		s.pending[i] = nil
+	}
+	s.pending = kept
+}
+
+func (s *supervisor) send(d *dispatchMsg) {
+	d.call.sentAt = s.sys.now()
+	s.running++
+	s.sys.goWork(func() { s.sys.work(s.conn, d, s.self) })
+}
+
+func (s *supervisor) dial() {
+	if s.machine.Current() != fsm.Disconnected {
+		return
+	}
+	s.fire(fsm.Dial)
+	s.sys.goWork(func() {
+		ctx, cancel := context.WithTimeout(s.sys.hardCtx, s.sys.cfg.dialTimeout())
+		defer cancel()
+		conn, err := transport.Dial(ctx, s.sys.cfg.BaseURL, s.sys.cfg.Transport)
+		s.sys.root.Send(s.self, &dialedMsg{conn: conn, err: err})
+	})
+}
+
+func (s *supervisor) dialed(ctx actor.Context, m *dialedMsg) {
+	if m.err != nil {
+		s.fire(fsm.DialFailed)
+		s.dialFails++
+		s.sys.log.Warn("sluice: connecting failed", slog.Int("attempt", s.dialFails), slog.String("error", m.err.Error()))
+		if s.dialFails >= maxDialFailures {
+			// Nothing can be sent: fail what waits rather than hang it.
+			for _, d := range s.pending {
+				ctx.Send(d.bucket, &notSentMsg{call: d.call, err: m.err})
+			}
+			s.pending = nil
+		}
+		delay := s.sys.cfg.Backoff.Delay(s.dialFails, rand.Float64)
+		s.timers.after(timerRedial, delay, func(gen uint64) any { return &redialMsg{gen} })
+		return
+	}
+	if s.sys.hardCtx.Err() != nil {
+		m.conn.Close()
+		return
+	}
+	s.dialFails = 0
+	s.conn = m.conn
+	s.fire(fsm.Up)
+	if now := s.sys.now(); now.Before(s.globalUntil) {
+		s.fire(fsm.GlobalHit)
+	}
+	conn := m.conn
+	s.sys.goWork(func() {
+		select {
+		case <-conn.Done():
+			s.sys.root.Send(s.self, &connDownMsg{conn: conn, err: conn.Err()})
+		case <-s.sys.hardCtx.Done():
+		}
+	})
+	s.flush(ctx)
+}
+
+func (s *supervisor) globalHit(wait time.Duration) {
+	now := s.sys.now()
+	until := now.Add(wait)
+	if until.After(s.globalUntil) {
+		s.globalUntil = until
+	}
+	s.sys.global.Block(s.globalUntil)
+	switch s.machine.Current() {
+	case fsm.Connected, fsm.GlobalLimit:
+		s.fire(fsm.GlobalHit)
+	}
+	s.timers.after(timerGlobal, s.globalUntil.Sub(now), func(gen uint64) any { return &globalClearMsg{gen} })
+}
+
+func (s *supervisor) learned(ctx actor.Context, m *learnedMsg) {
+	from := ctx.Sender()
+	s.aliases[m.routeKey] = m.bucketKey
+	s.sys.store.SetAlias(m.routeKey, m.bucketKey)
+	cur := s.children[m.routeKey]
+	if owner, ok := s.children[m.bucketKey]; ok && owner.pid != from {
+		// Another route with the same hash got there first: the newcomer
+		// hands its queue over and retires once its requests finish.
+		if cur != nil && cur.pid.Equal(from) {
+			delete(s.children, m.routeKey)
+		}
+		ctx.Respond(&ownerMsg{moveTo: owner.pid, key: m.bucketKey})
+		return
+	}
+	if cur != nil && cur.pid.Equal(from) && m.routeKey != m.bucketKey {
+		delete(s.children, m.routeKey)
+		s.children[m.bucketKey] = cur
+	}
+	ctx.Respond(&ownerMsg{key: m.bucketKey})
+}
+
+func (s *supervisor) idle(ctx actor.Context, m *idleMsg) {
+	from := ctx.Sender()
+	ch := s.children[m.key]
+	if ch == nil || !ch.pid.Equal(from) {
+		ctx.Poison(from) // retired after a merge: nothing else is sent to it
+		return
+	}
+	if ch.forwarded != m.received {
+		return // an enqueue is on its way; the bucket will report again
+	}
+	delete(s.children, m.key)
+	ctx.Poison(from)
+}
+
+func (s *supervisor) close(ctx actor.Context, err error) {
+	if s.closing != nil {
+		return
+	}
+	s.closing = err
+	for _, d := range s.pending {
+		ctx.Send(d.bucket, &notSentMsg{call: d.call, err: err})
+	}
+	s.pending = nil
+	for _, ch := range s.children {
+		ctx.Send(ch.pid, &drainMsg{err: err})
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "closed"
+	}
+	return err.Error()
+}

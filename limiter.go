@@ -1,0 +1,198 @@
+package sluice
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/ratelimit"
+	"github.com/sluicehq/sluice/routes"
+	"github.com/sluicehq/sluice/transport"
+)
+
+// maxRequestBody bounds a request body Sluice buffers to resend it.
+const maxRequestBody = 64 << 20
+
+// Limiter sends HTTP requests to a rate-limited API as fast as its rules
+// allow and never faster. Create one with New per bot token; it is safe for
+// concurrent use by any number of goroutines. The zero value is not usable.
+//
+// Behind it run a supervisor actor holding one HTTP/2 connection and a
+// bucket actor per rate-limit bucket; see the package documentation.
+type Limiter struct {
+	sys *actors.System
+}
+
+// New starts a limiter; it connects in the background. Close it when done.
+func New(opts Options) (*Limiter, error) {
+	base := opts.BaseURL
+	if base == "" {
+		base = DefaultBaseURL
+	}
+	u, err := url.Parse(base)
+	if err != nil {
+		return nil, fmt.Errorf("sluice: BaseURL: %w", err)
+	}
+	if u.Scheme != "https" && u.Scheme != "http" || u.Host == "" {
+		return nil, fmt.Errorf("sluice: BaseURL %q must be an absolute http or https URL", u.Redacted())
+	}
+	if u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("sluice: BaseURL must not carry credentials, a query or a fragment")
+	}
+	if opts.GlobalLimit < 0 || opts.GlobalWindow < 0 || opts.MaxWait < 0 {
+		return nil, errors.New("sluice: GlobalLimit, GlobalWindow and MaxWait must not be negative")
+	}
+	limit, window := opts.GlobalLimit, opts.GlobalWindow
+	if limit == 0 {
+		limit = 50
+	}
+	if window == 0 {
+		window = time.Second
+	}
+	global := opts.Global
+	if global == nil {
+		global = ratelimit.NewSlidingWindow(limit, window)
+	}
+	store := opts.Store
+	if store == nil {
+		store = ratelimit.NewMemoryStore()
+	}
+	clock := opts.Clock
+	if clock == nil {
+		clock = time.Now
+	}
+	retries := opts.MaxRetries
+	switch {
+	case retries == 0:
+		retries = 3
+	case retries < 0:
+		retries = 0
+	}
+	ua := opts.UserAgent
+	if ua == "" {
+		ua = "DiscordBot (https://github.com/sluicehq/sluice, " + Version + ")"
+	}
+	auth := opts.Token
+	if auth != "" && !strings.HasPrefix(auth, "Bot ") && !strings.HasPrefix(auth, "Bearer ") {
+		auth = "Bot " + auth
+	}
+	sys := actors.Start(actors.Config{
+		BaseURL:       u,
+		Authorization: auth,
+		UserAgent:     ua,
+		Transport: transport.Config{
+			TLSConfig: opts.TLSConfig, H2C: opts.H2C, AllowHTTP1: opts.AllowHTTP1,
+			DialTimeout: opts.DialTimeout, PingInterval: opts.PingInterval, PingTimeout: opts.PingTimeout,
+		},
+		Global:           global,
+		Store:            store,
+		Clock:            clock,
+		MaxWait:          opts.MaxWait,
+		MaxRetries:       retries,
+		MaxResponseBytes: opts.MaxResponseBytes,
+		IdleAfter:        opts.IdleBucketAfter,
+		Backoff:          transport.Backoff{Jitter: 0.5},
+		Logger:           opts.Logger,
+	})
+	return &Limiter{sys: sys}, nil
+}
+
+// Send submits req and returns at once with its future. ctx governs the
+// request while it is queued and in flight: if ctx ends, the future
+// completes with ctx's error and the request's place goes to the next one.
+// A request whose predicted wait exceeds ctx's deadline (or MaxWait) fails
+// at once with a *WaitError.
+//
+// req's URL may be relative to Options.BaseURL ("/channels/1/messages") or
+// absolute. Its body is read (and kept) so the request can be sent again
+// after a 429. Every submitted request gets exactly one outcome.
+func (l *Limiter) Send(ctx context.Context, req *http.Request) *Future {
+	c, err := l.newCall(ctx, req)
+	if err != nil {
+		c.Complete(nil, err)
+		return &Future{call: c}
+	}
+	l.sys.Submit(c)
+	return &Future{call: c}
+}
+
+func (l *Limiter) newCall(ctx context.Context, req *http.Request) (*actors.Call, error) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	now := l.sys.Now()
+	id := l.sys.NextID()
+	if req == nil || req.URL == nil {
+		return actors.NewCall(id, ctx, req, routes.Route{}, false, now), errors.New("sluice: nil request or URL")
+	}
+	route, err := routes.Parse(req.Method, req.URL.EscapedPath())
+	if err != nil {
+		return actors.NewCall(id, ctx, req, route, false, now), fmt.Errorf("sluice: %w", err)
+	}
+	r := req.Clone(ctx)
+	if req.Body != nil && req.Body != http.NoBody && req.GetBody == nil {
+		b, err := io.ReadAll(io.LimitReader(req.Body, maxRequestBody+1))
+		req.Body.Close()
+		if err != nil {
+			return actors.NewCall(id, ctx, r, route, false, now), fmt.Errorf("sluice: reading request body: %w", err)
+		}
+		if len(b) > maxRequestBody {
+			return actors.NewCall(id, ctx, r, route, false, now), fmt.Errorf("sluice: request body over %d bytes", maxRequestBody)
+		}
+		r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
+		r.ContentLength = int64(len(b))
+	}
+	return actors.NewCall(id, ctx, r, route, false, now), nil
+}
+
+// Do sends req and waits for its outcome; see Send.
+func (l *Limiter) Do(ctx context.Context, req *http.Request) (*http.Response, error) {
+	return l.Send(ctx, req).Await(context.Background())
+}
+
+// SendBatch submits every request in order and returns their futures in
+// the same order. Requests to one bucket are dispatched in submission order.
+func (l *Limiter) SendBatch(ctx context.Context, reqs []*http.Request) []*Future {
+	fs := make([]*Future, len(reqs))
+	for i, r := range reqs {
+		fs[i] = l.Send(ctx, r)
+	}
+	return fs
+}
+
+// DoBatch submits every request, waits for all of them and returns their
+// outcomes in submission order, one error per item.
+func (l *Limiter) DoBatch(ctx context.Context, reqs []*http.Request) []Result {
+	fs := l.SendBatch(ctx, reqs)
+	out := make([]Result, len(fs))
+	for i, f := range fs {
+		out[i].Response, out[i].Err = f.Await(context.Background())
+	}
+	return out
+}
+
+// RoundTrip implements http.RoundTripper, so &http.Client{Transport: l}
+// sends through the limiter, with req.Context() as the request's context.
+func (l *Limiter) RoundTrip(req *http.Request) (*http.Response, error) {
+	return l.Do(req.Context(), req)
+}
+
+// Snapshot is the limiter's state at one moment.
+type Snapshot = actors.Snapshot
+
+// Snapshot returns the supervisor's state and counts.
+func (l *Limiter) Snapshot(ctx context.Context) (Snapshot, error) { return l.sys.Snapshot(ctx) }
+
+// Close refuses new requests (they fail with ErrClosed), fails queued ones
+// with ErrClosed, and lets requests already on the wire finish until ctx
+// ends; then it cancels them. It returns when every actor and goroutine of
+// the limiter has stopped, with an error if it had to cancel requests.
+// Calling Close again does nothing and returns nil.
+func (l *Limiter) Close(ctx context.Context) error { return l.sys.Close(ctx) }

@@ -1,0 +1,80 @@
+package sluice
+
+import (
+	"crypto/tls"
+	"log/slog"
+	"time"
+
+	"github.com/sluicehq/sluice/ratelimit"
+)
+
+// DefaultBaseURL is the API base used when Options.BaseURL is empty.
+const DefaultBaseURL = "https://discord.com/api/v10"
+
+// Version is this library's version, sent in the default User-Agent.
+const Version = "0.1.0"
+
+// Options configure a Limiter. Every field is optional; the comment on each
+// gives the default its zero value means, as httputil.ReverseProxy does.
+type Options struct {
+	// BaseURL is the API base. Requests with a relative URL
+	// ("/channels/1/messages") are sent below it; requests with an absolute
+	// URL keep their path but go to BaseURL's scheme and host, so a library
+	// that builds https://discord.com/... URLs can be pointed at a proxy or
+	// the simulator. Default DefaultBaseURL.
+	BaseURL string
+	// Token is the bot token, sent as "Authorization: Bot <token>" on
+	// requests that carry no Authorization header. A value that already
+	// starts with "Bot " or "Bearer " is sent as is. Default: none.
+	// One Limiter counts one token's global limit.
+	Token string
+	// GlobalLimit is the number of requests per GlobalWindow across all
+	// routes except interaction callbacks. Default 50 (Discord's).
+	GlobalLimit int
+	// GlobalWindow is the global limit's sliding window. Default 1 s.
+	GlobalWindow time.Duration
+	// MaxWait fails a request at once, with a *WaitError, when its
+	// predicted wait for its bucket exceeds it. Default 0: no limit other
+	// than the request context's deadline, which is always honoured the
+	// same way.
+	MaxWait time.Duration
+	// MaxRetries is how many times a request answered 429 is sent again
+	// after the wait the API asked for. Default 3; negative means none.
+	MaxRetries int
+	// MaxResponseBytes bounds a response body; a larger one fails the
+	// request with ErrResponseTooLarge. Default 64 MiB.
+	MaxResponseBytes int64
+	// IdleBucketAfter is how long a bucket actor lives on once its window
+	// ended and nothing is queued. Its learned limits stay in the Store.
+	// Default 0: it stops as soon as its window ends, as nostrum's do.
+	IdleBucketAfter time.Duration
+	// TLSConfig is used for https base URLs. Default: system roots.
+	TLSConfig *tls.Config
+	// H2C speaks cleartext HTTP/2 to http:// base URLs. Default false.
+	H2C bool
+	// AllowHTTP1 accepts an HTTP/1.1 connection when the server does not
+	// offer HTTP/2 (one request at a time). Default false: HTTP/2 only.
+	AllowHTTP1 bool
+	// DialTimeout bounds connecting. Default 10 s.
+	DialTimeout time.Duration
+	// PingInterval and PingTimeout detect a silent connection with HTTP/2
+	// pings. Defaults 15 s and 5 s.
+	PingInterval, PingTimeout time.Duration
+	// UserAgent is set on requests that carry none. Default
+	// "DiscordBot (https://github.com/sluicehq/sluice, <Version>)", the
+	// form Discord requires.
+	UserAgent string
+	// Logger receives warnings (429s, connection deaths) and, at debug
+	// level, a trace of actor messages and state transitions. Default:
+	// nothing is logged. Tokens are never logged.
+	Logger *slog.Logger
+	// Clock is the time source of every rate-limit decision. Default
+	// time.Now. Tests may pass a fake clock; timers still run on real time.
+	Clock func() time.Time
+	// Store keeps bucket limits and learned route→hash aliases outside the
+	// actors. Default: an in-memory store.
+	Store ratelimit.BucketStore
+	// Global is the proactive global limit. Default: an in-memory sliding
+	// window of GlobalLimit per GlobalWindow.
+	Global ratelimit.GlobalLimiter
+}
