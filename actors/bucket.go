@@ -45,17 +45,23 @@ type bucket struct {
 	running  map[uint64]*Call
 	inflight map[uint64]*Call
 
-	received      uint64     // enqueueMsgs from the supervisor
-	awaitingOwner bool       // learned a hash; waits for the supervisor's answer
+	// serial sends one request at a time: set for routes with hidden
+	// sublimits (channel name and topic edits) and after any shared or
+	// sublimit 429, so at most one request meets an unseen limit.
+	serial bool
+
+	received      uint64 // enqueueMsgs from the supervisor
+	awaitingOwner bool   // learned a hash; waits for the supervisor's answer
+	lastHeaders   ratelimit.Headers
 	movedTo       *actor.PID // set when another actor owns our hash
 	draining      error      // set on Close
 	idleSent      bool
 	timers        timers
 }
 
-func newBucket(sys *System, key, routeKey string) actor.Actor {
+func newBucket(sys *System, key, routeKey string, serial bool) actor.Actor {
 	b := &bucket{
-		sys: sys, key: key, routeKey: routeKey,
+		sys: sys, key: key, routeKey: routeKey, serial: serial,
 		running: map[uint64]*Call{}, inflight: map[uint64]*Call{},
 	}
 	if st, ok := sys.store.Load(key); ok {
@@ -86,6 +92,10 @@ func (b *bucket) Receive(ctx actor.Context) {
 		if ctx.Sender() == nil {
 			b.received++
 		}
+		if m.seen.Has.Remaining {
+			// A route that shares our hash hands over what its pioneer saw.
+			b.state.Lower(b.sys.now(), m.seen)
+		}
 		b.idleSent = false
 		for _, c := range m.calls {
 			b.enqueue(ctx, c)
@@ -113,12 +123,15 @@ func (b *bucket) Receive(ctx actor.Context) {
 	case *ownerMsg:
 		b.awaitingOwner = false
 		b.key = m.key
+		if m.siblings > 0 && m.moveTo == nil {
+			// Unknown routes with our major parameters may share our hash:
+			// each may spend one request of this window before it learns.
+			b.state.Hold(b.sys.now(), m.siblings)
+		}
 		if m.moveTo != nil {
 			b.movedTo = m.moveTo
-			if len(b.queue) > 0 {
-				ctx.Request(m.moveTo, &enqueueMsg{calls: b.queue})
-				b.queue = nil
-			}
+			ctx.Request(m.moveTo, &enqueueMsg{calls: b.queue, seen: b.lastHeaders})
+			b.queue = nil
 		}
 		b.pump(ctx)
 	case *drainMsg:
@@ -210,6 +223,9 @@ func (b *bucket) pump(ctx actor.Context) {
 			b.queue = b.queue[1:]
 			continue
 		}
+		if b.serial && len(b.running)+len(b.inflight) > 0 {
+			return // the response in flight will pump again
+		}
 		ok, wait := b.state.Take(now)
 		if !ok {
 			switch {
@@ -247,6 +263,7 @@ func (b *bucket) headers(ctx actor.Context, m *headersMsg) {
 	}
 	wasKnown := b.state.Known
 	b.state.Observe(now, c.sentAt, h)
+	b.lastHeaders = h
 	if h.Has.ResetAfter && h.ResetAfter > b.window && m.status != 429 {
 		b.window = h.ResetAfter
 	}
@@ -304,7 +321,11 @@ func (b *bucket) limited(ctx actor.Context, c *Call, v ratelimit.Verdict, now ti
 		return
 	case ratelimit.GlobalLimit:
 		ctx.Send(b.sys.sup, &globalHitMsg{wait: v.Wait})
-	default: // user, shared, sublimit: pause this bucket only
+	case ratelimit.SharedLimit, ratelimit.Sublimit:
+		b.serial = true // a limit no header shows: no more pipelining here
+		b.state.Pause(now.Add(v.Wait))
+		b.fire(fsm.RateLimited)
+	default: // user: pause this bucket only
 		b.state.Pause(now.Add(v.Wait))
 		b.fire(fsm.RateLimited)
 	}

@@ -33,6 +33,7 @@ type Call struct {
 	// Owned by the holding actor.
 	attempts int                         // 429 retries so far
 	sentAt   time.Time                   // when the current attempt was handed to the wire
+	globalAt time.Time                   // when its global slot was reserved; zero if exempt
 	stopCtx  atomic.Pointer[func() bool] // unregisters the context watch
 	onDone   func()                      // set before arm; runs once with the outcome
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/sluicehq/sluice/ratelimit"
 	"github.com/sluicehq/sluice/transport"
 )
 
@@ -16,8 +17,12 @@ import (
 // submitMsg: API -> supervisor. A new call to route to its bucket.
 type submitMsg struct{ call *Call }
 
-// enqueueMsg: supervisor -> bucket (or bucket -> bucket when queues merge).
-type enqueueMsg struct{ calls []*Call }
+// enqueueMsg: supervisor -> bucket (or bucket -> bucket when queues merge;
+// then seen carries the headers the moving bucket's pioneer saw).
+type enqueueMsg struct {
+	calls []*Call
+	seen  ratelimit.Headers
+}
 
 // dispatchMsg: bucket -> supervisor. The bucket granted the call a slot;
 // the supervisor sends it when connected and the global limit allows.
@@ -70,10 +75,17 @@ type learnedMsg struct {
 type ownerMsg struct {
 	moveTo *actor.PID
 	key    string // the bucket key the receiver is now known by
+	// siblings is the number of other routes with the same major
+	// parameters whose hash is still unknown: they may share this bucket.
+	siblings int
 }
 
-// workDoneMsg: worker -> supervisor. One request left the wire.
-type workDoneMsg struct{}
+// workDoneMsg: worker -> supervisor. The request was answered (headers
+// arrived) or failed; notSent says it provably never reached the server.
+type workDoneMsg struct {
+	call    *Call
+	notSent bool
+}
 
 // idleMsg: bucket -> supervisor. Nothing queued, running or limited; the
 // bucket has received `received` enqueue messages so far.

@@ -35,6 +35,7 @@ type supervisor struct {
 	running int // requests handed to workers and not yet finished
 
 	closing     error // set by closeMsg: new submits fail with it
+	stopped     bool  // set on Stopping: later messages are not acted on
 	dialFails   int   // consecutive failed dials
 	globalUntil time.Time
 	timers      timers
@@ -44,6 +45,8 @@ type supervisor struct {
 type child struct {
 	pid       *actor.PID
 	forwarded uint64 // enqueueMsgs sent by the supervisor
+	major     string // the route's major parameters
+	learned   bool   // keyed by its bucket hash (else by its route)
 }
 
 // maxDialFailures is how many dials in a row may fail before the
@@ -68,6 +71,12 @@ func (s *supervisor) fire(e fsm.SupervisorEvent) {
 
 // Receive handles one message at a time.
 func (s *supervisor) Receive(ctx actor.Context) {
+	if s.stopped {
+		if m, ok := ctx.Message().(*dialedMsg); ok && m.conn != nil {
+			m.conn.Close()
+		}
+		return
+	}
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		s.self = ctx.Self()
@@ -84,6 +93,16 @@ func (s *supervisor) Receive(ctx actor.Context) {
 		s.flush(ctx)
 	case *workDoneMsg:
 		s.running--
+		if at := m.call.globalAt; !at.IsZero() {
+			if m.notSent {
+				s.sys.global.Cancel(s.sys.now(), at)
+				s.flush(ctx)
+			} else {
+				// The server counted it no later than now: hold its
+				// global slot from here.
+				s.sys.global.Settle(s.sys.now(), at)
+			}
+		}
 	case *dialedMsg:
 		s.dialed(ctx, m)
 	case *connDownMsg:
@@ -126,6 +145,7 @@ func (s *supervisor) Receive(ctx actor.Context) {
 	case *snapshotMsg:
 		m.reply <- Snapshot{State: s.machine.Current().String(), Buckets: len(s.children), Pending: len(s.pending), Running: s.running}
 	case *actor.Stopping:
+		s.stopped = true
 		s.timers.stopAll()
 		for _, d := range s.pending {
 			d.call.Complete(nil, ErrClosed)
@@ -156,14 +176,15 @@ func (s *supervisor) submit(ctx actor.Context, c *Call) {
 	ch := s.children[key]
 	if ch == nil {
 		s.spawned++
-		props := actor.PropsFromProducer(func() actor.Actor { return newBucket(s.sys, key, routeKey) },
+		serial := hasHiddenSublimit(c)
+		props := actor.PropsFromProducer(func() actor.Actor { return newBucket(s.sys, key, routeKey, serial) },
 			actor.WithReceiverMiddleware(s.sys.receiveMiddleware()...))
 		pid, err := ctx.SpawnNamed(props, "b"+itoa(s.spawned))
 		if err != nil {
 			c.Complete(nil, err)
 			return
 		}
-		ch = &child{pid: pid}
+		ch = &child{pid: pid, major: c.Route.Major, learned: key != routeKey}
 		s.children[key] = ch
 	}
 	ch.forwarded++
@@ -186,6 +207,7 @@ func (s *supervisor) flush(ctx actor.Context) {
 			kept = append(kept, s.pending[i:]...)
 			break
 		}
+		d.call.globalAt = time.Time{}
 		if !d.call.Route.GlobalExempt {
 			if blocked || s.machine.Current() == fsm.GlobalLimit {
 				kept = append(kept, d)
@@ -198,6 +220,7 @@ func (s *supervisor) flush(ctx actor.Context) {
 				kept = append(kept, d)
 				continue
 			}
+			d.call.globalAt = now
 		}
 		s.send(d)
 	}
@@ -209,8 +232,12 @@ func (s *supervisor) flush(ctx actor.Context) {
 
 func (s *supervisor) send(d *dispatchMsg) {
 	d.call.sentAt = s.sys.now()
+	conn := s.conn
+	if !s.sys.goWork(func() { s.sys.work(conn, d, s.self) }) {
+		d.call.Complete(nil, ErrClosed)
+		return
+	}
 	s.running++
-	s.sys.goWork(func() { s.sys.work(s.conn, d, s.self) })
 }
 
 func (s *supervisor) dial() {
@@ -291,11 +318,20 @@ func (s *supervisor) learned(ctx actor.Context, m *learnedMsg) {
 		ctx.Respond(&ownerMsg{moveTo: owner.pid, key: m.bucketKey})
 		return
 	}
-	if cur != nil && cur.pid.Equal(from) && m.routeKey != m.bucketKey {
-		delete(s.children, m.routeKey)
-		s.children[m.bucketKey] = cur
+	siblings := 0
+	if cur != nil && cur.pid.Equal(from) {
+		cur.learned = true
+		if m.routeKey != m.bucketKey {
+			delete(s.children, m.routeKey)
+			s.children[m.bucketKey] = cur
+		}
+		for _, ch := range s.children {
+			if !ch.learned && ch.major == cur.major {
+				siblings++
+			}
+		}
 	}
-	ctx.Respond(&ownerMsg{key: m.bucketKey})
+	ctx.Respond(&ownerMsg{key: m.bucketKey, siblings: siblings})
 }
 
 func (s *supervisor) idle(ctx actor.Context, m *idleMsg) {
@@ -324,6 +360,13 @@ func (s *supervisor) close(ctx actor.Context, err error) {
 	for _, ch := range s.children {
 		ctx.Send(ch.pid, &drainMsg{err: err})
 	}
+}
+
+// hasHiddenSublimit reports routes where Discord enforces a limit that no
+// header shows: renaming a channel or changing its topic (2 per 10
+// minutes). Their buckets send one request at a time.
+func hasHiddenSublimit(c *Call) bool {
+	return c.Route.Method == "PATCH" && c.Route.Template == "/channels/{channel_id}"
 }
 
 func errString(err error) string {

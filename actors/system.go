@@ -72,10 +72,17 @@ type System struct {
 	hardCancel context.CancelFunc
 
 	workers sync.WaitGroup // goroutines: requests, dials, watchers
+	workMu  sync.Mutex     // guards noWork against workers.Add
+	noWork  bool           // set by Close: goWork starts nothing more
 	calls   sync.WaitGroup // submitted calls without an outcome
-	closed  atomic.Bool
-	ids     atomic.Uint64
-	stop    sync.Once
+	// live holds every submitted call without an outcome (id -> *Call).
+	// protoactor drops user messages still in a mailbox when an actor
+	// stops, so Close answers whatever is left here once every actor has
+	// stopped: every call gets exactly one outcome.
+	live   sync.Map
+	closed atomic.Bool
+	ids    atomic.Uint64
+	stop   sync.Once
 }
 
 // Start spawns the supervisor, which starts connecting at once.
@@ -84,9 +91,14 @@ func Start(cfg Config) *System {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	as := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-		return log.With(slog.String("component", "protoactor"))
-	}))
+	as := actor.NewActorSystem(
+		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+			return log.With(slog.String("component", "protoactor"))
+		}),
+		// protoactor starts a goroutine per dead-letter throttle period;
+		// keep it short so none outlives Close by more than a moment.
+		actor.WithDeadLetterThrottleInterval(time.Millisecond),
+	)
 	s := &System{cfg: cfg, actors: as, root: as.Root, global: cfg.Global, store: cfg.Store, log: log}
 	s.hardCtx, s.hardCancel = context.WithCancel(context.Background())
 	props := actor.PropsFromProducer(func() actor.Actor { return newSupervisor(s) },
@@ -107,7 +119,11 @@ func (s *System) Now() time.Time { return s.now() }
 // ErrClosed at once.
 func (s *System) Submit(c *Call) {
 	s.calls.Add(1)
-	c.arm(s.calls.Done)
+	s.live.Store(c.ID, c)
+	c.arm(func() {
+		s.live.Delete(c.ID)
+		s.calls.Done()
+	})
 	if s.closed.Load() {
 		c.Complete(nil, ErrClosed)
 		return
@@ -143,10 +159,19 @@ func (s *System) Close(ctx context.Context) error {
 			err = fmt.Errorf("sluice: close: %w; requests still on the wire were cancelled", ctx.Err())
 		}
 		s.hardCancel()
+		// Requests on the wire end with the cancellation and report to
+		// their (still running) buckets; no new goroutine starts.
+		s.workMu.Lock()
+		s.noWork = true
+		s.workMu.Unlock()
+		s.workers.Wait()
 		// Stopping the supervisor stops its children; both fail whatever
 		// they still hold with ErrClosed.
 		_ = s.root.PoisonFuture(s.sup).Wait()
-		s.workers.Wait()
+		s.live.Range(func(_, v any) bool {
+			v.(*Call).Complete(nil, ErrClosed)
+			return true
+		})
 		<-allDone
 		s.actors.Shutdown()
 	})
@@ -154,18 +179,23 @@ func (s *System) Close(ctx context.Context) error {
 }
 
 // goWork runs f on a goroutine that Close waits for.
-func (s *System) goWork(f func()) {
+func (s *System) goWork(f func()) bool {
+	s.workMu.Lock()
+	defer s.workMu.Unlock()
+	if s.noWork {
+		return false
+	}
 	s.workers.Add(1)
 	go func() {
 		defer s.workers.Done()
 		f()
 	}()
+	return true
 }
 
 // work sends one request on conn and reports to the bucket: headers as soon
 // as they arrive, then the result with the whole body.
 func (s *System) work(conn *transport.Conn, d *dispatchMsg, sup *actor.PID) {
-	defer s.root.Send(sup, &workDoneMsg{})
 	c := d.call
 	ctx, cancel := context.WithCancel(c.Ctx)
 	defer cancel()
@@ -174,10 +204,12 @@ func (s *System) work(conn *transport.Conn, d *dispatchMsg, sup *actor.PID) {
 
 	req, err := s.prepare(ctx, c)
 	if err != nil {
+		s.root.Send(sup, &workDoneMsg{call: c, notSent: true})
 		s.root.Send(d.bucket, &resultMsg{call: c, err: err, conn: conn})
 		return
 	}
 	resp, err := conn.RoundTrip(req)
+	s.root.Send(sup, &workDoneMsg{call: c, notSent: err != nil && transport.Classify(err) == transport.NotSent})
 	if err != nil {
 		s.root.Send(d.bucket, &resultMsg{call: c, err: err, conn: conn})
 		return
@@ -263,6 +295,16 @@ func (s *System) trace(pid *actor.PID, what string, attrs ...slog.Attr) {
 	s.log.LogAttrs(context.Background(), slog.LevelDebug, "sluice: "+what, append([]slog.Attr{slog.String("actor", id)}, attrs...)...)
 }
 
-// receiveMiddleware is the receiver middleware of every actor (the message
-// trace hooks in here).
-func (s *System) receiveMiddleware() []actor.ReceiverMiddleware { return nil }
+// receiveMiddleware is the receiver middleware of every actor: with debug
+// logging on, one trace line per message received.
+func (s *System) receiveMiddleware() []actor.ReceiverMiddleware {
+	if !s.log.Enabled(context.Background(), slog.LevelDebug) {
+		return nil
+	}
+	return []actor.ReceiverMiddleware{func(next actor.ReceiverFunc) actor.ReceiverFunc {
+		return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
+			s.trace(c.Self(), "receive", slog.String("message", fmt.Sprintf("%T", env.Message)))
+			next(c, env)
+		}
+	}}
+}

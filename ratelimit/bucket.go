@@ -63,6 +63,8 @@ type Bucket struct {
 	Hash string
 
 	inflight    int           // admitted, neither observed nor refunded
+	ghosts      int           // observed without headers: handled in an unknown window
+	ghostsUntil time.Time     // when every ghost's window has surely ended
 	uncredited  int           // in-flight requests whose Refund must not raise Remaining; <= inflight
 	pioneerAt   time.Time     // when the last pioneer was admitted (unknown bucket)
 	windowStart time.Time     // requests sent at or after it count in the current window
@@ -112,7 +114,7 @@ func (b *Bucket) Take(now time.Time) (ok bool, wait time.Duration) {
 // refill starts a new window at now. Requests still in flight may be counted
 // by Discord in the new window, so they are charged to it.
 func (b *Bucket) refill(now time.Time) {
-	b.Remaining = max(0, b.Limit-b.inflight)
+	b.Remaining = max(0, b.Limit-b.charged(now))
 	b.uncredited = 0
 	b.ResetAt = now.Add(max(b.period, minPeriod))
 	b.windowStart = now
@@ -150,8 +152,15 @@ func (b *Bucket) Refund(now time.Time) {
 // Take. now is when the response arrived and sentAt when the request was sent
 // (use the time passed to Take or later; the zero Time means unknown, and the
 // response is then only allowed to make the bucket more conservative).
+//
 // Headers without all of Limit, Remaining and ResetAfter (a transport error,
-// an emoji route, a 5xx) only release the request's slot.
+// an emoji route, a 5xx) release the request's slot in an unknown bucket. In
+// a Known bucket the request was probably counted by Discord in a window
+// that is not known, so it stays charged to any window starting within a
+// period (the longest Reset-After seen, plus WindowTolerance) of now, and
+// ResetAt is pushed to at least that time. This relies on the period being
+// known: until the bucket has seen the Reset-After of a request that opened
+// a window, it may be short.
 //
 // With full headers, writing hr for now + ResetAfter:
 //
@@ -162,7 +171,7 @@ func (b *Bucket) Refund(now time.Time) {
 //     becomes hr.
 //   - If hr is later than ResetAt by more than the request's round trip plus
 //     WindowTolerance, Discord has started a newer window: it is adopted
-//     with Remaining = min(header, Limit - requests in flight).
+//     with Remaining = min(header, Limit - 1 - requests in flight).
 //   - Otherwise the response belongs to the current window: Remaining
 //     becomes min(Remaining, header) and ResetAt the later of the two.
 func (b *Bucket) Observe(now, sentAt time.Time, h Headers) {
@@ -177,6 +186,14 @@ func (b *Bucket) Observe(now, sentAt time.Time, h Headers) {
 		b.Hash = h.Bucket
 	}
 	if !h.Has.Limit || !h.Has.Remaining || !h.Has.ResetAfter || h.Limit < 1 {
+		if b.Known {
+			// The request was (probably) handled, in a window that ends
+			// at most a full period from now: keep charging it until then.
+			end := now.Add(max(b.period, minPeriod) + WindowTolerance)
+			b.ResetAt = later(b.ResetAt, end)
+			b.ghosts++
+			b.ghostsUntil = later(b.ghostsUntil, end)
+		}
 		return
 	}
 	limit := min(h.Limit, MaxLimit)
@@ -213,14 +230,25 @@ func (b *Bucket) Observe(now, sentAt time.Time, h Headers) {
 	}
 }
 
-// startWindow adopts a window reported by Discord.
+// startWindow adopts the window reported by the response just observed. That
+// response's request counts in it, and so may every request still in flight.
 func (b *Bucket) startWindow(now, resetAt time.Time, remaining int) {
-	b.Remaining = max(0, b.Limit-b.inflight)
+	b.Remaining = max(0, b.Limit-1-b.charged(now))
 	b.uncredited = 0
 	b.lower(remaining)
 	b.ResetAt = resetAt
 	b.windowStart = now
 	b.provisional = false
+}
+
+// charged returns how many requests sent earlier may still be counted in a
+// window that starts at now: those in flight, and those answered without
+// headers less than a period ago.
+func (b *Bucket) charged(now time.Time) int {
+	if b.ghosts > 0 && !now.Before(b.ghostsUntil) {
+		b.ghosts = 0
+	}
+	return b.inflight + b.ghosts
 }
 
 // lower applies a remaining count reported by Discord. If it binds, the

@@ -20,15 +20,17 @@ func ms(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 
 func at(n int) time.Time { return t0.Add(ms(n)) }
 
-// known returns a bucket that has seen one response: limit, remaining as
-// given, window ending at resetAt (ms after t0), observed at t0.
+// known returns a bucket that has seen its pioneer's response at t0, with
+// the given limit and a window ending at resetAt (ms after t0), and sets its
+// Remaining to remaining.
 func known(t *testing.T, limit, remaining, resetAt int) *Bucket {
 	t.Helper()
 	var b Bucket
 	ok, _ := b.Take(at(0))
 	require.True(t, ok)
-	b.Observe(at(0), at(0), resp(limit, remaining, ms(resetAt)))
+	b.Observe(at(0), at(0), resp(limit, max(0, limit-1), ms(resetAt)))
 	require.True(t, b.Known)
+	b.Remaining = remaining
 	return &b
 }
 
@@ -271,7 +273,7 @@ func TestBucketObserveSanitizesHandMadeHeaders(t *testing.T) {
 	var b Bucket
 	b.Take(at(0))
 	b.Observe(at(1), at(0), resp(3, 99, -time.Second))
-	assert.Equal(t, 3, b.Remaining)
+	assert.Equal(t, 2, b.Remaining, "clamped to the limit, less the pioneer itself")
 	assert.Equal(t, at(1), b.ResetAt)
 
 	var c Bucket
@@ -288,4 +290,37 @@ func TestBucketIdle(t *testing.T) {
 	assert.True(t, b.Idle(at(1000)))
 	takeN(b, at(1000), 1)
 	assert.False(t, b.Idle(at(5000)))
+}
+
+func TestBucketHeaderlessResponseStaysCharged(t *testing.T) {
+	b := known(t, 5, 0, 1000) // period 1 s
+	require.Equal(t, 5, takeN(b, at(1000), 5))
+
+	// Two responses come back without headers (say a 502): Discord probably
+	// counted them, in a window we cannot tell.
+	b.Observe(at(1010), at(1000), Headers{})
+	b.Observe(at(1010), at(1000), Headers{})
+	assert.Equal(t, 3, b.InFlight())
+	assert.Equal(t, at(2060), b.ResetAt, "pushed to a full period (+ tolerance) after the answer")
+
+	// A response confirms a shorter window.
+	b.Observe(at(1020), at(1000), resp(5, 2, ms(500)))
+	require.Equal(t, at(1520), b.ResetAt)
+	assert.Equal(t, 1, takeN(b, at(1520), 5), "5 - 2 in flight - 2 answered without headers")
+
+	// A period later they no longer count.
+	b.Observe(at(1600), at(1000), resp(5, 1, ms(0)))
+	b.Observe(at(1600), at(1000), resp(5, 1, ms(0)))
+	b.Observe(at(1600), at(1520), resp(5, 4, ms(1000)))
+	require.Equal(t, 0, b.InFlight())
+	assert.Equal(t, 5, takeN(b, at(2600), 10))
+}
+
+func TestBucketNewWindowChargesInFlight(t *testing.T) {
+	b := known(t, 5, 5, 1000)
+	require.Equal(t, 3, takeN(b, at(900), 3))
+	// One of them opened Discord's next window; the two others may land
+	// in it as well.
+	b.Observe(at(1010), at(900), resp(5, 4, ms(1000)))
+	assert.Equal(t, 2, b.Remaining, "5 - the observed one - 2 in flight")
 }

@@ -108,6 +108,7 @@ func (s Scope) String() string {
 // that was absent, or malformed and ignored, is false; a header that was
 // clamped is true.
 type Present struct {
+	// One flag per field of Headers of the same name.
 	Limit, Remaining, ResetAfter, Reset, Bucket, Global, Scope, RetryAfter bool
 	// RateLimit is true when the response carried at least one
 	// X-RateLimit-* header, valid or not. A 429 without any is the

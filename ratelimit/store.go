@@ -22,12 +22,13 @@ type BucketStore interface {
 	Save(key string, b Bucket)
 	// Delete removes the bucket stored under key, if any.
 	Delete(key string)
-	// Alias returns the bucket hash recorded for routeKey and true, or
-	// false.
-	Alias(routeKey string) (hash string, ok bool)
-	// SetAlias records that routeKey is limited by the bucket with hash
-	// hash. An empty hash removes the alias.
-	SetAlias(routeKey, hash string)
+	// Alias returns the bucket key recorded for routeKey (the
+	// routes.BucketKey of the hash its responses reported and its major
+	// parameters) and true, or false.
+	Alias(routeKey string) (bucketKey string, ok bool)
+	// SetAlias records that routeKey is limited by the bucket bucketKey.
+	// An empty bucketKey removes the alias.
+	SetAlias(routeKey, bucketKey string)
 }
 
 // GlobalLimiter is the bot-wide limit shared by all non-exempt routes. Its
@@ -39,6 +40,9 @@ type GlobalLimiter interface {
 	Reserve(now time.Time) (ok bool, wait time.Duration)
 	// Cancel gives back a reservation made at reservedAt and never used.
 	Cancel(now, reservedAt time.Time)
+	// Settle holds the slot of the reservation made at reservedAt until
+	// now plus the period: its request was answered at now.
+	Settle(now, reservedAt time.Time)
 	// Block stops all reservations until until.
 	Block(until time.Time)
 	// Wait reports how long from now until Reserve would succeed.

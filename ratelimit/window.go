@@ -101,6 +101,37 @@ func (w *SlidingWindow) Cancel(now, reservedAt time.Time) {
 	w.count--
 }
 
+// Settle records that the request reserved at reservedAt was answered at
+// now: the server counted it at some moment in [reservedAt, now], so its slot
+// is held until now plus the period, not reservedAt plus the period. Without
+// this, requests reserved a period apart can arrive closer together than a
+// period, because latency varies, and a strict server sees one too many.
+//
+// Like Cancel, it moves the oldest slot no later than reservedAt (which
+// leaves the window at least as full as moving the exact one). If that slot
+// has already expired and the window is full, the request cannot be placed
+// and nothing changes; this needs a round trip longer than the period.
+// Calls must come with non-decreasing now, as from one actor.
+func (w *SlidingWindow) Settle(now, reservedAt time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.init()
+	w.evict(now)
+	if w.count > 0 && !w.times[w.head].After(reservedAt) {
+		w.times[w.head] = time.Time{}
+		w.head = (w.head + 1) % w.n
+		w.count--
+	}
+	if w.count == w.n {
+		return
+	}
+	if w.count > 0 {
+		now = later(now, w.times[(w.head+w.count-1)%w.n])
+	}
+	w.times[(w.head+w.count)%w.n] = now
+	w.count++
+}
+
 // Block stops all reservations until until, e.g. after a global 429. An
 // earlier until than the current block does nothing.
 func (w *SlidingWindow) Block(until time.Time) {

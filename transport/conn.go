@@ -26,6 +26,8 @@ type Conn struct {
 	proto    string
 	h2       bool
 
+	pingTimeout time.Duration // 0 when pings are disabled
+
 	kick        chan struct{} // cap 1: "state may have changed" for watch
 	done        chan struct{} // closed once, by markDead
 	watcherDone chan struct{} // closed when watch returns
@@ -138,6 +140,9 @@ func dial(ctx context.Context, scheme, host, addr string, cfg Config) (*Conn, er
 		c.h2 = true
 	}
 	c.raw = newWatchConn(nc, c.h2, c.nudge)
+	if cfg.pingInterval() > 0 {
+		c.pingTimeout = cfg.pingTimeout()
+	}
 	c.tlsState = tlsState
 
 	var protos http.Protocols
@@ -180,7 +185,9 @@ func dial(ctx context.Context, scheme, host, addr string, cfg Config) (*Conn, er
 // It never opens another connection. The URL's scheme and host only fill
 // in :scheme and :authority. Like http.ClientConn.RoundTrip it waits when
 // the server's stream concurrency limit is reached. req.Body is always
-// closed.
+// closed. A request asking for "Connection: close" (or Request.Close) is
+// sent without it (on a copy; req is not modified), because net/http would
+// otherwise retire the shared connection after that request.
 //
 // Errors: a connection-level failure is a *ConnectionDiedError (Sent false
 // when the request provably was not processed, see Classify); cancellation
@@ -261,8 +268,9 @@ func (c *Conn) wrapError(err error) error {
 func (c *Conn) Done() <-chan struct{} { return c.done }
 
 // Err returns nil while Done is open and the reason for the death after:
-// ErrClosed, ErrGoAway, ErrPingTimeout, ErrServerClosed, or an error
-// wrapping the failed read or write.
+// ErrClosed, a *GoAwayError (errors.Is ErrGoAway), ErrPingTimeout,
+// ErrServerClosed, an error wrapping ErrUnusable, or an error wrapping the
+// failed read or write. See the package documentation.
 func (c *Conn) Err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -417,12 +425,15 @@ func (c *Conn) markDead(reason error) {
 // and the drained case pass their reason to markDead directly; everything
 // else is derived from what watchConn saw, in this order:
 //
-//   - The HTTP/2 client closed the socket while its read loop was blocked
-//     in Read, with a PING of ours unacknowledged and no failed write:
-//     that is closeForLostPing, so ErrPingTimeout. (The read loop itself
-//     closes only after it stopped reading.)
 //   - A GOAWAY frame was received: *GoAwayError. This covers net/http
-//     closing the idle conn after GOAWAY and the server closing it.
+//     closing the conn once idle after GOAWAY, the server closing it, and
+//     anything else that ends a connection that was going away anyway.
+//   - The HTTP/2 client closed the socket while its read loop was blocked
+//     in Read, no write had failed, and a PING of ours had been
+//     unacknowledged for (about) PingTimeout: that is closeForLostPing, so
+//     ErrPingTimeout. (The read loop itself closes only after it stopped
+//     reading; the other closers that act while it reads, idle-after-GOAWAY
+//     and idle-after-PROTOCOL_ERROR, are recognised by their frames.)
 //   - The client closed while reading after the server reset a stream with
 //     PROTOCOL_ERROR (net/http then retires the conn when idle): wraps
 //     ErrUnusable.
@@ -436,10 +447,11 @@ func (c *Conn) markDead(reason error) {
 func (c *Conn) deathReason(h1Err error) error {
 	o := c.raw.observed()
 	switch {
-	case c.h2 && o.closedWhileReading && o.pingsOutstanding > 0 && o.werr == nil:
-		return ErrPingTimeout
 	case o.goAway != nil:
 		return o.goAway
+	case c.h2 && c.pingTimeout > 0 && o.closedWhileReading && o.werr == nil &&
+		o.pingsOutstanding > 0 && o.closedAt.Sub(o.pingSince) >= c.pingTimeout*9/10:
+		return ErrPingTimeout
 	case c.h2 && o.closedWhileReading && o.rstProtocol:
 		return &wrapped{msg: "transport: server reset a stream with PROTOCOL_ERROR", err: ErrUnusable}
 	case o.rerr != nil && (errors.Is(o.rerr, io.EOF) || errors.Is(o.rerr, io.ErrUnexpectedEOF)):
@@ -493,9 +505,11 @@ type watchConn struct {
 type observation struct {
 	rerr, werr         error
 	closedWhileReading bool
+	closedAt           time.Time
 	goAway             *GoAwayError
 	rstProtocol        bool
 	pingsOutstanding   int
+	pingSince          time.Time // when pingsOutstanding last left 0
 }
 
 // HTTP/2 frame types and flags used by the scanner (RFC 9113 section 6).
@@ -562,11 +576,10 @@ func (w *watchConn) Close() error {
 	if w.closed.Swap(true) {
 		return nil
 	}
-	if w.reading.Load() {
-		w.mu.Lock()
-		w.obs.closedWhileReading = true
-		w.mu.Unlock()
-	}
+	w.mu.Lock()
+	w.obs.closedAt = time.Now()
+	w.obs.closedWhileReading = w.reading.Load()
+	w.mu.Unlock()
 	close(w.closedCh)
 	if tc, ok := w.Conn.(*tls.Conn); ok {
 		t := time.AfterFunc(250*time.Millisecond, func() { tc.NetConn().Close() })
@@ -613,6 +626,9 @@ func (w *watchConn) serverFrame(typ, flags byte, payload []byte) {
 func (w *watchConn) clientFrame(typ, flags byte, _ []byte) {
 	if typ == framePing && flags&flagAck == 0 {
 		w.mu.Lock()
+		if w.obs.pingsOutstanding == 0 {
+			w.obs.pingSince = time.Now()
+		}
 		w.obs.pingsOutstanding++
 		w.mu.Unlock()
 	}

@@ -303,6 +303,25 @@ func TestGoAwayLastStreamID(t *testing.T) {
 	assert.ErrorIs(t, recv(t, f.readErr), io.EOF)
 }
 
+// A stream at or below last-stream-id may have been processed: when the
+// server then closes TCP without answering it, it is ConnectionDied.
+func TestGoAwayThenServerCloses(t *testing.T) {
+	f := startFakeH2(t)
+	c := dialT(t, f.URL(), Config{H2C: true})
+	a := goGet(t, c, f.URL(), "/a")
+	require.EqualValues(t, 1, recv(t, f.headers))
+	f.goAway(1, 0)
+	f.closeConn()
+	ra := recv(t, a)
+	require.Error(t, ra.err)
+	t.Logf("stream 1 error: %v", ra.err)
+	assert.Equal(t, ConnectionDied, Classify(ra.err))
+	waitDone(t, c)
+	var ga *GoAwayError
+	require.ErrorAs(t, c.Err(), &ga)
+	assert.EqualValues(t, 1, ga.LastStreamID)
+}
+
 func TestGoAwayWithErrorCode(t *testing.T) {
 	f := startFakeH2(t)
 	c := dialT(t, f.URL(), Config{H2C: true})

@@ -26,19 +26,30 @@
 //
 //   - ErrServerClosed (wraps io.ErrUnexpectedEOF): the peer closed TCP/TLS.
 //   - "transport: connection read failed: ..." or "... write failed: ...":
-//     reset or other socket error (wraps the net error).
-//   - ErrPingTimeout: PING not acknowledged.
-//   - ErrGoAway: GOAWAY received and every in-flight request finished; the
-//     Conn closes the socket itself instead of waiting for the server.
-//     Wrapped with the error code for a non-NO_ERROR GOAWAY.
+//     reset or other socket error (wraps the net error, e.g. ECONNRESET).
+//   - ErrPingTimeout: PING not acknowledged within PingTimeout.
+//   - *GoAwayError (errors.Is ErrGoAway), with last-stream-id and error
+//     code: a GOAWAY was received and then the in-flight requests finished
+//     (net/http or the Conn closes the socket; the server is not waited
+//     for) or the server closed the connection.
+//   - ErrUnusable (wrapped): the HTTP/2 client retired the connection for
+//     another reason (a stream reset with PROTOCOL_ERROR, stream ids
+//     exhausted, SETTINGS_MAX_CONCURRENT_STREAMS = 0).
 //   - ErrClosed: Close was called.
 //
-// Death is detected through http.ClientConn.SetStateHook plus
-// ClientConn.Err, which says only "closed": the cause is taken from
-// HTTP2Config.CountError and from the wrapped TCP conn. One watcher
-// goroutine per Conn re-checks the state whenever the read loop asks for
-// more bytes or a stream finishes, to catch the drained-but-still-open
-// GOAWAY case that net/http does not report.
+// How death is detected: http.ClientConn.SetStateHook fires on every state
+// change, and ClientConn.Err turns non-nil when net/http closed the
+// connection, but for HTTP/2 it only says "connection closed", and Go 1.26's
+// HTTP/2 client ignores HTTP2Config.CountError. So Dial does TLS and ALPN
+// itself and hands net/http the decrypted stream as a cleartext
+// prior-knowledge HTTP/2 connection, wrapped in a watchConn that follows
+// the frame headers in both directions (GOAWAY, RST_STREAM codes, PINGs
+// sent vs. acknowledged) and records socket errors and whether net/http
+// closed the socket while its read loop was blocked (only the PING health
+// check does that). One watcher goroutine per Conn turns those
+// observations into the death reason, and also closes a connection that
+// received GOAWAY while idle but that the server keeps open (net/http never
+// reports that state). The watcher exits on death; Close waits for it.
 //
 // Always call Close, also after Done: it is idempotent.
 //

@@ -23,9 +23,10 @@ var (
 	// ErrGoAway matches every *GoAwayError: the server sent GOAWAY.
 	ErrGoAway = errors.New("transport: server sent GOAWAY")
 
-	// ErrUnusable is the death reason of a Conn that stopped accepting new
-	// requests without a GOAWAY (for example stream ids exhausted, or
-	// SETTINGS_MAX_CONCURRENT_STREAMS = 0) once nothing was in flight.
+	// ErrUnusable is (or is wrapped by) the death reason of a Conn that
+	// net/http retired without a GOAWAY, once nothing was in flight: after
+	// the server reset a stream with PROTOCOL_ERROR, stream ids exhausted,
+	// SETTINGS_MAX_CONCURRENT_STREAMS = 0.
 	ErrUnusable = errors.New("transport: connection no longer accepts requests")
 
 	// ErrPingTimeout is the death reason of a Conn whose liveness PING was

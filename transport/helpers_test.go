@@ -363,6 +363,13 @@ func (f *fakeH2) goAway(lastStreamID, code uint32) {
 	f.write(frameGoAway, 0, 0, p)
 }
 
+// closeConn closes the server side of the TCP connection.
+func (f *fakeH2) closeConn() {
+	f.wmu.Lock()
+	defer f.wmu.Unlock()
+	f.c.Close()
+}
+
 // rst resets stream with code.
 func (f *fakeH2) rst(stream, code uint32) {
 	p := make([]byte, 4)

@@ -1,0 +1,97 @@
+package ratelimit
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+)
+
+func knownBucket(t0 time.Time, limit, remaining int, window time.Duration) Bucket {
+	var b Bucket
+	ok, _ := b.Take(t0)
+	if !ok {
+		panic("pioneer refused")
+	}
+	b.Observe(t0, t0, Headers{Limit: limit, Remaining: remaining, ResetAfter: window,
+		Has: Present{Limit: true, Remaining: true, ResetAfter: true, RateLimit: true}})
+	return b
+}
+
+func TestHoldLowersRemainingInTheCurrentWindowOnly(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	b := knownBucket(t0, 5, 4, time.Second)
+	b.Hold(t0, 2)
+	assert.Equal(t, 2, b.Remaining)
+	b.Hold(t0, 10)
+	assert.Equal(t, 0, b.Remaining, "never below zero")
+	var unknown Bucket
+	unknown.Hold(t0, 3)
+	assert.Equal(t, Bucket{}, unknown)
+	c := knownBucket(t0, 5, 4, time.Second)
+	c.Hold(t0.Add(time.Second), 2)
+	assert.Equal(t, 4, c.Remaining, "a window that is over is left alone")
+}
+
+func TestHoldIsNotUndoneByARefund(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	b := knownBucket(t0, 5, 4, time.Second)
+	ok, _ := b.Take(t0)
+	assert.True(t, ok)
+	assert.Equal(t, 3, b.Remaining)
+	b.Hold(t0, 1)
+	b.Refund(t0)
+	assert.Equal(t, 2, b.Remaining)
+}
+
+func TestLowerOnlyLowersAndExtends(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	b := knownBucket(t0, 5, 4, time.Second)
+	h := Headers{Limit: 5, Remaining: 2, ResetAfter: 1500 * time.Millisecond, Has: Present{Limit: true, Remaining: true, ResetAfter: true}}
+	b.Lower(t0, h)
+	assert.Equal(t, 2, b.Remaining)
+	assert.Equal(t, t0.Add(1500*time.Millisecond), b.ResetAt)
+	h.Remaining, h.ResetAfter = 4, 100*time.Millisecond
+	b.Lower(t0, h)
+	assert.Equal(t, 2, b.Remaining, "never raises")
+	assert.Equal(t, t0.Add(1500*time.Millisecond), b.ResetAt, "never earlier")
+	assert.Equal(t, 0, b.InFlight())
+	b.Lower(t0, Headers{})
+	assert.Equal(t, 2, b.Remaining)
+}
+
+func TestSettleHoldsTheSlotFromTheAnswer(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	w := NewSlidingWindow(2, time.Second)
+	ok, _ := w.Reserve(t0)
+	assert.True(t, ok)
+	ok, _ = w.Reserve(t0.Add(100 * time.Millisecond))
+	assert.True(t, ok)
+	// The first request is answered 300 ms after it was reserved: the
+	// server may have counted it as late as that.
+	w.Settle(t0.Add(300*time.Millisecond), t0)
+	ok, wait := w.Reserve(t0.Add(time.Second))
+	assert.False(t, ok, "the first slot is held until 1.3 s, the second until 1.1 s")
+	assert.Equal(t, 100*time.Millisecond, wait)
+	ok, _ = w.Reserve(t0.Add(1100 * time.Millisecond))
+	assert.True(t, ok)
+	ok, wait = w.Reserve(t0.Add(1100 * time.Millisecond))
+	assert.False(t, ok)
+	assert.Equal(t, 200*time.Millisecond, wait)
+}
+
+func TestSettleAfterTheSlotExpired(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	w := NewSlidingWindow(1, time.Second)
+	ok, _ := w.Reserve(t0)
+	assert.True(t, ok)
+	// Answered 2 s later: its slot had expired, but the server may have
+	// counted it just now, so it is held again from now.
+	w.Settle(t0.Add(2*time.Second), t0)
+	ok, wait := w.Reserve(t0.Add(2 * time.Second))
+	assert.False(t, ok)
+	assert.Equal(t, time.Second, wait)
+	// A full window cannot take an expired settle.
+	w.Settle(t0.Add(2*time.Second), t0)
+	assert.Equal(t, time.Second, w.Wait(t0.Add(2*time.Second)))
+}
