@@ -137,7 +137,9 @@ func (l *Limiter) newCall(ctx context.Context, req *http.Request) (*actors.Call,
 		return actors.NewCall(id, ctx, req, route, false, now), fmt.Errorf("sluice: %w", err)
 	}
 	r := req.Clone(ctx)
-	if req.Body != nil && req.Body != http.NoBody && req.GetBody == nil {
+	if req.Body != nil && req.Body != http.NoBody && req.GetBody != nil {
+		req.Body.Close() // each attempt reads a fresh body from GetBody
+	} else if req.Body != nil && req.Body != http.NoBody {
 		b, err := io.ReadAll(io.LimitReader(req.Body, maxRequestBody+1))
 		req.Body.Close()
 		if err != nil {

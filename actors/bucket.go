@@ -377,6 +377,7 @@ func (b *bucket) maybeIdle(ctx actor.Context) {
 		b.timers.after(timerWake, end.Sub(now), func(gen uint64) any { return &wakeMsg{gen} })
 		return
 	}
+	b.fire(fsm.Reset) // the window (or pause) is over
 	b.fire(fsm.Quiet)
 	b.save()
 	b.idleSent = true

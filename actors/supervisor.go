@@ -176,7 +176,7 @@ func (s *supervisor) submit(ctx actor.Context, c *Call) {
 	ch := s.children[key]
 	if ch == nil {
 		s.spawned++
-		serial := hasHiddenSublimit(c)
+		serial := c.Route.HiddenSublimit
 		props := actor.PropsFromProducer(func() actor.Actor { return newBucket(s.sys, key, routeKey, serial) },
 			actor.WithReceiverMiddleware(s.sys.receiveMiddleware()...))
 		pid, err := ctx.SpawnNamed(props, "b"+itoa(s.spawned))
@@ -360,13 +360,6 @@ func (s *supervisor) close(ctx actor.Context, err error) {
 	for _, ch := range s.children {
 		ctx.Send(ch.pid, &drainMsg{err: err})
 	}
-}
-
-// hasHiddenSublimit reports routes where Discord enforces a limit that no
-// header shows: renaming a channel or changing its topic (2 per 10
-// minutes). Their buckets send one request at a time.
-func hasHiddenSublimit(c *Call) bool {
-	return c.Route.Method == "PATCH" && c.Route.Template == "/channels/{channel_id}"
 }
 
 func errString(err error) string {

@@ -66,9 +66,6 @@ const (
 	// Wake fires when a request arrives for an idle bucket whose limits are
 	// known: idle → open.
 	Wake
-	// Forget fires when the limits must be rediscovered (bucket hash changed,
-	// headers missing): idle, open, exhausted or limited → initial.
-	Forget
 
 	numBucketEvents = iota
 )
@@ -80,7 +77,6 @@ var bucketEventNames = [numBucketEvents]string{
 	RateLimited: "rate_limited",
 	Quiet:       "quiet",
 	Wake:        "wake",
-	Forget:      "forget",
 }
 
 // String returns the event's name, e.g. "rate_limited", or "BucketEvent(n)"
@@ -101,7 +97,6 @@ var bucketSpec = newSpec("bucket", Initial, numBucketStates, numBucketEvents,
 		{RateLimited, []BucketState{Initial, Open, Exhausted, Limited}, Limited},
 		{Quiet, []BucketState{Open}, Idle},
 		{Wake, []BucketState{Idle}, Open},
-		{Forget, []BucketState{Idle, Open, Exhausted, Limited}, Initial},
 	})
 
 // Bucket is a bucket actor's state machine. It starts in Initial. Create one

@@ -15,8 +15,8 @@
 // unknown, the pioneer request goes alone), open (calls remain, dispatch
 // concurrently), exhausted (remaining is 0, wait for the reset), limited
 // (paused by a 429 until retry-after; a further 429 is a self-loop) and idle
-// (nothing to do, the actor may stop). Forget sends it back to initial when
-// the limits must be rediscovered.
+// (nothing to do, the actor may stop). A bucket that must rediscover its
+// limits is a new actor, which starts in initial.
 //
 // The transition tables are defined once, as data, and drive both the
 // looplab machines and the Mermaid diagrams returned by [SupervisorMermaid]
@@ -30,8 +30,8 @@
 // time: call Fire there and nowhere else. Current and Can are safe from any
 // goroutine (for snapshots and metrics); they never block on a hook.
 //
-// Timer messages can go stale: a reset timer may arrive after a Forget, for
-// example. Check Can before firing, or treat [ErrInvalidEvent] as "ignore
+// Timer messages can go stale: a reset timer may arrive after the bucket
+// went idle, for example. Check Can before firing, or treat [ErrInvalidEvent] as "ignore
 // this message"; the machine's state is unchanged either way.
 //
 // # Transition hook

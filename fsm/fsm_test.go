@@ -38,14 +38,14 @@ var supervisorPath = map[fsm.SupervisorState][]fsm.SupervisorEvent{
 
 var bucketStates = []fsm.BucketState{fsm.Initial, fsm.Open, fsm.Exhausted, fsm.Limited, fsm.Idle}
 
-var bucketEvents = []fsm.BucketEvent{fsm.Discovered, fsm.Drained, fsm.Reset, fsm.RateLimited, fsm.Quiet, fsm.Wake, fsm.Forget}
+var bucketEvents = []fsm.BucketEvent{fsm.Discovered, fsm.Drained, fsm.Reset, fsm.RateLimited, fsm.Quiet, fsm.Wake}
 
 var bucketWant = map[fsm.BucketState]map[fsm.BucketEvent]fsm.BucketState{
 	fsm.Initial:   {fsm.Discovered: fsm.Open, fsm.Drained: fsm.Exhausted, fsm.RateLimited: fsm.Limited},
-	fsm.Open:      {fsm.Drained: fsm.Exhausted, fsm.RateLimited: fsm.Limited, fsm.Quiet: fsm.Idle, fsm.Forget: fsm.Initial},
-	fsm.Exhausted: {fsm.Reset: fsm.Open, fsm.RateLimited: fsm.Limited, fsm.Forget: fsm.Initial},
-	fsm.Limited:   {fsm.Reset: fsm.Open, fsm.RateLimited: fsm.Limited, fsm.Forget: fsm.Initial},
-	fsm.Idle:      {fsm.Wake: fsm.Open, fsm.Forget: fsm.Initial},
+	fsm.Open:      {fsm.Drained: fsm.Exhausted, fsm.RateLimited: fsm.Limited, fsm.Quiet: fsm.Idle},
+	fsm.Exhausted: {fsm.Reset: fsm.Open, fsm.RateLimited: fsm.Limited},
+	fsm.Limited:   {fsm.Reset: fsm.Open, fsm.RateLimited: fsm.Limited},
+	fsm.Idle:      {fsm.Wake: fsm.Open},
 }
 
 var bucketPath = map[fsm.BucketState][]fsm.BucketEvent{
@@ -223,7 +223,7 @@ func TestHookMayReadMachine(t *testing.T) {
 	var b *fsm.Bucket
 	b = fsm.NewBucket(func(_ fsm.BucketEvent, _, to fsm.BucketState) {
 		bucketSeen = append(bucketSeen, b.Current())
-		_ = b.Can(fsm.Forget)
+		_ = b.Can(fsm.Wake)
 	})
 
 	done := make(chan error, 1)
@@ -280,22 +280,23 @@ func TestConcurrentReads(t *testing.T) {
 					panic("invalid bucket state " + st.String())
 				}
 				_ = s.Can(fsm.Down)
-				_ = b.Can(fsm.Forget)
+				_ = b.Can(fsm.Wake)
 			}
 		}()
 	}
+	require.NoError(t, b.Fire(ctx, fsm.Discovered))
 	for range 500 {
 		for _, e := range []fsm.SupervisorEvent{fsm.Dial, fsm.Up, fsm.GlobalHit, fsm.GlobalHit, fsm.GlobalClear, fsm.Down} {
 			require.NoError(t, s.Fire(ctx, e))
 		}
-		for _, e := range []fsm.BucketEvent{fsm.Discovered, fsm.Drained, fsm.Reset, fsm.RateLimited, fsm.RateLimited, fsm.Reset, fsm.Quiet, fsm.Wake, fsm.Forget} {
+		for _, e := range []fsm.BucketEvent{fsm.Drained, fsm.Reset, fsm.RateLimited, fsm.RateLimited, fsm.Reset, fsm.Quiet, fsm.Wake} {
 			require.NoError(t, b.Fire(ctx, e))
 		}
 	}
 	stop.Store(true)
 	wg.Wait()
 	require.Equal(t, fsm.Disconnected, s.Current())
-	require.Equal(t, fsm.Initial, b.Current())
+	require.Equal(t, fsm.Open, b.Current())
 }
 
 func TestString(t *testing.T) {
@@ -330,8 +331,7 @@ func TestString(t *testing.T) {
 		{fsm.RateLimited, "rate_limited"},
 		{fsm.Quiet, "quiet"},
 		{fsm.Wake, "wake"},
-		{fsm.Forget, "forget"},
-		{fsm.BucketEvent(7), "BucketEvent(7)"},
+		{fsm.BucketEvent(6), "BucketEvent(6)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.want, func(t *testing.T) {
@@ -371,15 +371,11 @@ func TestMermaidGolden(t *testing.T) {
     open --> exhausted: drained
     open --> limited: rate_limited
     open --> idle: quiet
-    open --> initial: forget
     exhausted --> open: reset
     exhausted --> limited: rate_limited
-    exhausted --> initial: forget
     limited --> open: reset
     limited --> limited: rate_limited
-    limited --> initial: forget
     idle --> open: wake
-    idle --> initial: forget
 `, fsm.BucketMermaid())
 }
 

@@ -52,7 +52,7 @@ func TestSpecValidate(t *testing.T) {
 		{"event out of range", Initial, numBucketStates, numBucketEvents, all(row{9, []BucketState{Open}, Open}), "event BucketEvent(9) out of range"},
 		{"initial out of range", 9, numBucketStates, numBucketEvents, all(), "initial state BucketState(9)"},
 		{"unnamed state", Initial, numBucketStates + 1, numBucketEvents, all(), `state 5 has an unusable or duplicate name "BucketState(5)"`},
-		{"unnamed event", Initial, numBucketStates, numBucketEvents + 1, all(), `event 7 has an unusable or duplicate name "BucketEvent(7)"`},
+		{"unnamed event", Initial, numBucketStates, numBucketEvents + 1, all(), `event 6 has an unusable or duplicate name "BucketEvent(6)"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

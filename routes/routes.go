@@ -73,6 +73,12 @@ type Route struct {
 	// token. Such buckets are short-lived (interaction tokens expire after 15
 	// minutes) and numerous, so a limiter should collect them eagerly.
 	PerToken bool
+	// HiddenSublimit reports a route where Discord enforces a limit that no
+	// header advertises: PATCH /channels/{channel_id}, whose name and topic
+	// changes are limited to 2 per 10 minutes (discord-api-docs #1900). A
+	// limiter should send such requests one at a time, so at most one meets
+	// the hidden limit per window.
+	HiddenSublimit bool
 
 	redacted string
 }
@@ -184,6 +190,7 @@ func Parse(method, rawPath string) (Route, error) {
 
 	r.Template = "/" + strings.Join(p.tmpl, "/")
 	r.redacted = "/" + strings.Join(p.red, "/")
+	r.HiddenSublimit = r.Method == "PATCH" && r.Template == "/channels/{channel_id}"
 	return r, nil
 }
 

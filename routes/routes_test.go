@@ -253,3 +253,24 @@ func TestParseErrorMessage(t *testing.T) {
 	require.EqualError(t, err, "routes: invalid path: empty path")
 	assert.True(t, errors.Is(err, ErrInvalidPath))
 }
+
+func TestHiddenSublimitRoutes(t *testing.T) {
+	for path, want := range map[string]bool{
+		"/api/v10/channels/1":            true,
+		"/channels/1":                    true,
+		"/api/v10/channels/1/messages/2": false,
+		"/api/v10/guilds/1":              false,
+	} {
+		r, err := Parse("PATCH", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.HiddenSublimit != want {
+			t.Errorf("PATCH %s: HiddenSublimit = %v, want %v", path, r.HiddenSublimit, want)
+		}
+	}
+	r, _ := Parse("GET", "/channels/1")
+	if r.HiddenSublimit {
+		t.Error("GET /channels/1 has no hidden sublimit")
+	}
+}

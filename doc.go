@@ -1,0 +1,88 @@
+// Package sluice sends HTTP requests to rate-limited REST APIs, Discord's
+// first, as fast as the API's rules allow and never faster.
+//
+// # Purpose
+//
+// Discord limits every route per bucket, every bot globally (50 requests
+// per second), and every IP by the number of invalid requests; it answers
+// excess with 429s and, past 10,000 invalid requests in ten minutes, with a
+// Cloudflare ban. Sluice sends each request at the earliest moment the rules
+// allow, several at once when a bucket has calls left, and none early.
+//
+// # Usage
+//
+//	lim, err := sluice.New(sluice.Options{Token: token})
+//	defer lim.Close(ctx)
+//	resp, err := lim.Do(ctx, req)             // synchronous
+//	fut := lim.Send(ctx, req)                 // asynchronous: fut.Await(ctx), fut.Done()
+//	results := lim.DoBatch(ctx, reqs)         // many at once, results in order
+//	client := &http.Client{Transport: lim}    // any library that takes an http.Client
+//
+// A Limiter is safe for concurrent use. Every submitted request gets exactly
+// one outcome: a response, or an error that says why (see the Err
+// variables, *WaitError and *RateLimitError).
+//
+// # Inner workings
+//
+// A supervisor actor (github.com/asynkron/protoactor-go) owns the one
+// HTTP/2 connection and the global limit. Its state machine
+// (package fsm, on github.com/looplab/fsm) has the states disconnected,
+// connecting, connected and global_limit: while not connected, or in
+// global_limit, it holds dispatches back and releases them in order when it
+// can. It enforces the global limit proactively with a sliding window whose
+// slots are held until each request is answered, so latency jitter cannot
+// crowd more than the limit into any window at the server.
+//
+// A bucket actor per rate-limit bucket owns that bucket's FIFO queue. A
+// request maps to a route key (method, route template, major parameters:
+// package routes); until a response reveals the bucket's hash, the route's
+// actor sends one pioneer request alone and queues the rest. Once the
+// X-RateLimit-Bucket hash is known, routes with the same hash and major
+// parameters share one actor. While calls remain in the window the actor
+// dispatches several requests at once (pipelining), never more than
+// remaining; responses that arrive out of order never raise remaining within
+// a window (package ratelimit). Reset and retry timers are messages the
+// actor sends itself; no actor ever sleeps.
+//
+// Every 429 is classified by its shape: global (X-RateLimit-Global, scope
+// global or body global:true, even with no bucket headers) pauses every
+// route but interaction callbacks for exactly the time given; user and
+// shared 429s pause their bucket; a 429 while headers show calls remaining is
+// a hidden sublimit, after which the bucket sends one request at a time; a
+// 429 without rate-limit headers or JSON is a Cloudflare ban and is never
+// retried at once. A 429'd request was not processed and is sent again after
+// the wait, at most Options.MaxRetries times.
+//
+// Times come from X-RateLimit-Reset-After measured on the local monotonic
+// clock, never from the wall clock. Bucket actors stop once their window is
+// over and their queue empty, so memory follows the working set; their
+// learned limits stay in the Store, a seam a shared store can fill.
+//
+// # Failure modes
+//
+//   - A caller's context ends: the request fails with the context's error at
+//     once, and its slot goes to the next request if it was not yet sent.
+//   - A request would wait past its deadline or Options.MaxWait: it fails at
+//     once with a *WaitError carrying the predicted wait.
+//   - The connection dies: requests that provably never reached the server
+//     stay queued and go out after the supervisor reconnects (with backoff);
+//     requests that may have been processed fail with an error wrapping
+//     transport.ErrConnectionDied.
+//   - Dialing fails three times in a row: requests waiting for a connection
+//     fail with the dial error instead of hanging.
+//   - Close: new requests fail with ErrClosed, queued ones too; requests on
+//     the wire finish until Close's context ends, then are cancelled. No
+//     actor or goroutine outlives Close.
+//
+// # Debugging
+//
+// Give Options.Logger a logger at debug level to see one line per actor
+// message received and per state transition of either machine; warnings
+// (429s, connection deaths, malformed headers) are logged at warn level.
+// Tokens never appear: routes are logged with webhook and interaction tokens
+// redacted, and the Authorization header is never logged. Limiter.Snapshot
+// reports the supervisor's state and the live bucket count.
+//
+// docs/architecture.md draws the actors and the message flow;
+// docs/state-machines.md the two machines, generated from the code.
+package sluice
