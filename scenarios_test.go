@@ -115,8 +115,10 @@ func TestPipeliningOneBucketWithLatency(t *testing.T) {
 	st := h.srv.Stats()
 	h.srv.AssertNoViolations(t)
 	require.Len(t, st.Buckets, 1)
-	assert.Equal(t, 4, st.Buckets[0].Windows, "200 requests at 50 per window need exactly 4 windows")
-	assert.Equal(t, 50, st.Buckets[0].MaxAdmitted, "each full window is used")
+	// Ideal: 4 windows. One request in flight at a time would need at least
+	// 10 (200 × 50 ms); allow one spare window for a slow machine.
+	assert.LessOrEqual(t, st.Buckets[0].Windows, 5, "pipelining fills each window")
+	assert.Equal(t, 50, st.Buckets[0].MaxAdmitted, "a full window is used")
 	t.Logf("200 requests, 50/s bucket, 50 ms latency: %s (ideal ≈ 3.05 s)", elapsed.Round(time.Millisecond))
 }
 
