@@ -53,8 +53,8 @@ type bucket struct {
 	received      uint64 // enqueueMsgs from the supervisor
 	awaitingOwner bool   // learned a hash; waits for the supervisor's answer
 	lastHeaders   ratelimit.Headers
-	movedTo       *actor.PID // set when another actor owns our hash
-	draining      error      // set on Close
+	retired       bool  // another actor owns our hash: new calls go back to the supervisor
+	draining      error // set on Close
 	idleSent      bool
 	timers        timers
 }
@@ -89,9 +89,7 @@ func (b *bucket) Receive(ctx actor.Context) {
 		b.self = ctx.Self()
 		b.timers = timers{sys: b.sys, pid: b.self}
 	case *enqueueMsg:
-		if ctx.Sender() == nil {
-			b.received++
-		}
+		b.received++
 		if m.seen.Has.Remaining {
 			// A route that shares our hash hands over what its pioneer saw.
 			b.state.Lower(b.sys.now(), m.seen)
@@ -123,14 +121,14 @@ func (b *bucket) Receive(ctx actor.Context) {
 	case *ownerMsg:
 		b.awaitingOwner = false
 		b.key = m.key
-		if m.siblings > 0 && m.moveTo == nil {
+		if m.siblings > 0 && !m.retired {
 			// Unknown routes with our major parameters may share our hash:
 			// each may spend one request of this window before it learns.
 			b.state.Hold(b.sys.now(), m.siblings)
 		}
-		if m.moveTo != nil {
-			b.movedTo = m.moveTo
-			ctx.Request(m.moveTo, &enqueueMsg{calls: b.queue, seen: b.lastHeaders})
+		if m.retired {
+			b.retired = true
+			ctx.Send(b.sys.sup, &submitMsg{calls: b.queue, seen: b.lastHeaders})
 			b.queue = nil
 		}
 		b.pump(ctx)
@@ -161,8 +159,8 @@ func (b *bucket) enqueue(ctx actor.Context, c *Call) {
 	if c.Finished() {
 		return
 	}
-	if b.movedTo != nil {
-		ctx.Request(b.movedTo, &enqueueMsg{calls: []*Call{c}})
+	if b.retired {
+		ctx.Send(b.sys.sup, &submitMsg{calls: []*Call{c}})
 		return
 	}
 	if b.draining != nil {
@@ -212,7 +210,7 @@ func (b *bucket) predictWait(now time.Time, pos int) time.Duration {
 // pump dispatches queued calls while the bucket allows. It is the only
 // place that takes from the bucket.
 func (b *bucket) pump(ctx actor.Context) {
-	if b.awaitingOwner || b.movedTo != nil {
+	if b.awaitingOwner || b.retired {
 		return
 	}
 	now := b.sys.now()

@@ -14,11 +14,16 @@ import (
 // the worker goroutines. Every message is a pointer to a struct; none is
 // shared after sending.
 
-// submitMsg: API -> supervisor. A new call to route to its bucket.
-type submitMsg struct{ call *Call }
+// submitMsg: API -> supervisor, a new call to route to its bucket; or
+// retired bucket -> supervisor, its queue to route to the bucket that owns
+// its hash, with the headers its pioneer saw.
+type submitMsg struct {
+	calls []*Call
+	seen  ratelimit.Headers
+}
 
-// enqueueMsg: supervisor -> bucket (or bucket -> bucket when queues merge;
-// then seen carries the headers the moving bucket's pioneer saw).
+// enqueueMsg: supervisor -> bucket. Only the supervisor sends it, and it
+// counts what it sends (see idleMsg).
 type enqueueMsg struct {
 	calls []*Call
 	seen  ratelimit.Headers
@@ -70,11 +75,12 @@ type learnedMsg struct {
 	bucketKey string
 }
 
-// ownerMsg: supervisor -> bucket, answering learnedMsg. moveTo is nil when
-// the bucket keeps its queue, else the actor that owns the hash already.
+// ownerMsg: supervisor -> bucket, answering learnedMsg. retired is set
+// when another actor owns the hash already: the bucket hands its queue back
+// to the supervisor and stops once its requests in flight are answered.
 type ownerMsg struct {
-	moveTo *actor.PID
-	key    string // the bucket key the receiver is now known by
+	retired bool
+	key     string // the bucket key the receiver is now known by
 	// siblings is the number of other routes with the same major
 	// parameters whose hash is still unknown: they may share this bucket.
 	siblings int

@@ -9,6 +9,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/sluicehq/sluice/fsm"
+	"github.com/sluicehq/sluice/ratelimit"
 	"github.com/sluicehq/sluice/transport"
 )
 
@@ -83,7 +84,9 @@ func (s *supervisor) Receive(ctx actor.Context) {
 		s.timers = timers{sys: s.sys, pid: s.self}
 		s.dial()
 	case *submitMsg:
-		s.submit(ctx, m.call)
+		for _, c := range m.calls {
+			s.submit(ctx, c, m.seen)
+		}
 	case *dispatchMsg:
 		if s.closing != nil {
 			ctx.Send(m.bucket, &notSentMsg{call: m.call, err: s.closing})
@@ -157,7 +160,7 @@ func (s *supervisor) Receive(ctx actor.Context) {
 	}
 }
 
-func (s *supervisor) submit(ctx actor.Context, c *Call) {
+func (s *supervisor) submit(ctx actor.Context, c *Call, seen ratelimit.Headers) {
 	if s.closing != nil {
 		c.Complete(nil, s.closing)
 		return
@@ -188,7 +191,7 @@ func (s *supervisor) submit(ctx actor.Context, c *Call) {
 		s.children[key] = ch
 	}
 	ch.forwarded++
-	ctx.Send(ch.pid, &enqueueMsg{calls: []*Call{c}})
+	ctx.Send(ch.pid, &enqueueMsg{calls: []*Call{c}, seen: seen})
 }
 
 // flush sends pending dispatches in order while the connection and the
@@ -315,7 +318,7 @@ func (s *supervisor) learned(ctx actor.Context, m *learnedMsg) {
 		if cur != nil && cur.pid.Equal(from) {
 			delete(s.children, m.routeKey)
 		}
-		ctx.Respond(&ownerMsg{moveTo: owner.pid, key: m.bucketKey})
+		ctx.Respond(&ownerMsg{retired: true, key: m.bucketKey})
 		return
 	}
 	siblings := 0

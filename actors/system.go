@@ -128,7 +128,7 @@ func (s *System) Submit(c *Call) {
 		c.Complete(nil, ErrClosed)
 		return
 	}
-	s.root.Send(s.sup, &submitMsg{call: c})
+	s.root.Send(s.sup, &submitMsg{calls: []*Call{c}})
 }
 
 // Snapshot asks the supervisor for its state.
