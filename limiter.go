@@ -75,6 +75,28 @@ func New(opts Options) (*Limiter, error) {
 	case retries < 0:
 		retries = 0
 	}
+	errRetries := opts.MaxErrorRetries
+	switch {
+	case errRetries == 0:
+		errRetries = 2
+	case errRetries < 0:
+		errRetries = 0
+	}
+	maxQueue, maxPending := orDefault(opts.MaxQueue, 10_000), orDefault(opts.MaxPending, 100_000)
+	var invalid *ratelimit.SlidingWindow
+	invalidWarn := 0
+	if n := orDefault(opts.InvalidRequestLimit, 9_000); n > 0 {
+		per := opts.InvalidRequestWindow
+		if per <= 0 {
+			per = 10 * time.Minute
+		}
+		invalid = ratelimit.NewSlidingWindow(n, per)
+		frac := opts.InvalidRequestWarn
+		if frac <= 0 || frac > 1 {
+			frac = 0.5
+		}
+		invalidWarn = max(1, int(frac*float64(n)))
+	}
 	ua := opts.UserAgent
 	if ua == "" {
 		ua = "DiscordBot (https://github.com/sluicehq/sluice, " + Version + ")"
@@ -96,6 +118,12 @@ func New(opts Options) (*Limiter, error) {
 		Clock:            clock,
 		MaxWait:          opts.MaxWait,
 		MaxRetries:       retries,
+		MaxErrorRetries:  errRetries,
+		RetryBackoff:     transport.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second, Jitter: 0.5},
+		MaxQueue:         maxQueue,
+		MaxPending:       maxPending,
+		Invalid:          invalid,
+		InvalidWarn:      invalidWarn,
 		MaxResponseBytes: opts.MaxResponseBytes,
 		IdleAfter:        opts.IdleBucketAfter,
 		Backoff:          transport.Backoff{Jitter: 0.5},
@@ -121,6 +149,27 @@ func (l *Limiter) Send(ctx context.Context, req *http.Request) *Future {
 	}
 	l.sys.Submit(c)
 	return &Future{call: c}
+}
+
+// orDefault maps 0 to def and a negative value to 0 (no bound).
+func orDefault(v, def int) int {
+	switch {
+	case v == 0:
+		return def
+	case v < 0:
+		return 0
+	}
+	return v
+}
+
+type retrySafeKey struct{}
+
+// WithRetrySafe returns a context that marks requests sent with it as safe
+// to send twice: after a 5xx or a lost connection they are retried even if
+// their method is not idempotent (for example a POST carrying Discord's
+// enforce_nonce). Requests are never resent silently otherwise.
+func WithRetrySafe(ctx context.Context) context.Context {
+	return context.WithValue(ctx, retrySafeKey{}, true)
 }
 
 func (l *Limiter) newCall(ctx context.Context, req *http.Request) (*actors.Call, error) {
@@ -151,7 +200,8 @@ func (l *Limiter) newCall(ctx context.Context, req *http.Request) (*actors.Call,
 		r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
 		r.ContentLength = int64(len(b))
 	}
-	return actors.NewCall(id, ctx, r, route, false, now), nil
+	safe, _ := ctx.Value(retrySafeKey{}).(bool)
+	return actors.NewCall(id, ctx, r, route, safe, now), nil
 }
 
 // Do sends req and waits for its outcome; see Send.

@@ -41,6 +41,30 @@ type Options struct {
 	// MaxRetries is how many times a request answered 429 is sent again
 	// after the wait the API asked for. Default 3; negative means none.
 	MaxRetries int
+	// MaxErrorRetries is how many times a request that is safe to repeat
+	// is sent again after a 5xx answer without rate-limit headers or a
+	// lost connection, with jittered exponential backoff. Safe means an
+	// idempotent method (GET, HEAD, OPTIONS, PUT, DELETE) or a context from
+	// WithRetrySafe; a POST that may have been processed is never resent.
+	// Default 2; negative means none.
+	MaxErrorRetries int
+	// MaxQueue bounds the requests queued for one bucket; more fail with
+	// ErrQueueFull. Default 10,000; negative means no bound.
+	MaxQueue int
+	// MaxPending bounds the requests without an outcome in the whole
+	// limiter; more fail with ErrQueueFull. Default 100,000; negative means
+	// no bound.
+	MaxPending int
+	// InvalidRequestLimit is how many 401, 403 and non-shared 429 answers
+	// within InvalidRequestWindow make the limiter refuse new requests
+	// (with a *BudgetError) until the count drops, before Discord bans the
+	// IP at 10,000 per 10 minutes. Default 9,000; negative disables it.
+	InvalidRequestLimit int
+	// InvalidRequestWindow is the window of that count. Default 10 min.
+	InvalidRequestWindow time.Duration
+	// InvalidRequestWarn is the fraction of InvalidRequestLimit at which a
+	// warning is logged (once). Default 0.5.
+	InvalidRequestWarn float64
 	// MaxResponseBytes bounds a response body; a larger one fails the
 	// request with ErrResponseTooLarge. Default 64 MiB.
 	MaxResponseBytes int64

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -44,6 +45,10 @@ type bucket struct {
 	// While the bucket is unknown, state.Take admits one pioneer at a time.
 	running  map[uint64]*Call
 	inflight map[uint64]*Call
+
+	// retries wait for their backoff (5xx, lost connection) without
+	// holding the queue; due ones go back to its front, in order.
+	retries []*Call
 
 	// serial sends one request at a time: set for routes with hidden
 	// sublimits (channel name and topic edits) and after any shared or
@@ -100,7 +105,11 @@ func (b *bucket) Receive(ctx actor.Context) {
 		}
 		b.pump(ctx)
 	case *wakeMsg:
-		if b.timers.current(timerWake, m.gen) {
+		kind := timerWake
+		if m.retry {
+			kind = timerRetry
+		}
+		if b.timers.current(kind, m.gen) {
 			b.pump(ctx)
 		}
 	case *headersMsg:
@@ -134,17 +143,12 @@ func (b *bucket) Receive(ctx actor.Context) {
 		b.pump(ctx)
 	case *drainMsg:
 		b.draining = m.err
-		for _, c := range b.queue {
-			c.Complete(nil, m.err)
-		}
-		b.queue = nil
+		b.failQueued(m.err)
 		b.maybeIdle(ctx)
 	case *actor.Stopping:
 		b.timers.stopAll()
 		b.save()
-		for _, c := range b.queue {
-			c.Complete(nil, ErrClosed)
-		}
+		b.failQueued(ErrClosed)
 		for _, c := range b.running {
 			c.Complete(nil, ErrClosed)
 		}
@@ -165,6 +169,10 @@ func (b *bucket) enqueue(ctx actor.Context, c *Call) {
 	}
 	if b.draining != nil {
 		c.Complete(nil, b.draining)
+		return
+	}
+	if max := b.sys.cfg.MaxQueue; max > 0 && len(b.queue) >= max {
+		c.Complete(nil, fmt.Errorf("%w: %d requests queued for %s", ErrQueueFull, len(b.queue), c.Route.Redacted()))
 		return
 	}
 	now := b.sys.now()
@@ -214,6 +222,11 @@ func (b *bucket) pump(ctx actor.Context) {
 		return
 	}
 	now := b.sys.now()
+	if err := b.sys.refusal(now); err != nil {
+		b.failQueued(err)
+		return
+	}
+	b.dueRetries(now)
 	for len(b.queue) > 0 {
 		c := b.queue[0]
 		if c.Finished() {
@@ -232,7 +245,7 @@ func (b *bucket) pump(ctx actor.Context) {
 			case b.state.Known:
 				b.fire(fsm.Drained)
 			}
-			b.timers.after(timerWake, wait, func(gen uint64) any { return &wakeMsg{gen} })
+			b.timers.after(timerWake, wait, func(gen uint64) any { return &wakeMsg{gen: gen} })
 			return
 		}
 		if b.state.Known {
@@ -298,19 +311,32 @@ func (b *bucket) result(ctx actor.Context, m *resultMsg) {
 		b.pump(ctx)
 		return
 	}
-	if m.resp.StatusCode == 429 {
-		h, _ := ratelimit.ParseHeaders(m.resp.Header, now)
-		v := ratelimit.Classify(429, h, m.body)
-		b.limited(ctx, c, v, now, m)
-		b.pump(ctx)
-		return
+	status := m.resp.StatusCode
+	h, _ := ratelimit.ParseHeaders(m.resp.Header, now)
+	v := ratelimit.Classify(status, h, m.body)
+	if ratelimit.CountsAsInvalid(status, v) {
+		b.sys.countInvalid(now)
 	}
-	c.Complete(m.resp, nil)
+	switch {
+	case status == 429:
+		b.limited(ctx, c, v, now)
+	case status == 401 && c.Req.Header.Get("Authorization") == "" && b.sys.cfg.Authorization != "":
+		// Our token was rejected: every later request would be a 401 too.
+		if b.sys.badToken.CompareAndSwap(false, true) {
+			b.sys.log.Error("sluice: the API rejected the token (401); failing every request from now on")
+		}
+		c.Complete(m.resp, nil)
+	case status >= 500 && !h.Has.RateLimit && c.safe() && c.errAttempts < b.sys.cfg.MaxErrorRetries:
+		b.sys.log.Warn("sluice: retrying after a server error", slog.Int("status", status), slog.String("route", c.Route.Redacted()))
+		b.retryLater(now, c)
+	default:
+		c.Complete(m.resp, nil)
+	}
 	b.pump(ctx)
 }
 
 // limited handles a 429 by its shape.
-func (b *bucket) limited(ctx actor.Context, c *Call, v ratelimit.Verdict, now time.Time, m *resultMsg) {
+func (b *bucket) limited(ctx actor.Context, c *Call, v ratelimit.Verdict, now time.Time) {
 	scope := v.Kind.String()
 	switch v.Kind {
 	case ratelimit.CloudflareBan:
@@ -355,14 +381,68 @@ func (b *bucket) failed(ctx actor.Context, c *Call, m *resultMsg) {
 		// a connection.
 		b.queue = append([]*Call{c}, b.queue...)
 	default:
+		// It may have been processed: only a request that is safe to
+		// repeat is sent again.
+		if c.safe() && c.errAttempts < b.sys.cfg.MaxErrorRetries {
+			b.sys.log.Warn("sluice: retrying after a transport error", slog.String("route", c.Route.Redacted()), slog.String("error", m.err.Error()))
+			b.retryLater(b.sys.now(), c)
+			return
+		}
 		c.Complete(nil, fmt.Errorf("sluice: %s: %w", c.Route.Redacted(), m.err))
 	}
+}
+
+// retryLater sends c again after a backoff, without holding the queue.
+func (b *bucket) retryLater(now time.Time, c *Call) {
+	c.notBefore = now.Add(b.sys.cfg.RetryBackoff.Delay(c.errAttempts, rand.Float64))
+	c.errAttempts++
+	b.retries = append(b.retries, c)
+}
+
+// dueRetries moves the retries whose backoff is over to the front of the
+// queue, in the order they failed, and arms a timer for the next one.
+func (b *bucket) dueRetries(now time.Time) {
+	if len(b.retries) == 0 {
+		return
+	}
+	var due, keep []*Call
+	var next time.Time
+	for _, c := range b.retries {
+		switch {
+		case c.Finished():
+		case !now.Before(c.notBefore):
+			due = append(due, c)
+		default:
+			keep = append(keep, c)
+			if next.IsZero() || c.notBefore.Before(next) {
+				next = c.notBefore
+			}
+		}
+	}
+	b.retries = keep
+	if len(due) > 0 {
+		b.queue = append(due, b.queue...)
+	}
+	if !next.IsZero() {
+		b.timers.after(timerRetry, next.Sub(now), func(gen uint64) any { return &wakeMsg{gen: gen, retry: true} })
+	}
+}
+
+// failQueued fails every call waiting in the queue or for a retry.
+func (b *bucket) failQueued(err error) {
+	for _, c := range b.queue {
+		c.Complete(nil, err)
+	}
+	for _, c := range b.retries {
+		c.Complete(nil, err)
+	}
+	b.queue, b.retries = nil, nil
 }
 
 // maybeIdle tells the supervisor when the bucket has nothing to do and its
 // window is over, so the actor can stop and memory follows the working set.
 func (b *bucket) maybeIdle(ctx actor.Context) {
-	if len(b.queue) > 0 || len(b.running) > 0 || len(b.inflight) > 0 || b.awaitingOwner || b.idleSent {
+	if len(b.queue) > 0 || len(b.retries) > 0 || len(b.running) > 0 || len(b.inflight) > 0 || b.awaitingOwner || b.idleSent {
 		return
 	}
 	now := b.sys.now()
@@ -372,7 +452,7 @@ func (b *bucket) maybeIdle(ctx actor.Context) {
 	}
 	end = end.Add(b.sys.cfg.IdleAfter)
 	if now.Before(end) {
-		b.timers.after(timerWake, end.Sub(now), func(gen uint64) any { return &wakeMsg{gen} })
+		b.timers.after(timerWake, end.Sub(now), func(gen uint64) any { return &wakeMsg{gen: gen} })
 		return
 	}
 	b.fire(fsm.Reset) // the window (or pause) is over

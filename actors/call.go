@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/routes"
+	"github.com/sluicehq/sluice/transport"
 )
 
 // Call is one submitted request and its single outcome. The public API
@@ -31,11 +32,13 @@ type Call struct {
 	Submitted time.Time
 
 	// Owned by the holding actor.
-	attempts int                         // 429 retries so far
-	sentAt   time.Time                   // when the current attempt was handed to the wire
-	globalAt time.Time                   // when its global slot was reserved; zero if exempt
-	stopCtx  atomic.Pointer[func() bool] // unregisters the context watch
-	onDone   func()                      // set before arm; runs once with the outcome
+	attempts    int                         // 429 retries so far
+	errAttempts int                         // retries after a 5xx or a lost connection
+	notBefore   time.Time                   // a retry waits until then
+	sentAt      time.Time                   // when the current attempt was handed to the wire
+	globalAt    time.Time                   // when its global slot was reserved; zero if exempt
+	stopCtx     atomic.Pointer[func() bool] // unregisters the context watch
+	onDone      func()                      // set before arm; runs once with the outcome
 
 	once sync.Once
 	done chan struct{}
@@ -87,6 +90,10 @@ func (c *Call) runOnDone() {
 
 // Done is closed when the call has its outcome.
 func (c *Call) Done() <-chan struct{} { return c.done }
+
+// safe reports whether the request may be sent twice: an idempotent method,
+// or the caller said so.
+func (c *Call) safe() bool { return c.Safe || transport.IdempotentMethod(c.Req.Method) }
 
 // Finished reports whether the call has its outcome, without blocking.
 func (c *Call) Finished() bool { return c.fin.Load() }

@@ -27,7 +27,41 @@ var (
 	// ErrResponseTooLarge is returned when a response body exceeds the
 	// configured maximum.
 	ErrResponseTooLarge = errors.New("sluice: response body too large")
+	// ErrQueueFull is returned when a request would exceed the bound on
+	// queued requests of its bucket or of the whole limiter.
+	ErrQueueFull = errors.New("sluice: queue full")
+	// ErrInvalidRequestBudget is returned (as a *BudgetError) while the
+	// limiter refuses requests because too many 401, 403 and 429 answers
+	// came back recently: sending more would risk a Cloudflare ban.
+	ErrInvalidRequestBudget = errors.New("sluice: invalid-request budget exhausted")
+	// ErrUnauthorized is returned for every request once the API answered
+	// 401 to the limiter's token: the token is bad and retrying it only
+	// spends the invalid-request budget.
+	ErrUnauthorized = errors.New("sluice: token rejected (401)")
+	// ErrActorCrashed is returned for the request whose message made a
+	// bucket actor panic. The actor restarts with its queue and limits;
+	// nothing else is lost.
+	ErrActorCrashed = errors.New("sluice: bucket actor crashed")
 )
+
+// BudgetError is returned while the invalid-request budget is exhausted. It
+// matches ErrInvalidRequestBudget.
+type BudgetError struct {
+	// Count is the number of invalid answers in the window.
+	Count int
+	// Window is the budget's window (Discord's: 10 minutes).
+	Window time.Duration
+	// RetryAfter is when the oldest counted answer leaves the window.
+	RetryAfter time.Duration
+}
+
+func (e *BudgetError) Error() string {
+	return fmt.Sprintf("sluice: %d invalid answers (401/403/429) in %s; refusing requests for %s to avoid a ban",
+		e.Count, e.Window, e.RetryAfter.Round(time.Millisecond))
+}
+
+// Unwrap returns ErrInvalidRequestBudget.
+func (e *BudgetError) Unwrap() error { return ErrInvalidRequestBudget }
 
 // WaitError is returned when a request would wait longer than allowed. It
 // matches ErrWaitTooLong with errors.Is.

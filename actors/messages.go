@@ -91,6 +91,10 @@ type ownerMsg struct {
 type workDoneMsg struct {
 	call    *Call
 	notSent bool
+	// status and rateLimitHeaders describe the answer (status 0: none);
+	// the ban breaker reads them to judge its probe.
+	status           int
+	rateLimitHeaders bool
 }
 
 // idleMsg: bucket -> supervisor. Nothing queued, running or limited; the
@@ -103,8 +107,12 @@ type idleMsg struct {
 // drainMsg: supervisor -> bucket on Close: fail every queued call.
 type drainMsg struct{ err error }
 
-// wakeMsg: timer -> actor. Stale generations are ignored.
-type wakeMsg struct{ gen uint64 }
+// wakeMsg: timer -> bucket. Stale generations are ignored; retry marks
+// the retry timer rather than the window timer.
+type wakeMsg struct {
+	gen   uint64
+	retry bool
+}
 
 // dialedMsg: dial goroutine -> supervisor.
 type dialedMsg struct {

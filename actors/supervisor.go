@@ -39,8 +39,16 @@ type supervisor struct {
 	stopped     bool  // set on Stopping: later messages are not acted on
 	dialFails   int   // consecutive failed dials
 	globalUntil time.Time
-	timers      timers
-	spawned     uint64
+
+	// The ban breaker. banUntil holds every request, exempt ones too (a
+	// Cloudflare ban is per IP). After it, one probe goes alone; while
+	// probing, the breaker stays half-open until the probe's answer.
+	banUntil time.Time
+	banWait  time.Duration // doubles while probes meet the ban
+	probing  bool
+	probe    *Call
+	timers   timers
+	spawned  uint64
 }
 
 type child struct {
@@ -96,6 +104,17 @@ func (s *supervisor) Receive(ctx actor.Context) {
 		s.flush(ctx)
 	case *workDoneMsg:
 		s.running--
+		if m.call == s.probe {
+			s.probe = nil
+			switch {
+			case m.status == 429 && !m.rateLimitHeaders:
+				s.ban(0) // still banned: back off further
+			case m.status != 0:
+				s.sys.log.Info("sluice: the ban probe passed; resuming")
+				s.probing, s.banWait = false, 0
+			}
+			defer s.flush(ctx)
+		}
 		if at := m.call.globalAt; !at.IsZero() {
 			if m.notSent {
 				s.sys.global.Cancel(s.sys.now(), at)
@@ -125,8 +144,7 @@ func (s *supervisor) Receive(ctx actor.Context) {
 	case *globalHitMsg:
 		s.globalHit(m.wait)
 	case *banMsg:
-		s.sys.log.Error("sluice: the API answered like a Cloudflare ban; pausing all requests", slog.Duration("for", m.wait))
-		s.globalHit(m.wait)
+		s.ban(m.wait)
 	case *globalClearMsg:
 		if !s.timers.current(timerGlobal, m.gen) {
 			return
@@ -199,6 +217,16 @@ func (s *supervisor) submit(ctx actor.Context, c *Call, seen ratelimit.Headers) 
 // while the global limit holds the others back.
 func (s *supervisor) flush(ctx actor.Context) {
 	now := s.sys.now()
+	if err := s.sys.refusal(now); err != nil {
+		for _, d := range s.pending {
+			ctx.Send(d.bucket, &notSentMsg{call: d.call, err: err})
+		}
+		s.pending = nil
+		return
+	}
+	if now.Before(s.banUntil) || s.probe != nil {
+		return // the globalClear timer (or the probe's answer) flushes again
+	}
 	kept := s.pending[:0]
 	blocked := false
 	for i, d := range s.pending {
@@ -226,6 +254,11 @@ func (s *supervisor) flush(ctx actor.Context) {
 			d.call.globalAt = now
 		}
 		s.send(d)
+		if s.probing {
+			s.probe = d.call // the breaker is half-open: this one goes alone
+			kept = append(kept, s.pending[i+1:]...)
+			break
+		}
 	}
 	for i := len(kept); i < len(s.pending); i++ {
 		s.pending[i] = nil
@@ -305,6 +338,25 @@ func (s *supervisor) globalHit(wait time.Duration) {
 		s.fire(fsm.GlobalHit)
 	}
 	s.timers.after(timerGlobal, s.globalUntil.Sub(now), func(gen uint64) any { return &globalClearMsg{gen} })
+}
+
+// ban opens the breaker: nothing is sent for the wait (doubling while probes
+// keep meeting the ban), then a single probe.
+func (s *supervisor) ban(wait time.Duration) {
+	now := s.sys.now()
+	if now.Before(s.banUntil) {
+		if until := now.Add(wait); until.After(s.banUntil) {
+			s.banUntil = until
+		}
+		return
+	}
+	s.banWait = max(wait, 2*s.banWait, time.Second)
+	s.banWait = min(s.banWait, ratelimit.MaxWait)
+	s.banUntil = now.Add(s.banWait)
+	s.probing = true
+	s.sys.log.Error("sluice: the API answered like a Cloudflare ban; holding every request, then probing",
+		slog.Duration("for", s.banWait))
+	s.globalHit(s.banWait)
 }
 
 func (s *supervisor) learned(ctx actor.Context, m *learnedMsg) {

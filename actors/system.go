@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,6 +40,18 @@ type Config struct {
 	MaxWait time.Duration
 	// MaxRetries bounds how often a 429'd request is sent again.
 	MaxRetries int
+	// MaxErrorRetries bounds how often a request that is safe to repeat is
+	// sent again after a 5xx or a lost connection.
+	MaxErrorRetries int
+	// RetryBackoff spaces those retries.
+	RetryBackoff transport.Backoff
+	// MaxQueue bounds the queue of one bucket; MaxPending the calls of the
+	// whole system without an outcome (0: no bound).
+	MaxQueue, MaxPending int
+	// Invalid counts 401, 403 and non-shared 429 answers; once it is full,
+	// requests are refused. InvalidWarn is the count that logs a warning.
+	Invalid     *ratelimit.SlidingWindow
+	InvalidWarn int
 	// MaxResponseBytes bounds a response body.
 	MaxResponseBytes int64
 	// IdleAfter is how long a bucket actor lives on after its window ended
@@ -79,10 +92,13 @@ type System struct {
 	// protoactor drops user messages still in a mailbox when an actor
 	// stops, so Close answers whatever is left here once every actor has
 	// stopped: every call gets exactly one outcome.
-	live   sync.Map
-	closed atomic.Bool
-	ids    atomic.Uint64
-	stop   sync.Once
+	live     sync.Map
+	closed   atomic.Bool
+	ids      atomic.Uint64
+	pending  atomic.Int64 // calls without an outcome
+	badToken atomic.Bool  // a 401 to the configured token: later calls fail fast
+	warned   atomic.Bool  // the invalid-request warning was logged
+	stop     sync.Once
 }
 
 // Start spawns the supervisor, which starts connecting at once.
@@ -119,16 +135,72 @@ func (s *System) Now() time.Time { return s.now() }
 // ErrClosed at once.
 func (s *System) Submit(c *Call) {
 	s.calls.Add(1)
+	n := s.pending.Add(1)
 	s.live.Store(c.ID, c)
 	c.arm(func() {
 		s.live.Delete(c.ID)
+		s.pending.Add(-1)
 		s.calls.Done()
 	})
-	if s.closed.Load() {
-		c.Complete(nil, ErrClosed)
+	if err := s.admit(n); err != nil {
+		c.Complete(nil, err)
 		return
 	}
 	s.root.Send(s.sup, &submitMsg{calls: []*Call{c}})
+}
+
+// admit refuses a call that must not be queued: after Close, with a bad
+// token, over the pending bound, or while the invalid-request budget is
+// exhausted.
+func (s *System) admit(pending int64) error {
+	switch {
+	case s.closed.Load():
+		return ErrClosed
+	case s.cfg.MaxPending > 0 && pending > int64(s.cfg.MaxPending):
+		return fmt.Errorf("%w: %d requests pending", ErrQueueFull, pending-1)
+	}
+	return s.refusal(s.now())
+}
+
+// refusal is the error every queued call gets while requests are refused
+// wholesale: a rejected token or an exhausted invalid-request budget.
+func (s *System) refusal(now time.Time) error {
+	if s.badToken.Load() {
+		return ErrUnauthorized
+	}
+	return s.budget(now)
+}
+
+// budget returns a *BudgetError while the invalid-request budget is
+// exhausted.
+func (s *System) budget(now time.Time) error {
+	if s.cfg.Invalid == nil {
+		return nil
+	}
+	if wait := s.cfg.Invalid.Wait(now); wait > 0 {
+		n, per := s.cfg.Invalid.Limit()
+		return &BudgetError{Count: n, Window: per, RetryAfter: wait}
+	}
+	return nil
+}
+
+// countInvalid records one 401, 403 or non-shared 429 answer.
+func (s *System) countInvalid(now time.Time) {
+	if s.cfg.Invalid == nil {
+		return
+	}
+	if ok, _ := s.cfg.Invalid.Reserve(now); !ok {
+		return // already exhausted: requests are being refused
+	}
+	n := s.cfg.Invalid.Count(now)
+	limit, per := s.cfg.Invalid.Limit()
+	if n >= limit {
+		s.log.Error("sluice: invalid-request budget exhausted; refusing requests until it recovers",
+			slog.Int("count", n), slog.Duration("window", per))
+	} else if s.cfg.InvalidWarn > 0 && n >= s.cfg.InvalidWarn && s.warned.CompareAndSwap(false, true) {
+		s.log.Warn("sluice: many invalid requests (401/403/429); Discord bans an IP at 10,000 per 10 minutes",
+			slog.Int("count", n), slog.Int("refuse_at", limit), slog.Duration("window", per))
+	}
 }
 
 // Snapshot asks the supervisor for its state.
@@ -209,7 +281,12 @@ func (s *System) work(conn *transport.Conn, d *dispatchMsg, sup *actor.PID) {
 		return
 	}
 	resp, err := conn.RoundTrip(req)
-	s.root.Send(sup, &workDoneMsg{call: c, notSent: err != nil && transport.Classify(err) == transport.NotSent})
+	done := &workDoneMsg{call: c, notSent: err != nil && transport.Classify(err) == transport.NotSent}
+	if err == nil {
+		done.status = resp.StatusCode
+		done.rateLimitHeaders = hasRateLimitHeaders(resp.Header)
+	}
+	s.root.Send(sup, done)
 	if err != nil {
 		s.root.Send(d.bucket, &resultMsg{call: c, err: err, conn: conn})
 		return
@@ -254,6 +331,15 @@ func (s *System) prepare(ctx context.Context, c *Call) (*http.Request, error) {
 		req.Header.Set("User-Agent", s.cfg.UserAgent)
 	}
 	return req, nil
+}
+
+func hasRateLimitHeaders(h http.Header) bool {
+	for k := range h {
+		if len(k) > 12 && strings.EqualFold(k[:12], "X-Ratelimit-") {
+			return true
+		}
+	}
+	return false
 }
 
 func joinPath(base, p string) string {

@@ -95,3 +95,14 @@ func TestSettleAfterTheSlotExpired(t *testing.T) {
 	w.Settle(t0.Add(2*time.Second), t0)
 	assert.Equal(t, time.Second, w.Wait(t0.Add(2*time.Second)))
 }
+
+func TestSlidingWindowCount(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	w := NewSlidingWindow(3, time.Second)
+	assert.Equal(t, 0, w.Count(t0))
+	w.Reserve(t0)
+	w.Reserve(t0.Add(500 * time.Millisecond))
+	assert.Equal(t, 2, w.Count(t0.Add(600*time.Millisecond)))
+	assert.Equal(t, 1, w.Count(t0.Add(time.Second)))
+	assert.Equal(t, 0, w.Count(t0.Add(1500*time.Millisecond)))
+}

@@ -149,6 +149,15 @@ func (w *SlidingWindow) Wait(now time.Time) time.Duration {
 	return w.wait(now)
 }
 
+// Count returns the number of reservations in the window at now.
+func (w *SlidingWindow) Count(now time.Time) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.init()
+	w.evict(now)
+	return w.count
+}
+
 // wait evicts expired reservations and returns the wait at now.
 func (w *SlidingWindow) wait(now time.Time) time.Duration {
 	if now.Before(w.blockedUntil) {
