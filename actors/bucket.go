@@ -45,6 +45,9 @@ type bucket struct {
 	// While the bucket is unknown, state.Take admits one pioneer at a time.
 	running  map[uint64]*Call
 	inflight map[uint64]*Call
+	// unobserved holds the headers of in-flight 429s without bucket
+	// headers, reported to state once the body shows their kind.
+	unobserved map[uint64]ratelimit.Headers
 
 	// retries wait for their backoff (5xx, lost connection) without
 	// holding the queue; due ones go back to its front, in order.
@@ -62,12 +65,20 @@ type bucket struct {
 	draining      error // set on Close
 	idleSent      bool
 	timers        timers
+
+	// current is the message being handled; it is cleared when the handler
+	// returns normally, so after a panic it names the message that failed.
+	// The actor's producer hands the same *bucket to every incarnation, so
+	// a restart keeps the queue, the maps and the limits.
+	current any
+	crashes int
 }
 
 func newBucket(sys *System, key, routeKey string, serial bool) actor.Actor {
 	b := &bucket{
 		sys: sys, key: key, routeKey: routeKey, serial: serial,
 		running: map[uint64]*Call{}, inflight: map[uint64]*Call{},
+		unobserved: map[uint64]ratelimit.Headers{},
 	}
 	if st, ok := sys.store.Load(key); ok {
 		b.state = st
@@ -89,10 +100,59 @@ func (b *bucket) fire(e fsm.BucketEvent) {
 
 // Receive handles one message at a time.
 func (b *bucket) Receive(ctx actor.Context) {
-	switch m := ctx.Message().(type) {
+	msg := ctx.Message()
+	if _, ok := msg.(*actor.Restarting); ok {
+		b.recoverCrash()
+		return
+	}
+	b.current = msg
+	if h := b.sys.crashHook; h != nil {
+		h(msg)
+	}
+	b.receive(ctx, msg)
+	b.current = nil
+}
+
+// recoverCrash runs in the restarting incarnation: the calls carried by the
+// message that panicked get ErrActorCrashed, and their bookkeeping is
+// undone; everything else stays.
+func (b *bucket) recoverCrash() {
+	b.crashes++
+	m := b.current
+	b.current = nil
+	b.sys.log.Error("sluice: bucket actor crashed; restarting it with its queue and limits",
+		slog.String("bucket", b.key), slog.String("message", fmt.Sprintf("%T", m)), slog.Int("crashes", b.crashes))
+	now := b.sys.now()
+	fail := func(c *Call) {
+		if _, ok := b.running[c.ID]; ok {
+			delete(b.running, c.ID)
+			b.state.Observe(now, c.sentAt, ratelimit.Headers{})
+		}
+		delete(b.inflight, c.ID)
+		c.Complete(nil, fmt.Errorf("%w while handling %s", ErrActorCrashed, c.Route.Redacted()))
+	}
+	switch m := m.(type) {
+	case *enqueueMsg:
+		for _, c := range m.calls {
+			fail(c)
+		}
+	case *headersMsg:
+		fail(m.call)
+	case *resultMsg:
+		fail(m.call)
+	case *notSentMsg:
+		fail(m.call)
+	}
+}
+
+func (b *bucket) receive(ctx actor.Context, msg any) {
+	switch m := msg.(type) {
 	case *actor.Started:
-		b.self = ctx.Self()
-		b.timers = timers{sys: b.sys, pid: b.self}
+		if b.self == nil { // not again after a restart: timers stay armed
+			b.self = ctx.Self()
+			b.timers = timers{sys: b.sys, pid: b.self}
+		}
+		b.pump(ctx)
 	case *enqueueMsg:
 		b.received++
 		if m.seen.Has.Remaining {
@@ -148,12 +208,17 @@ func (b *bucket) Receive(ctx actor.Context) {
 	case *actor.Stopping:
 		b.timers.stopAll()
 		b.save()
-		b.failQueued(ErrClosed)
+		err := ErrClosed
+		if b.crashes > 0 && b.draining == nil {
+			// Stopped by the supervisor after too many crashes.
+			err = fmt.Errorf("%w: stopped after %d crashes", ErrActorCrashed, b.crashes)
+		}
+		b.failQueued(err)
 		for _, c := range b.running {
-			c.Complete(nil, ErrClosed)
+			c.Complete(nil, err)
 		}
 		for _, c := range b.inflight {
-			c.Complete(nil, ErrClosed)
+			c.Complete(nil, err)
 		}
 		b.queue = nil
 	}
@@ -272,6 +337,13 @@ func (b *bucket) headers(ctx actor.Context, m *headersMsg) {
 	if err != nil {
 		b.sys.log.Warn("sluice: malformed rate-limit headers", slog.String("route", c.Route.Redacted()), slog.String("error", err.Error()))
 	}
+	if m.status == 429 && !h.Has.Remaining {
+		// Probably a global 429 or a ban, which the bucket did not count;
+		// the body (in resultMsg) decides between Refund and Observe.
+		b.unobserved[c.ID] = h
+		b.pump(ctx)
+		return
+	}
 	wasKnown := b.state.Known
 	b.state.Observe(now, c.sentAt, h)
 	b.lastHeaders = h
@@ -293,6 +365,11 @@ func (b *bucket) headers(ctx actor.Context, m *headersMsg) {
 func (b *bucket) result(ctx actor.Context, m *resultMsg) {
 	c := m.call
 	_, unreported := b.running[c.ID]
+	if hh, ok := b.unobserved[c.ID]; ok && m.err != nil {
+		// The body of a 429 never arrived: report what the headers said.
+		delete(b.unobserved, c.ID)
+		b.state.Observe(b.sys.now(), c.sentAt, hh)
+	}
 	delete(b.running, c.ID)
 	delete(b.inflight, c.ID)
 	now := b.sys.now()
@@ -314,6 +391,14 @@ func (b *bucket) result(ctx actor.Context, m *resultMsg) {
 	status := m.resp.StatusCode
 	h, _ := ratelimit.ParseHeaders(m.resp.Header, now)
 	v := ratelimit.Classify(status, h, m.body)
+	if hh, ok := b.unobserved[c.ID]; ok {
+		delete(b.unobserved, c.ID)
+		if v.Kind == ratelimit.GlobalLimit || v.Kind == ratelimit.CloudflareBan {
+			b.state.Refund(now) // refused before the bucket: not counted there
+		} else {
+			b.state.Observe(now, c.sentAt, hh)
+		}
+	}
 	if ratelimit.CountsAsInvalid(status, v) {
 		b.sys.countInvalid(now)
 	}

@@ -115,14 +115,17 @@ func (s *supervisor) Receive(ctx actor.Context) {
 			}
 			defer s.flush(ctx)
 		}
-		if at := m.call.globalAt; !at.IsZero() {
+		if !m.call.globalAt.IsZero() {
+			m.call.globalAt = time.Time{}
 			if m.notSent {
-				s.sys.global.Cancel(s.sys.now(), at)
-				s.flush(ctx)
+				s.sys.global.Cancel(s.sys.now())
 			} else {
-				// The server counted it no later than now: hold its
-				// global slot from here.
-				s.sys.global.Settle(s.sys.now(), at)
+				// The server counted it no later than now: its global
+				// slot is held for one period from here.
+				s.sys.global.Settle(s.sys.now())
+			}
+			if len(s.pending) > 0 {
+				s.flush(ctx) // the wait to the next free slot is now known
 			}
 		}
 	case *dialedMsg:
@@ -163,6 +166,15 @@ func (s *supervisor) Receive(ctx actor.Context) {
 		s.idle(ctx, m)
 	case *closeMsg:
 		s.close(ctx, m.err)
+	case *actor.Terminated:
+		// A child stopped: after an idle stop it is gone from the map
+		// already; after too many crashes it is removed here so the next
+		// request for its bucket spawns a fresh actor.
+		for key, ch := range s.children {
+			if ch.pid.Equal(m.Who) {
+				delete(s.children, key)
+			}
+		}
 	case *snapshotMsg:
 		m.reply <- Snapshot{State: s.machine.Current().String(), Buckets: len(s.children), Pending: len(s.pending), Running: s.running}
 	case *actor.Stopping:
@@ -197,8 +209,10 @@ func (s *supervisor) submit(ctx actor.Context, c *Call, seen ratelimit.Headers) 
 	ch := s.children[key]
 	if ch == nil {
 		s.spawned++
-		serial := c.Route.HiddenSublimit
-		props := actor.PropsFromProducer(func() actor.Actor { return newBucket(s.sys, key, routeKey, serial) },
+		// The producer returns the same instance on every restart, so the
+		// bucket's state outlives a crash of its Receive.
+		b := newBucket(s.sys, key, routeKey, c.Route.HiddenSublimit)
+		props := actor.PropsFromProducer(func() actor.Actor { return b },
 			actor.WithReceiverMiddleware(s.sys.receiveMiddleware()...))
 		pid, err := ctx.SpawnNamed(props, "b"+itoa(s.spawned))
 		if err != nil {

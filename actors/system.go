@@ -99,7 +99,25 @@ type System struct {
 	badToken atomic.Bool  // a 401 to the configured token: later calls fail fast
 	warned   atomic.Bool  // the invalid-request warning was logged
 	stop     sync.Once
+
+	// crashHook, when set (only by this package's tests), sees every
+	// message a bucket actor receives and may panic to simulate a bug.
+	crashHook func(msg any)
 }
+
+// Restart intensity: a bucket actor that crashes more than maxCrashes times
+// within crashWindow is stopped, and its calls fail with ErrActorCrashed;
+// the next request for its bucket starts a fresh actor (limits kept in the
+// store).
+const (
+	maxCrashes  = 10
+	crashWindow = 10 * time.Second
+)
+
+// childStrategy restarts a crashed bucket actor (same instance, same state).
+var childStrategy = actor.NewOneForOneStrategy(maxCrashes, crashWindow, func(any) actor.Directive {
+	return actor.RestartDirective
+})
 
 // Start spawns the supervisor, which starts connecting at once.
 func Start(cfg Config) *System {
@@ -118,7 +136,8 @@ func Start(cfg Config) *System {
 	s := &System{cfg: cfg, actors: as, root: as.Root, global: cfg.Global, store: cfg.Store, log: log}
 	s.hardCtx, s.hardCancel = context.WithCancel(context.Background())
 	props := actor.PropsFromProducer(func() actor.Actor { return newSupervisor(s) },
-		actor.WithReceiverMiddleware(s.receiveMiddleware()...))
+		actor.WithReceiverMiddleware(s.receiveMiddleware()...),
+		actor.WithSupervisor(childStrategy))
 	s.sup = s.root.Spawn(props)
 	return s
 }
@@ -192,6 +211,7 @@ func (s *System) countInvalid(now time.Time) {
 	if ok, _ := s.cfg.Invalid.Reserve(now); !ok {
 		return // already exhausted: requests are being refused
 	}
+	s.cfg.Invalid.Settle(now) // an answer: it counts for one window from now
 	n := s.cfg.Invalid.Count(now)
 	limit, per := s.cfg.Invalid.Limit()
 	if n >= limit {

@@ -69,7 +69,12 @@ func ExampleSlidingWindow() {
 		}
 		n++
 	}
+	// All 50 are in flight; they are answered 100 ms later, so their slots
+	// are held until 1.1 s.
+	for range n {
+		w.Settle(t0.Add(100 * time.Millisecond))
+	}
 	fmt.Println(n, w.Wait(t0.Add(400*time.Millisecond)))
 	// Output:
-	// 50 600ms
+	// 50 700ms
 }

@@ -36,13 +36,14 @@ type BucketStore interface {
 // Implementations must be safe for concurrent use; one backed by a remote
 // store decides and documents its own failure policy.
 type GlobalLimiter interface {
-	// Reserve reserves one request at now, or reports how long to wait.
+	// Reserve takes a slot for one request at now, or reports how long
+	// to wait.
 	Reserve(now time.Time) (ok bool, wait time.Duration)
-	// Cancel gives back a reservation made at reservedAt and never used.
-	Cancel(now, reservedAt time.Time)
-	// Settle holds the slot of the reservation made at reservedAt until
-	// now plus the period: its request was answered at now.
-	Settle(now, reservedAt time.Time)
+	// Settle holds the slot of a reserved request, answered at now, for
+	// one more period.
+	Settle(now time.Time)
+	// Cancel gives back the slot of a reserved request never sent.
+	Cancel(now time.Time)
 	// Block stops all reservations until until.
 	Block(until time.Time)
 	// Wait reports how long from now until Reserve would succeed.

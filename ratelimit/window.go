@@ -18,31 +18,41 @@ const (
 )
 
 // SlidingWindow is the proactive global limit: at most n requests in any
-// period-long interval, i.e. for every instant s, the half-open interval
-// [s, s+period) holds at most n reservations. Unlike a fixed window, which
-// admits 2n requests around a window boundary, it never bursts above n; this
-// is the safe reading of Discord's undocumented global window.
+// period-long interval as the server sees them. Unlike a fixed window,
+// which admits 2n requests around a window boundary, it never bursts above
+// n; this is the safe reading of Discord's undocumented global window.
 //
-// It keeps the times of the last n reservations in a ring buffer, so Reserve
-// is O(1) amortized and does not allocate.
+// A request holds a slot from Reserve until its answer arrives (Settle) and
+// then for one more period: the server counted it at some moment between
+// the two, and only this keeps every server-side window within n whatever
+// the latency and its jitter. A request that was never sent gives its slot
+// back with Cancel. Every successful Reserve must be followed by exactly one
+// Settle or Cancel.
+//
+// Invariant: for every instant t, the requests with reservedAt <= t <
+// settledAt+period (in-flight ones included) number at most n.
+//
+// Settled slots live in a ring buffer of n times, so every method is O(1)
+// amortized and allocates nothing.
 //
 // The zero value is a window of DefaultGlobalLimit per DefaultGlobalPeriod.
 // A SlidingWindow is safe for concurrent use; methods take the time as an
-// argument and times must come from one monotonic clock. A time earlier
-// than one already passed to Reserve is treated as that later time, which
-// only makes the window more conservative.
+// argument and times must come from one monotonic clock. A time earlier than
+// one already recorded is treated as that later time, which only makes the
+// window more conservative.
 type SlidingWindow struct {
 	mu           sync.Mutex
 	n            int
 	per          time.Duration
-	times        []time.Time // ring of reservation times, oldest at head
-	head, count  int
+	times        []time.Time // ring of settle times, oldest at head
+	head, count  int         // count: settled slots still in the window
+	inflight     int         // reserved, neither settled nor cancelled; count+inflight <= n
 	blockedUntil time.Time
 }
 
 // NewSlidingWindow returns a window admitting n requests per period. It
-// panics if n < 1, n > MaxGlobalLimit or per <= 0, as these are programming
-// errors that configuration validation should catch first.
+// panics if n is not in [1, MaxGlobalLimit] or per is not positive: both are
+// programming errors, not input.
 func NewSlidingWindow(n int, per time.Duration) *SlidingWindow {
 	if n < 1 || n > MaxGlobalLimit {
 		panic("ratelimit: NewSlidingWindow: n out of range [1, " + strconv.Itoa(MaxGlobalLimit) + "]: " + strconv.Itoa(n))
@@ -61,9 +71,10 @@ func (w *SlidingWindow) Limit() (n int, per time.Duration) {
 	return w.n, w.per
 }
 
-// Reserve reserves one request at now. It returns ok=true if the request may
-// be sent now; otherwise nothing is reserved and wait is how long until
-// Reserve may succeed (if nothing else reserves meanwhile).
+// Reserve takes a slot for one request at now if the window allows, and
+// otherwise reports how long to wait. When only requests in flight fill the
+// window, wait is one period, an upper bound: call Reserve again after each
+// Settle or Cancel.
 func (w *SlidingWindow) Reserve(now time.Time) (ok bool, wait time.Duration) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -71,60 +82,23 @@ func (w *SlidingWindow) Reserve(now time.Time) (ok bool, wait time.Duration) {
 	if wait := w.wait(now); wait > 0 {
 		return false, wait
 	}
-	if w.count > 0 {
-		now = later(now, w.times[(w.head+w.count-1)%w.n])
-	}
-	w.times[(w.head+w.count)%w.n] = now
-	w.count++
+	w.inflight++
 	return true, 0
 }
 
-// Cancel gives back a reservation that was made at reservedAt (the time
-// passed to Reserve) and never used. now is the current time.
-//
-// The window cannot tell reservations apart, so it frees the oldest
-// reservation still in the window, provided it was made no later than
-// reservedAt. Freeing an older slot than the cancelled one is always safe:
-// every request actually sent is then accounted at a time no earlier than
-// its own. If the cancelled reservation has already left the window there is
-// nothing to give back.
-func (w *SlidingWindow) Cancel(now, reservedAt time.Time) {
+// Settle records that a reserved request was answered at now: its slot is
+// held until now plus the period. Without a reservation in flight it does
+// nothing.
+func (w *SlidingWindow) Settle(now time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.init()
-	w.evict(now)
-	if w.count == 0 || w.times[w.head].After(reservedAt) {
+	if w.inflight == 0 {
 		return
 	}
-	w.times[w.head] = time.Time{}
-	w.head = (w.head + 1) % w.n
-	w.count--
-}
-
-// Settle records that the request reserved at reservedAt was answered at
-// now: the server counted it at some moment in [reservedAt, now], so its slot
-// is held until now plus the period, not reservedAt plus the period. Without
-// this, requests reserved a period apart can arrive closer together than a
-// period, because latency varies, and a strict server sees one too many.
-//
-// Like Cancel, it moves the oldest slot no later than reservedAt (which
-// leaves the window at least as full as moving the exact one). If that slot
-// has already expired and the window is full, the request cannot be placed
-// and nothing changes; this needs a round trip longer than the period.
-// Calls must come with non-decreasing now, as from one actor.
-func (w *SlidingWindow) Settle(now, reservedAt time.Time) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.init()
+	w.inflight--
 	w.evict(now)
-	if w.count > 0 && !w.times[w.head].After(reservedAt) {
-		w.times[w.head] = time.Time{}
-		w.head = (w.head + 1) % w.n
-		w.count--
-	}
-	if w.count == w.n {
-		return
-	}
+	// count + inflight <= n held before the decrement, so there is room.
 	if w.count > 0 {
 		now = later(now, w.times[(w.head+w.count-1)%w.n])
 	}
@@ -132,7 +106,17 @@ func (w *SlidingWindow) Settle(now, reservedAt time.Time) {
 	w.count++
 }
 
-// Block stops all reservations until until, e.g. after a global 429. An
+// Cancel gives back the slot of a reserved request that was never sent.
+// Without a reservation in flight it does nothing.
+func (w *SlidingWindow) Cancel(time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.inflight > 0 {
+		w.inflight--
+	}
+}
+
+// Block stops all reservations until until (a global 429's retry-after). An
 // earlier until than the current block does nothing.
 func (w *SlidingWindow) Block(until time.Time) {
 	w.mu.Lock()
@@ -141,7 +125,7 @@ func (w *SlidingWindow) Block(until time.Time) {
 }
 
 // Wait returns how long from now until Reserve would succeed, 0 if it would
-// succeed now. It reserves nothing.
+// succeed now (see Reserve for the in-flight case). It reserves nothing.
 func (w *SlidingWindow) Wait(now time.Time) time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -149,28 +133,30 @@ func (w *SlidingWindow) Wait(now time.Time) time.Duration {
 	return w.wait(now)
 }
 
-// Count returns the number of reservations in the window at now.
+// Count returns the number of slots held at now, in-flight ones included.
 func (w *SlidingWindow) Count(now time.Time) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.init()
 	w.evict(now)
-	return w.count
+	return w.count + w.inflight
 }
 
-// wait evicts expired reservations and returns the wait at now.
 func (w *SlidingWindow) wait(now time.Time) time.Duration {
 	if now.Before(w.blockedUntil) {
 		return w.blockedUntil.Sub(now)
 	}
 	w.evict(now)
-	if w.count < w.n {
+	if w.count+w.inflight < w.n {
 		return 0
+	}
+	if w.count == 0 {
+		return w.per
 	}
 	return w.times[w.head].Add(w.per).Sub(now)
 }
 
-// evict drops reservations that left the window: those at or before now-per.
+// evict drops the settled slots whose period is over at now.
 func (w *SlidingWindow) evict(now time.Time) {
 	for w.count > 0 && !now.Before(w.times[w.head].Add(w.per)) {
 		w.times[w.head] = time.Time{}
@@ -179,7 +165,6 @@ func (w *SlidingWindow) evict(now time.Time) {
 	}
 }
 
-// init makes the zero value usable.
 func (w *SlidingWindow) init() {
 	if w.times != nil {
 		return

@@ -11,10 +11,12 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// reserveN reserves up to n slots at now for requests answered at once.
 func reserveN(w *SlidingWindow, now time.Time, n int) int {
 	got := 0
 	for range n {
 		if ok, _ := w.Reserve(now); ok {
+			w.Settle(now)
 			got++
 		}
 	}
@@ -54,32 +56,38 @@ func TestSlidingWindowNoBurstAcrossBoundary(t *testing.T) {
 func TestSlidingWindowCancel(t *testing.T) {
 	w := NewSlidingWindow(2, time.Second)
 	require.Equal(t, 1, reserveN(w, at(0), 1))
-	require.Equal(t, 1, reserveN(w, at(100), 1))
-	require.Equal(t, 0, reserveN(w, at(200), 1))
-
-	w.Cancel(at(200), at(100)) // the request reserved at 100 was never sent
-	assert.Equal(t, 1, reserveN(w, at(200), 5), "the slot is free again")
-
-	// What is left is accounted no earlier than it really happened: the
-	// reservation at 0 was freed in place of the one at 100, so the one that
-	// remains is counted until 1.1 s, not 1.0 s.
-	assert.Equal(t, 0, reserveN(w, at(1000), 1))
-	assert.Equal(t, 1, reserveN(w, at(1100), 1))
+	ok, _ := w.Reserve(at(100)) // in flight
+	require.True(t, ok)
+	ok, wait := w.Reserve(at(200))
+	require.False(t, ok)
+	assert.Equal(t, ms(800), wait)
+	w.Cancel(at(200)) // the request reserved at 100 was never sent
+	ok, _ = w.Reserve(at(200))
+	assert.True(t, ok)
 }
 
-func TestSlidingWindowCancelExpired(t *testing.T) {
-	w := NewSlidingWindow(2, time.Second)
-	require.Equal(t, 1, reserveN(w, at(0), 1))
-	require.Equal(t, 2, reserveN(w, at(1500), 2))
-	w.Cancel(at(1600), at(0)) // long gone from the window: nothing to give back
-	assert.Equal(t, 0, reserveN(w, at(1600), 1))
-	w.Cancel(at(1600), at(1400)) // no reservation that early is still held
-	assert.Equal(t, 0, reserveN(w, at(1600), 1))
-}
-
-func TestSlidingWindowCancelEmpty(t *testing.T) {
+func TestSlidingWindowInFlightSlotsDoNotExpire(t *testing.T) {
 	w := NewSlidingWindow(1, time.Second)
-	w.Cancel(at(0), at(0))
+	ok, _ := w.Reserve(at(0))
+	require.True(t, ok)
+	// Two periods later the request is still unanswered: the server may
+	// count it at any moment, so its slot is still held.
+	ok, wait := w.Reserve(at(2000))
+	assert.False(t, ok)
+	assert.Equal(t, time.Second, wait, "an upper bound: Settle or Cancel frees it")
+	assert.Equal(t, 1, w.Count(at(2000)))
+	w.Settle(at(2500))
+	ok, wait = w.Reserve(at(3000))
+	assert.False(t, ok, "held until the answer plus one period")
+	assert.Equal(t, ms(500), wait)
+	assert.Equal(t, 1, reserveN(w, at(3500), 1))
+}
+
+func TestSlidingWindowSettleAndCancelWithoutReservation(t *testing.T) {
+	w := NewSlidingWindow(1, time.Second)
+	w.Settle(at(0))
+	w.Cancel(at(0))
+	assert.Equal(t, 0, w.Count(at(0)))
 	assert.Equal(t, 1, reserveN(w, at(0), 2))
 }
 
@@ -116,16 +124,19 @@ func TestNewSlidingWindowPanics(t *testing.T) {
 	assert.Panics(t, func() { NewSlidingWindow(1, 0) })
 }
 
-// TestSlidingWindowInvariant checks with random traffic, cancellations and
-// blocks that no interval of one period ever holds more than n reservations
-// that were not cancelled.
+// TestSlidingWindowInvariant checks with random traffic, latencies,
+// cancellations and blocks that the intervals [reservedAt, settledAt+period)
+// of requests that were sent never overlap more than n deep: then no server
+// window of one period, wherever each request arrived within its round trip,
+// holds more than n.
 func TestSlidingWindowInvariant(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	const n = 7
 	per := 100 * time.Millisecond
 	w := NewSlidingWindow(n, per)
-	var sent []time.Time // reservations actually used, in order
-	var pending []time.Time
+	type span struct{ from, to time.Time }
+	var spans []span
+	var pending []time.Time // reserved, in flight
 	now := t0
 	for range 20000 {
 		now = now.Add(time.Duration(rng.Int64N(int64(20 * time.Millisecond))))
@@ -135,27 +146,41 @@ func TestSlidingWindowInvariant(t *testing.T) {
 				pending = append(pending, now)
 			}
 		case r < 9 && len(pending) > 0:
-			// Use or cancel a random pending reservation.
+			// Answer or cancel a random request in flight.
 			i := rng.IntN(len(pending))
 			if rng.IntN(4) == 0 {
-				w.Cancel(now, pending[i])
+				w.Cancel(now)
 			} else {
-				sent = append(sent, pending[i])
+				w.Settle(now)
+				spans = append(spans, span{pending[i], now.Add(per)})
 			}
 			pending = append(pending[:i], pending[i+1:]...)
 		case r == 9 && rng.IntN(50) == 0:
 			w.Block(now.Add(time.Duration(rng.Int64N(int64(per)))))
 		}
 	}
-	sent = append(sent, pending...) // unused reservations still count
-	slices.SortFunc(sent, time.Time.Compare)
-	for i := range sent {
-		j := i
-		for j < len(sent) && sent[j].Sub(sent[i]) < per {
-			j++
+	for _, p := range pending {
+		spans = append(spans, span{p, now.Add(time.Hour)})
+	}
+	type edge struct {
+		at    time.Time
+		delta int
+	}
+	var edges []edge
+	for _, s := range spans {
+		edges = append(edges, edge{s.from, +1}, edge{s.to, -1})
+	}
+	slices.SortFunc(edges, func(a, b edge) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
 		}
-		if j-i > n {
-			t.Fatalf("%d requests within %v starting at %v", j-i, per, sent[i].Sub(t0))
+		return a.delta - b.delta // an end at t frees before a start at t
+	})
+	depth := 0
+	for _, e := range edges {
+		depth += e.delta
+		if depth > n {
+			t.Fatalf("%d requests overlap at %v", depth, e.at.Sub(t0))
 		}
 	}
 }
