@@ -128,6 +128,10 @@ func (b *bucket) recoverCrash() {
 			delete(b.running, c.ID)
 			b.state.Observe(now, c.sentAt, ratelimit.Headers{})
 		}
+		if hh, ok := b.unobserved[c.ID]; ok {
+			delete(b.unobserved, c.ID)
+			b.state.Observe(now, c.sentAt, hh)
+		}
 		delete(b.inflight, c.ID)
 		c.Complete(nil, fmt.Errorf("%w while handling %s", ErrActorCrashed, c.Route.Redacted()))
 	}
