@@ -121,6 +121,7 @@ func New(opts Options) (*Limiter, error) {
 		MaxErrorRetries:  errRetries,
 		RetryBackoff:     transport.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second, Jitter: 0.5},
 		MaxQueue:         maxQueue,
+		BanBackoff:       durationOr(opts.BanBackoff, 60*time.Second),
 		MaxPending:       maxPending,
 		Invalid:          invalid,
 		InvalidWarn:      invalidWarn,
@@ -158,6 +159,13 @@ func orDefault(v, def int) int {
 		return def
 	case v < 0:
 		return 0
+	}
+	return v
+}
+
+func durationOr(v, def time.Duration) time.Duration {
+	if v <= 0 {
+		return def
 	}
 	return v
 }

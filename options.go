@@ -65,6 +65,11 @@ type Options struct {
 	// InvalidRequestWarn is the fraction of InvalidRequestLimit at which a
 	// warning is logged (once). Default 0.5.
 	InvalidRequestWarn float64
+	// BanBackoff is how long every request is held after the API answers
+	// like a Cloudflare ban (a 429 without rate-limit headers or JSON),
+	// before a single probe request is let through; it doubles, up to an
+	// hour, while probes meet the ban. Default 60 s.
+	BanBackoff time.Duration
 	// MaxResponseBytes bounds a response body; a larger one fails the
 	// request with ErrResponseTooLarge. Default 64 MiB.
 	MaxResponseBytes int64

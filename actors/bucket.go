@@ -71,7 +71,8 @@ type bucket struct {
 	// The actor's producer hands the same *bucket to every incarnation, so
 	// a restart keeps the queue, the maps and the limits.
 	current any
-	crashes int
+	crashes []time.Time // recent crashes, within crashWindow
+	broken  error       // set past the restart intensity
 }
 
 func newBucket(sys *System, key, routeKey string, serial bool) actor.Actor {
@@ -117,12 +118,23 @@ func (b *bucket) Receive(ctx actor.Context) {
 // message that panicked get ErrActorCrashed, and their bookkeeping is
 // undone; everything else stays.
 func (b *bucket) recoverCrash() {
-	b.crashes++
 	m := b.current
 	b.current = nil
-	b.sys.log.Error("sluice: bucket actor crashed; restarting it with its queue and limits",
-		slog.String("bucket", b.key), slog.String("message", fmt.Sprintf("%T", m)), slog.Int("crashes", b.crashes))
 	now := b.sys.now()
+	recent := b.crashes[:0]
+	for _, t := range b.crashes {
+		if now.Sub(t) < crashWindow {
+			recent = append(recent, t)
+		}
+	}
+	b.crashes = append(recent, now)
+	b.sys.log.Error("sluice: bucket actor crashed; restarting it with its queue and limits",
+		slog.String("bucket", b.key), slog.String("message", fmt.Sprintf("%T", m)), slog.Int("recent_crashes", len(b.crashes)))
+	if len(b.crashes) > maxCrashes && b.broken == nil {
+		b.broken = fmt.Errorf("%w: %d crashes within %s; the bucket's actor is stopping", ErrActorCrashed, len(b.crashes), crashWindow)
+		b.sys.log.Error("sluice: bucket actor crashes too often; failing its requests and stopping it", slog.String("bucket", b.key))
+		b.failQueued(b.broken)
+	}
 	fail := func(c *Call) {
 		if _, ok := b.running[c.ID]; ok {
 			delete(b.running, c.ID)
@@ -213,9 +225,8 @@ func (b *bucket) receive(ctx actor.Context, msg any) {
 		b.timers.stopAll()
 		b.save()
 		err := ErrClosed
-		if b.crashes > 0 && b.draining == nil {
-			// Stopped by the supervisor after too many crashes.
-			err = fmt.Errorf("%w: stopped after %d crashes", ErrActorCrashed, b.crashes)
+		if b.broken != nil {
+			err = b.broken
 		}
 		b.failQueued(err)
 		for _, c := range b.running {
@@ -238,6 +249,10 @@ func (b *bucket) enqueue(ctx actor.Context, c *Call) {
 	}
 	if b.draining != nil {
 		c.Complete(nil, b.draining)
+		return
+	}
+	if b.broken != nil {
+		c.Complete(nil, b.broken)
 		return
 	}
 	if max := b.sys.cfg.MaxQueue; max > 0 && len(b.queue) >= max {
@@ -293,6 +308,11 @@ func (b *bucket) pump(ctx actor.Context) {
 	now := b.sys.now()
 	if err := b.sys.refusal(now); err != nil {
 		b.failQueued(err)
+		return
+	}
+	if b.broken != nil {
+		b.failQueued(b.broken)
+		b.maybeIdle(ctx)
 		return
 	}
 	b.dueRetries(now)

@@ -147,7 +147,9 @@ func (s *supervisor) Receive(ctx actor.Context) {
 	case *globalHitMsg:
 		s.globalHit(m.wait)
 	case *banMsg:
-		s.ban(m.wait)
+		// A Cloudflare ban carries no Retry-After; the breaker's own
+		// backoff decides when to probe.
+		s.ban(0)
 	case *globalClearMsg:
 		if !s.timers.current(timerGlobal, m.gen) {
 			return
@@ -364,7 +366,7 @@ func (s *supervisor) ban(wait time.Duration) {
 		}
 		return
 	}
-	s.banWait = max(wait, 2*s.banWait, time.Second)
+	s.banWait = max(wait, 2*s.banWait, s.sys.cfg.BanBackoff)
 	s.banWait = min(s.banWait, ratelimit.MaxWait)
 	s.banUntil = now.Add(s.banWait)
 	s.probing = true

@@ -3,9 +3,11 @@ package actors
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/url"
 	"strings"
@@ -45,6 +47,9 @@ type Config struct {
 	MaxErrorRetries int
 	// RetryBackoff spaces those retries.
 	RetryBackoff transport.Backoff
+	// BanBackoff is the first wait of the ban breaker; it doubles while
+	// probes meet the ban.
+	BanBackoff time.Duration
 	// MaxQueue bounds the queue of one bucket; MaxPending the calls of the
 	// whole system without an outcome (0: no bound).
 	MaxQueue, MaxPending int
@@ -106,16 +111,19 @@ type System struct {
 }
 
 // Restart intensity: a bucket actor that crashes more than maxCrashes times
-// within crashWindow is stopped, and its calls fail with ErrActorCrashed;
-// the next request for its bucket starts a fresh actor (limits kept in the
-// store).
+// within crashWindow breaks: it fails its queued calls and every call that
+// reaches it with ErrActorCrashed, then stops through the ordinary idle
+// path (so no message is dropped); the next call for its bucket starts a
+// fresh actor, with the limits kept in the store.
 const (
 	maxCrashes  = 10
 	crashWindow = 10 * time.Second
 )
 
-// childStrategy restarts a crashed bucket actor (same instance, same state).
-var childStrategy = actor.NewOneForOneStrategy(maxCrashes, crashWindow, func(any) actor.Directive {
+// childStrategy always restarts a crashed bucket actor (same instance, same
+// state). protoactor's own limit would stop the actor and drop the calls in
+// its mailbox, so the bucket enforces the intensity itself.
+var childStrategy = actor.NewOneForOneStrategy(math.MaxInt32, time.Second, func(any) actor.Directive {
 	return actor.RestartDirective
 })
 
@@ -301,6 +309,7 @@ func (s *System) work(conn *transport.Conn, d *dispatchMsg, sup *actor.PID) {
 		return
 	}
 	resp, err := conn.RoundTrip(req)
+	err = connectionError(ctx, err)
 	done := &workDoneMsg{call: c, notSent: err != nil && transport.Classify(err) == transport.NotSent}
 	if err == nil {
 		done.status = resp.StatusCode
@@ -314,6 +323,7 @@ func (s *System) work(conn *transport.Conn, d *dispatchMsg, sup *actor.PID) {
 	s.root.Send(d.bucket, &headersMsg{call: c, status: resp.StatusCode, header: resp.Header, at: s.now()})
 	body, err := readBody(resp.Body, s.cfg.MaxResponseBytes)
 	resp.Body.Close()
+	err = connectionError(ctx, err)
 	if err != nil {
 		s.root.Send(d.bucket, &resultMsg{call: c, err: err, conn: conn})
 		return
@@ -351,6 +361,21 @@ func (s *System) prepare(ctx context.Context, c *Call) (*http.Request, error) {
 		req.Header.Set("User-Agent", s.cfg.UserAgent)
 	}
 	return req, nil
+}
+
+// connectionError types an error that came from the connection dying,
+// also where net/http reports it raw (while the body streamed, or after the
+// supervisor closed a connection already known dead): transport.Classify is
+// the one classifier. Such requests were sent and may have been processed.
+// Other errors pass unchanged.
+func connectionError(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() != nil || errors.Is(err, transport.ErrConnectionDied) {
+		return err
+	}
+	if transport.Classify(err) == transport.ConnectionDied {
+		return &transport.ConnectionDiedError{Reason: err, Sent: true}
+	}
+	return err
 }
 
 func hasRateLimitHeaders(h http.Header) bool {

@@ -28,6 +28,11 @@ type Config struct {
 	// TimelineLimit caps the events kept per bucket in Stats. Zero means
 	// 10000; negative keeps none.
 	TimelineLimit int
+	// TrackDuplicates counts, per method, requests whose method, path and
+	// body the engine has already answered (Stats.Duplicates): a client
+	// that resends a request that may have been processed shows up there.
+	// It keeps a hash of every request, so it is off by default.
+	TrackDuplicates bool
 }
 
 // Request is what the engine needs to know of one HTTP request.
@@ -86,6 +91,7 @@ type Engine struct {
 	invalid   map[string]*slidingLog // per IP
 	bans      map[string]time.Time   // IP -> banned until
 	outages   []outage               // external consumer windows
+	seen      map[[32]byte]bool      // request hashes, with TrackDuplicates
 	stats     counters
 	timeline  int
 }
@@ -113,6 +119,7 @@ type counters struct {
 	requests       int
 	byStatus       map[int]int
 	rateLimited    map[string]int
+	duplicates     map[string]int
 	injected       int
 	banned         int
 	bans           int
@@ -166,12 +173,15 @@ func NewEngine(start time.Time, cfg Config) (*Engine, error) {
 	for _, f := range cfg.Forbidden {
 		e.forbidden[f] = true
 	}
+	if cfg.TrackDuplicates {
+		e.seen = map[[32]byte]bool{}
+	}
 	e.stats = newCounters()
 	return e, nil
 }
 
 func newCounters() counters {
-	return counters{byStatus: map[int]int{}, rateLimited: map[string]int{}}
+	return counters{byStatus: map[int]int{}, rateLimited: map[string]int{}, duplicates: map[string]int{}}
 }
 
 // Rules returns the rule set in force, defaults filled in.
@@ -215,6 +225,17 @@ func (e *Engine) Handle(now time.Time, req Request) Decision {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	d := e.decide(now, req)
+	if e.seen != nil {
+		h := sha256.New()
+		h.Write([]byte(req.Method + " " + req.Path + "\n"))
+		h.Write(req.Body)
+		var sum [32]byte
+		copy(sum[:], h.Sum(nil))
+		if e.seen[sum] {
+			e.stats.duplicates[req.Method]++
+		}
+		e.seen[sum] = true
+	}
 	e.stats.requests++
 	e.stats.byStatus[d.Status]++
 	if d.Status == http.StatusTooManyRequests && d.Scope != "ban" {
@@ -496,6 +517,7 @@ func (e *Engine) Stats() Stats {
 		Requests:         c.requests,
 		ByStatus:         map[int]int{},
 		RateLimited:      map[string]int{},
+		Duplicates:       map[string]int{},
 		InjectedGlobal:   c.injected,
 		Banned:           c.banned,
 		Bans:             c.bans,
@@ -515,6 +537,9 @@ func (e *Engine) Stats() Stats {
 	}
 	for k, v := range c.rateLimited {
 		s.RateLimited[k] = v
+	}
+	for k, v := range c.duplicates {
+		s.Duplicates[k] = v
 	}
 	for _, b := range e.buckets {
 		bs := b.stats
@@ -545,5 +570,8 @@ func (e *Engine) Reset(now time.Time) {
 	e.globals = map[string]*globalState{}
 	e.invalid = map[string]*slidingLog{}
 	e.bans = map[string]time.Time{}
+	if e.seen != nil {
+		e.seen = map[[32]byte]bool{}
+	}
 	e.stats = newCounters()
 }

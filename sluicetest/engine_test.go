@@ -489,3 +489,17 @@ func indexOf(rs RuleSet, name string) int {
 	}
 	return -1
 }
+
+func TestTrackDuplicates(t *testing.T) {
+	s := newSim(t, DefaultRules(), Config{TrackDuplicates: true})
+	s.do(0, "POST", "/api/v10/channels/1/messages", withBody(`{"content":"a"}`))
+	s.do(0, "POST", "/api/v10/channels/1/messages", withBody(`{"content":"b"}`))
+	s.do(0, "POST", "/api/v10/channels/1/messages", withBody(`{"content":"a"}`))
+	s.do(0, "GET", "/api/v10/channels/1")
+	s.do(0, "GET", "/api/v10/channels/1")
+	assert.Equal(t, map[string]int{"POST": 1, "GET": 1}, s.e.Stats().Duplicates)
+	plain := newSim(t, DefaultRules())
+	plain.do(0, "GET", "/api/v10/channels/1")
+	plain.do(0, "GET", "/api/v10/channels/1")
+	assert.Empty(t, plain.e.Stats().Duplicates)
+}

@@ -38,6 +38,8 @@ type Options struct {
 	Faults Faults
 	// TimelineLimit caps per-bucket timelines (see Config).
 	TimelineLimit int
+	// TrackDuplicates counts repeated requests (see Config).
+	TrackDuplicates bool
 	// Seed seeds the fault dice; 0 picks a random seed.
 	Seed uint64
 	// ErrorLog receives the HTTP server's own errors (TLS handshakes
@@ -129,6 +131,7 @@ func NewServer(opts Options) (*Server, error) {
 	start := clock()
 	engine, err := NewEngine(start, Config{
 		Rules: opts.Rules, Tokens: opts.Tokens, Forbidden: opts.Forbidden, TimelineLimit: opts.TimelineLimit,
+		TrackDuplicates: opts.TrackDuplicates,
 	})
 	if err != nil {
 		return nil, err

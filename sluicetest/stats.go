@@ -19,6 +19,9 @@ type Stats struct {
 	// RateLimited counts 429s by X-RateLimit-Scope: "user", "global",
 	// "shared". Cloudflare bans are in Banned, not here.
 	RateLimited map[string]int `json:"rate_limited"`
+	// Duplicates counts, by method, requests identical (method, path,
+	// body) to one answered before; only with Config.TrackDuplicates.
+	Duplicates map[string]int `json:"duplicates,omitempty"`
 	// InjectedGlobal is how many of RateLimited["global"] the simulated
 	// external consumer caused.
 	InjectedGlobal int `json:"injected_global"`

@@ -1,0 +1,166 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/sluicehq/sluice/ratelimit"
+	"github.com/sluicehq/sluice/routes"
+	"github.com/sluicehq/sluice/sluicetest"
+	"github.com/sluicehq/sluice/transport"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// start runs a System against a fresh simulator, with hook as crashHook.
+func start(t *testing.T, rules sluicetest.RuleSet, hook func(any), logger ...*slog.Logger) (*System, *sluicetest.Server) {
+	t.Helper()
+	srv, err := sluicetest.NewServer(sluicetest.Options{Rules: rules})
+	require.NoError(t, err)
+	base, _ := url.Parse(srv.APIBase())
+	sys := Start(Config{
+		BaseURL: base, Authorization: "Bot test",
+		Transport:  transport.Config{TLSConfig: srv.ClientTLSConfig()},
+		Global:     ratelimit.NewSlidingWindow(1000, time.Second),
+		Store:      ratelimit.NewMemoryStore(),
+		Clock:      time.Now,
+		MaxRetries: 3, MaxErrorRetries: 2,
+		Logger: append(logger, nil)[0],
+	})
+	sys.crashHook = hook
+	t.Cleanup(func() {
+		require.NoError(t, sys.Close(context.Background()))
+		srv.Close()
+	})
+	return sys, srv
+}
+
+func submit(sys *System, method, path string) *Call {
+	req, _ := http.NewRequest(method, path, nil)
+	route, err := routes.Parse(method, path)
+	if err != nil {
+		panic(err)
+	}
+	c := NewCall(sys.NextID(), context.Background(), req, route, false, sys.Now())
+	sys.Submit(c)
+	return c
+}
+
+func channelRules() sluicetest.RuleSet {
+	return sluicetest.RuleSet{GlobalLimit: 1000, Rules: []sluicetest.Rule{{
+		Name: "get", Method: "GET", Route: "/channels/{channel_id}/messages/{message_id}",
+		Bucket: "h", Limit: 10, Window: sluicetest.Duration(50 * time.Millisecond),
+	}}}
+}
+
+func TestCrashingBucketLosesNothingElse(t *testing.T) {
+	var headers atomic.Int64
+	var panics atomic.Int64
+	hook := func(m any) {
+		if _, ok := m.(*headersMsg); ok && headers.Add(1)%25 == 0 {
+			panics.Add(1)
+			panic("injected bug")
+		}
+	}
+	sys, srv := start(t, channelRules(), hook)
+	var calls []*Call
+	for i := range 300 {
+		calls = append(calls, submit(sys, "GET", fmt.Sprintf("/channels/%d/messages/%d", 1+i%3, i)))
+	}
+	counts := map[string]int{}
+	for _, c := range calls {
+		<-c.Done()
+		resp, err := c.Result()
+		switch {
+		case errors.Is(err, ErrActorCrashed):
+			counts["crashed"]++
+		case err == nil && resp.StatusCode == 200:
+			counts["ok"]++
+		default:
+			counts[fmt.Sprint(err)]++
+		}
+	}
+	t.Logf("300 requests, a panic every 25th headers message (%d panics): %v", panics.Load(), counts)
+	assert.Equal(t, int(panics.Load()), counts["crashed"], "only the request in the failing message is lost")
+	assert.Equal(t, 300-counts["crashed"], counts["ok"], "every other request completes")
+	assert.Empty(t, srv.Stats().Violations(), "restarted actors keep their limits")
+}
+
+func TestRestartIntensityIsBounded(t *testing.T) {
+	var crash atomic.Bool
+	crash.Store(true)
+	var crashes atomic.Int64
+	hook := func(m any) {
+		if h, ok := m.(*headersMsg); ok && crash.Load() && strings.Contains(h.call.Route.Major, "666") {
+			crashes.Add(1)
+			panic("always")
+		}
+	}
+	terminated := make(chan struct{}, 16)
+	sys, _ := start(t, channelRules(), hook, slog.New(&eventHandler{match: "*actor.Terminated", ch: terminated}))
+	var calls []*Call
+	for i := range 40 {
+		calls = append(calls, submit(sys, "GET", fmt.Sprintf("/channels/666/messages/%d", i)))
+	}
+	broken := 0
+	for _, c := range calls {
+		<-c.Done()
+		_, err := c.Result()
+		require.ErrorIs(t, err, ErrActorCrashed)
+		if strings.Contains(err.Error(), "crashes within") {
+			broken++
+		}
+	}
+	t.Logf("%d crashes; %d queued requests failed once the actor broke", crashes.Load(), broken)
+	assert.Greater(t, broken, 0, "past the intensity the queue fails instead of crashing on")
+	assert.Less(t, crashes.Load(), int64(40))
+	// Other buckets are unaffected meanwhile.
+	other := submit(sys, "GET", "/channels/7/messages/1")
+	<-other.Done()
+	_, err := other.Result()
+	require.NoError(t, err)
+	// The broken actor stops once its window is over; then the bug is
+	// "fixed" and the next request gets a fresh actor and succeeds.
+	<-terminated
+	crash.Store(false)
+	c := submit(sys, "GET", "/channels/666/messages/1")
+	<-c.Done()
+	resp, err := c.Result()
+	require.NoError(t, err)
+	assert.Equal(t, 200, resp.StatusCode)
+}
+
+// eventHandler signals ch for each debug trace line whose "message"
+// attribute is match (the type of a message an actor received).
+type eventHandler struct {
+	match string
+	ch    chan struct{}
+}
+
+func (h *eventHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *eventHandler) Handle(_ context.Context, r slog.Record) error {
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "message" && a.Value.String() == h.match {
+			select {
+			case h.ch <- struct{}{}:
+			default:
+			}
+		}
+		return true
+	})
+	return nil
+}
+func (h *eventHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *eventHandler) WithGroup(string) slog.Handler      { return h }

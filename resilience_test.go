@@ -1,0 +1,281 @@
+package sluice_test
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicetest"
+)
+
+// outcomes counts how requests ended.
+type outcomes struct {
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+func (o *outcomes) add(kind string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.counts == nil {
+		o.counts = map[string]int{}
+	}
+	o.counts[kind]++
+}
+
+func classify(resp *http.Response, err error) string {
+	switch {
+	case err == nil:
+		return fmt.Sprintf("status %d", resp.StatusCode)
+	case errors.Is(err, context.DeadlineExceeded):
+		return "deadline (hang)"
+	case errors.Is(err, sluice.ErrConnectionDied):
+		return "connection died"
+	case errors.Is(err, sluice.ErrRateLimited):
+		return "rate limited"
+	case errors.Is(err, sluice.ErrBanned):
+		return "banned"
+	case errors.Is(err, sluice.ErrInvalidRequestBudget):
+		return "budget"
+	case errors.Is(err, sluice.ErrUnauthorized):
+		return "unauthorized"
+	case errors.Is(err, sluice.ErrQueueFull):
+		return "queue full"
+	default:
+		return "other: " + err.Error()
+	}
+}
+
+func TestChaosEveryRequestEndsAndNoUnsafeResend(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos run")
+	}
+	rs := sluicetest.RuleSet{GlobalLimit: 5000, Rules: []sluicetest.Rule{
+		{Name: "get", Method: "GET", Route: "/channels/{channel_id}/messages/{message_id}", Bucket: "g", Limit: 50, Window: sluicetest.Duration(100 * time.Millisecond)},
+		{Name: "post", Method: "POST", Route: "/channels/{channel_id}/messages", Bucket: "p", Limit: 50, Window: sluicetest.Duration(100 * time.Millisecond)},
+	}}
+	h := newHarness(t, sluicetest.Options{Rules: rs, TrackDuplicates: true,
+		Faults: sluicetest.Faults{DropRate: 0.02, ServerErrorRate: 0.05, Latency: time.Millisecond, Jitter: 2 * time.Millisecond}},
+		sluice.Options{GlobalLimit: 5000})
+	const n = 10_000
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	futures := make([]*sluice.Future, n)
+	for i := range n {
+		ch := 1000 + i%50 // 50 channels × 2 routes = 100 buckets
+		var r *http.Request
+		if i%2 == 0 {
+			r = req("GET", fmt.Sprintf("/channels/%d/messages/%d", ch, i), "")
+		} else {
+			r = req("POST", fmt.Sprintf("/channels/%d/messages", ch), fmt.Sprintf(`{"content":"m%d"}`, i))
+		}
+		futures[i] = h.lim.Send(ctx, r)
+	}
+	var o outcomes
+	for _, f := range futures {
+		resp, err := f.Await(context.Background())
+		o.add(classify(resp, err))
+	}
+	st := h.srv.Stats()
+	t.Logf("10,000 requests, 100 buckets, 2%% drops, 5%% 5xx: outcomes %v", o.counts)
+	t.Logf("simulator: %s; duplicates by method %v", st.Summary(), st.Duplicates)
+	assert.Zero(t, o.counts["deadline (hang)"], "no request hangs")
+	for kind := range o.counts {
+		assert.NotContains(t, kind, "other:", "every error is typed")
+	}
+	assert.Zero(t, st.Duplicates["POST"], "a POST that may have been processed is never resent")
+	assert.Greater(t, st.Dropped, 0)
+	assert.Greater(t, st.ServerErrors, 0)
+	assert.Zero(t, st.RateLimited["user"]+st.RateLimited["global"], "no 429s even under faults")
+}
+
+func TestCloudflareBanStopsProbesAndResumes(t *testing.T) {
+	rs := sluicetest.DefaultRules()
+	rs.InvalidLimit = 5
+	rs.BanDuration = sluicetest.Duration(1200 * time.Millisecond)
+	h := newHarness(t, sluicetest.Options{Rules: rs, Tokens: []string{testToken}},
+		sluice.Options{InvalidRequestLimit: -1, BanBackoff: 300 * time.Millisecond})
+	// Six requests with a wrong token of the caller's own: the simulator
+	// bans the IP after the sixth.
+	for i := range 6 {
+		r := req("GET", fmt.Sprintf("/channels/%d", i), "")
+		r.Header.Set("Authorization", "Bot wrong")
+		resp, err := h.lim.Do(context.Background(), r)
+		require.NoError(t, err)
+		require.Equal(t, 401, resp.StatusCode)
+	}
+	require.Equal(t, 1, h.srv.Stats().Bans)
+	// The first request meets the ban and fails without a retry.
+	_, err := h.lim.Do(context.Background(), req("GET", "/channels/100", ""))
+	require.ErrorIs(t, err, sluice.ErrBanned)
+	// Twenty more wait behind the breaker; single probes find the ban
+	// lifted and the rest follow.
+	var reqs []*http.Request
+	for i := range 20 {
+		reqs = append(reqs, req("GET", fmt.Sprintf("/channels/%d", 200+i), ""))
+	}
+	var o outcomes
+	for _, r := range h.lim.DoBatch(context.Background(), reqs) {
+		o.add(classify(r.Response, r.Err))
+	}
+	st := h.srv.Stats()
+	t.Logf("after the ban: %v; simulator answered %d requests with the ban page", o.counts, st.Banned)
+	assert.LessOrEqual(t, st.Banned, 4, "one request, then single probes: no burst")
+	assert.GreaterOrEqual(t, o.counts["status 200"], 17)
+	assert.Equal(t, 20, o.counts["status 200"]+o.counts["banned"])
+}
+
+func TestInvalidRequestCeilingRefusesBeforeTheBan(t *testing.T) {
+	rs := sluicetest.DefaultRules()
+	rs.InvalidLimit = 20
+	h := newHarness(t, sluicetest.Options{Rules: rs, Tokens: []string{testToken}},
+		sluice.Options{InvalidRequestLimit: 10})
+	var o outcomes
+	for i := range 30 {
+		r := req("GET", fmt.Sprintf("/channels/%d", i), "")
+		r.Header.Set("Authorization", "Bot wrong") // the caller's own bad token
+		resp, err := h.lim.Do(context.Background(), r)
+		o.add(classify(resp, err))
+		if err != nil {
+			var be *sluice.BudgetError
+			require.ErrorAs(t, err, &be)
+			assert.Equal(t, 10, be.Count)
+			assert.Equal(t, 10*time.Minute, be.Window)
+		}
+	}
+	st := h.srv.Stats()
+	t.Logf("outcomes %v; simulator: invalid=%d bans=%d", o.counts, st.Invalid, st.Bans)
+	assert.Equal(t, map[string]int{"status 401": 10, "budget": 20}, o.counts)
+	assert.Zero(t, st.Bans, "refused locally before the simulator would ban")
+	assert.Equal(t, 10, st.Invalid)
+}
+
+func TestRejectedTokenFailsFast(t *testing.T) {
+	srv, err := sluicetest.NewServer(sluicetest.Options{Tokens: []string{"the-real-token"}})
+	require.NoError(t, err)
+	defer srv.Close()
+	lim, err := sluice.New(sluice.Options{BaseURL: srv.APIBase(), Token: "a-revoked-token", TLSConfig: srv.ClientTLSConfig()})
+	require.NoError(t, err)
+	defer lim.Close(context.Background())
+	resp, err := lim.Do(context.Background(), req("GET", "/users/@me", ""))
+	require.NoError(t, err)
+	assert.Equal(t, 401, resp.StatusCode)
+	for range 5 {
+		_, err = lim.Do(context.Background(), req("GET", "/channels/1", ""))
+		assert.ErrorIs(t, err, sluice.ErrUnauthorized)
+	}
+	assert.Equal(t, 1, srv.Stats().Requests)
+	assert.NotContains(t, err.Error(), "a-revoked-token")
+}
+
+func TestBoundedQueue(t *testing.T) {
+	rs := rules(1, time.Hour, [2]string{"GET", "/channels/{channel_id}"})
+	h := newHarness(t, sluicetest.Options{Rules: rs}, sluice.Options{MaxQueue: 3})
+	_, err := h.lim.Do(context.Background(), req("GET", "/channels/1", ""))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var fs []*sluice.Future
+	for range 3 {
+		fs = append(fs, h.lim.Send(ctx, req("GET", "/channels/1", "")))
+	}
+	_, err = h.lim.Do(context.Background(), req("GET", "/channels/1", ""))
+	assert.ErrorIs(t, err, sluice.ErrQueueFull)
+	cancel()
+	for _, f := range fs {
+		_, err := f.Await(context.Background())
+		assert.ErrorIs(t, err, context.Canceled)
+	}
+}
+
+// hostileServer answers with the header or body a test names in the path.
+func hostileServer(t *testing.T) (*httptest.Server, *sluice.Limiter) {
+	t.Helper()
+	var retries atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		switch r.URL.Path {
+		case "/api/v10/channels/1": // malformed numbers
+			h.Set("X-RateLimit-Limit", "abc")
+			h.Set("X-RateLimit-Remaining", "-5")
+			h.Set("X-RateLimit-Reset-After", "NaN")
+			h.Set("X-RateLimit-Bucket", "x")
+		case "/api/v10/channels/2": // contradictory: remaining above limit, huge reset
+			h.Set("X-RateLimit-Limit", "5")
+			h.Set("X-RateLimit-Remaining", "500")
+			h.Set("X-RateLimit-Reset-After", "86400000.5") // 1,000 days
+			h.Set("X-RateLimit-Bucket", "y")
+		case "/api/v10/channels/3": // a 429 whose Retry-After is an HTTP date, then success
+			if retries.Add(1) == 1 {
+				h.Set("Retry-After", time.Now().Add(time.Second).UTC().Format(http.TimeFormat))
+				h.Set("X-RateLimit-Scope", "user")
+				h.Set("X-RateLimit-Limit", "1")
+				h.Set("X-RateLimit-Remaining", "0")
+				h.Set("X-RateLimit-Reset-After", "0.2")
+				h.Set("Content-Type", "application/json")
+				w.WriteHeader(429)
+				w.Write([]byte(`{"message":"You are being rate limited.","retry_after":0.2,"global":false}`))
+				return
+			}
+		case "/api/v10/channels/4": // a response that never ends
+			w.WriteHeader(200)
+			w.Write([]byte(`{"partial":`))
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+			return
+		}
+		w.Write([]byte(`{}`))
+	}))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	pool := srv.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs
+	lim, err := sluice.New(sluice.Options{BaseURL: srv.URL + "/api/v10", Token: testToken,
+		TLSConfig: &tls.Config{RootCAs: pool}, MaxWait: time.Minute})
+	require.NoError(t, err)
+	t.Cleanup(func() { lim.Close(context.Background()) })
+	return srv, lim
+}
+
+func TestHostileHeadersAndBodies(t *testing.T) {
+	_, lim := hostileServer(t)
+	ctx := context.Background()
+	for range 3 {
+		resp, err := lim.Do(ctx, req("GET", "/channels/1", ""))
+		require.NoError(t, err, "malformed headers are ignored, the answer delivered")
+		assert.Equal(t, 200, resp.StatusCode)
+	}
+	resp, err := lim.Do(ctx, req("GET", "/channels/2", ""))
+	require.NoError(t, err)
+	assert.Equal(t, 200, resp.StatusCode)
+	// Remaining is capped at Limit and the absurd reset at an hour: the
+	// bucket allows 4 more, then predicts an hour's wait, beyond MaxWait.
+	for range 4 {
+		_, err = lim.Do(ctx, req("GET", "/channels/2", ""))
+		require.NoError(t, err)
+	}
+	_, err = lim.Do(ctx, req("GET", "/channels/2", ""))
+	var we *sluice.WaitError
+	require.ErrorAs(t, err, &we)
+	assert.LessOrEqual(t, we.Wait, time.Hour)
+
+	resp, err = lim.Do(ctx, req("GET", "/channels/3", ""))
+	require.NoError(t, err, "the 429 is retried after its wait")
+	assert.Equal(t, 200, resp.StatusCode)
+
+	tctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	_, err = lim.Do(tctx, req("GET", "/channels/4", ""))
+	assert.ErrorIs(t, err, context.DeadlineExceeded, "a body that never ends is bounded by the context")
+}
