@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/ratelimit"
 	"github.com/sluicehq/sluice/routes"
+	"github.com/sluicehq/sluice/supervision"
 	"github.com/sluicehq/sluice/transport"
 )
 
@@ -83,19 +84,13 @@ func New(opts Options) (*Limiter, error) {
 		errRetries = 0
 	}
 	maxQueue, maxPending := orDefault(opts.MaxQueue, 10_000), orDefault(opts.MaxPending, 100_000)
-	var invalid *ratelimit.SlidingWindow
-	invalidWarn := 0
+	var invalid *supervision.Budget
 	if n := orDefault(opts.InvalidRequestLimit, 9_000); n > 0 {
-		per := opts.InvalidRequestWindow
-		if per <= 0 {
-			per = 10 * time.Minute
-		}
-		invalid = ratelimit.NewSlidingWindow(n, per)
 		frac := opts.InvalidRequestWarn
 		if frac <= 0 || frac > 1 {
 			frac = 0.5
 		}
-		invalidWarn = max(1, int(frac*float64(n)))
+		invalid = supervision.NewBudget(n, durationOr(opts.InvalidRequestWindow, 10*time.Minute), max(1, int(frac*float64(n))))
 	}
 	ua := opts.UserAgent
 	if ua == "" {
@@ -124,7 +119,6 @@ func New(opts Options) (*Limiter, error) {
 		BanBackoff:       durationOr(opts.BanBackoff, 60*time.Second),
 		MaxPending:       maxPending,
 		Invalid:          invalid,
-		InvalidWarn:      invalidWarn,
 		MaxResponseBytes: opts.MaxResponseBytes,
 		IdleAfter:        opts.IdleBucketAfter,
 		Backoff:          transport.Backoff{Jitter: 0.5},

@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice/fsm"
 	"github.com/sluicehq/sluice/ratelimit"
 	"github.com/sluicehq/sluice/routes"
+	"github.com/sluicehq/sluice/supervision"
 	"github.com/sluicehq/sluice/transport"
 )
 
@@ -71,8 +72,8 @@ type bucket struct {
 	// The actor's producer hands the same *bucket to every incarnation, so
 	// a restart keeps the queue, the maps and the limits.
 	current any
-	crashes []time.Time // recent crashes, within crashWindow
-	broken  error       // set past the restart intensity
+	crashes *supervision.Intensity
+	broken  error // set past the restart intensity
 }
 
 func newBucket(sys *System, key, routeKey string, serial bool) actor.Actor {
@@ -80,6 +81,7 @@ func newBucket(sys *System, key, routeKey string, serial bool) actor.Actor {
 		sys: sys, key: key, routeKey: routeKey, serial: serial,
 		running: map[uint64]*Call{}, inflight: map[uint64]*Call{},
 		unobserved: map[uint64]ratelimit.Headers{},
+		crashes:    supervision.NewIntensity(maxCrashes, crashWindow),
 	}
 	if st, ok := sys.store.Load(key); ok {
 		b.state = st
@@ -121,17 +123,11 @@ func (b *bucket) recoverCrash() {
 	m := b.current
 	b.current = nil
 	now := b.sys.now()
-	recent := b.crashes[:0]
-	for _, t := range b.crashes {
-		if now.Sub(t) < crashWindow {
-			recent = append(recent, t)
-		}
-	}
-	b.crashes = append(recent, now)
+	recent, exceeded := b.crashes.Crash(now)
 	b.sys.log.Error("sluice: bucket actor crashed; restarting it with its queue and limits",
-		slog.String("bucket", b.key), slog.String("message", fmt.Sprintf("%T", m)), slog.Int("recent_crashes", len(b.crashes)))
-	if len(b.crashes) > maxCrashes && b.broken == nil {
-		b.broken = fmt.Errorf("%w: %d crashes within %s; the bucket's actor is stopping", ErrActorCrashed, len(b.crashes), crashWindow)
+		slog.String("bucket", b.key), slog.String("message", fmt.Sprintf("%T", m)), slog.Int("recent_crashes", recent))
+	if exceeded && b.broken == nil {
+		b.broken = fmt.Errorf("%w: %d crashes within %s; the bucket's actor is stopping", ErrActorCrashed, recent, crashWindow)
 		b.sys.log.Error("sluice: bucket actor crashes too often; failing its requests and stopping it", slog.String("bucket", b.key))
 		b.failQueued(b.broken)
 	}

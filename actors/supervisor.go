@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/fsm"
 	"github.com/sluicehq/sluice/ratelimit"
+	"github.com/sluicehq/sluice/supervision"
 	"github.com/sluicehq/sluice/transport"
 )
 
@@ -40,15 +41,12 @@ type supervisor struct {
 	dialFails   int   // consecutive failed dials
 	globalUntil time.Time
 
-	// The ban breaker. banUntil holds every request, exempt ones too (a
-	// Cloudflare ban is per IP). After it, one probe goes alone; while
-	// probing, the breaker stays half-open until the probe's answer.
-	banUntil time.Time
-	banWait  time.Duration // doubles while probes meet the ban
-	probing  bool
-	probe    *Call
-	timers   timers
-	spawned  uint64
+	// breaker holds every request, exempt ones too (a Cloudflare ban is per
+	// IP), then lets one probe through; probe is that request.
+	breaker *supervision.Breaker
+	probe   *Call
+	timers  timers
+	spawned uint64
 }
 
 type child struct {
@@ -63,7 +61,8 @@ type child struct {
 const maxDialFailures = 3
 
 func newSupervisor(sys *System) actor.Actor {
-	s := &supervisor{sys: sys, children: map[string]*child{}, aliases: map[string]string{}}
+	s := &supervisor{sys: sys, children: map[string]*child{}, aliases: map[string]string{},
+		breaker: supervision.NewBreaker(sys.cfg.BanBackoff, ratelimit.MaxWait)}
 	s.machine = fsm.NewSupervisor(func(e fsm.SupervisorEvent, from, to fsm.SupervisorState) {
 		sys.trace(s.self, "transition", slog.String("event", e.String()), slog.String("from", from.String()), slog.String("to", to.String()))
 	})
@@ -106,12 +105,16 @@ func (s *supervisor) Receive(ctx actor.Context) {
 		s.running--
 		if m.call == s.probe {
 			s.probe = nil
+			now := s.sys.now()
 			switch {
 			case m.status == 429 && !m.rateLimitHeaders:
-				s.ban(0) // still banned: back off further
+				s.breaker.Probed(now, true)
+				s.holdForBan(now)
 			case m.status != 0:
 				s.sys.log.Info("sluice: the ban probe passed; resuming")
-				s.probing, s.banWait = false, 0
+				s.breaker.Probed(now, false)
+			default:
+				s.breaker.Abandon() // no answer: says nothing about the ban
 			}
 			defer s.flush(ctx)
 		}
@@ -149,7 +152,12 @@ func (s *supervisor) Receive(ctx actor.Context) {
 	case *banMsg:
 		// A Cloudflare ban carries no Retry-After; the breaker's own
 		// backoff decides when to probe.
-		s.ban(0)
+		now := s.sys.now()
+		if s.breaker.State(now) != supervision.Open {
+			s.sys.log.Error("sluice: the API answered like a Cloudflare ban; holding every request, then probing")
+		}
+		s.breaker.Trip(now)
+		s.holdForBan(now)
 	case *globalClearMsg:
 		if !s.timers.current(timerGlobal, m.gen) {
 			return
@@ -240,8 +248,16 @@ func (s *supervisor) flush(ctx actor.Context) {
 		s.pending = nil
 		return
 	}
-	if now.Before(s.banUntil) || s.probe != nil {
-		return // the globalClear timer (or the probe's answer) flushes again
+	if len(s.pending) == 0 {
+		return
+	}
+	probing := false
+	if s.breaker.State(now) != supervision.Closed {
+		ok, probe, _ := s.breaker.Allow(now)
+		if !ok {
+			return // the globalClear timer (or the probe's answer) flushes again
+		}
+		probing = probe
 	}
 	kept := s.pending[:0]
 	blocked := false
@@ -270,11 +286,14 @@ func (s *supervisor) flush(ctx actor.Context) {
 			d.call.globalAt = now
 		}
 		s.send(d)
-		if s.probing {
+		if probing {
 			s.probe = d.call // the breaker is half-open: this one goes alone
 			kept = append(kept, s.pending[i+1:]...)
 			break
 		}
+	}
+	if probing && s.probe == nil {
+		s.breaker.Abandon() // nothing went out to probe with
 	}
 	for i := len(kept); i < len(s.pending); i++ {
 		s.pending[i] = nil
@@ -356,23 +375,12 @@ func (s *supervisor) globalHit(wait time.Duration) {
 	s.timers.after(timerGlobal, s.globalUntil.Sub(now), func(gen uint64) any { return &globalClearMsg{gen} })
 }
 
-// ban opens the breaker: nothing is sent for the wait (doubling while probes
-// keep meeting the ban), then a single probe.
-func (s *supervisor) ban(wait time.Duration) {
-	now := s.sys.now()
-	if now.Before(s.banUntil) {
-		if until := now.Add(wait); until.After(s.banUntil) {
-			s.banUntil = until
-		}
-		return
+// holdForBan arms the timer that flushes once the breaker's backoff ends,
+// and pauses the global window (and the machine) for as long.
+func (s *supervisor) holdForBan(now time.Time) {
+	if _, _, wait := s.breaker.Allow(now); wait > 0 {
+		s.globalHit(wait)
 	}
-	s.banWait = max(wait, 2*s.banWait, s.sys.cfg.BanBackoff)
-	s.banWait = min(s.banWait, ratelimit.MaxWait)
-	s.banUntil = now.Add(s.banWait)
-	s.probing = true
-	s.sys.log.Error("sluice: the API answered like a Cloudflare ban; holding every request, then probing",
-		slog.Duration("for", s.banWait))
-	s.globalHit(s.banWait)
 }
 
 func (s *supervisor) learned(ctx actor.Context, m *learnedMsg) {

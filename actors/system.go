@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"net/http"
 	"net/url"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/sluicehq/sluice/ratelimit"
+	"github.com/sluicehq/sluice/supervision"
 	"github.com/sluicehq/sluice/transport"
 )
 
@@ -53,10 +53,9 @@ type Config struct {
 	// MaxQueue bounds the queue of one bucket; MaxPending the calls of the
 	// whole system without an outcome (0: no bound).
 	MaxQueue, MaxPending int
-	// Invalid counts 401, 403 and non-shared 429 answers; once it is full,
-	// requests are refused. InvalidWarn is the count that logs a warning.
-	Invalid     *ratelimit.SlidingWindow
-	InvalidWarn int
+	// Invalid counts 401, 403 and non-shared 429 answers and refuses
+	// requests at its ceiling (nil: no budget).
+	Invalid *supervision.Budget
 	// MaxResponseBytes bounds a response body.
 	MaxResponseBytes int64
 	// IdleAfter is how long a bucket actor lives on after its window ended
@@ -102,7 +101,6 @@ type System struct {
 	ids      atomic.Uint64
 	pending  atomic.Int64 // calls without an outcome
 	badToken atomic.Bool  // a 401 to the configured token: later calls fail fast
-	warned   atomic.Bool  // the invalid-request warning was logged
 	stop     sync.Once
 
 	// crashHook, when set (only by this package's tests), sees every
@@ -114,18 +112,12 @@ type System struct {
 // within crashWindow breaks: it fails its queued calls and every call that
 // reaches it with ErrActorCrashed, then stops through the ordinary idle
 // path (so no message is dropped); the next call for its bucket starts a
-// fresh actor, with the limits kept in the store.
+// fresh actor, with the limits kept in the store. Until then, every crash
+// restarts the same instance (supervision.RestartStrategy).
 const (
 	maxCrashes  = 10
 	crashWindow = 10 * time.Second
 )
-
-// childStrategy always restarts a crashed bucket actor (same instance, same
-// state). protoactor's own limit would stop the actor and drop the calls in
-// its mailbox, so the bucket enforces the intensity itself.
-var childStrategy = actor.NewOneForOneStrategy(math.MaxInt32, time.Second, func(any) actor.Directive {
-	return actor.RestartDirective
-})
 
 // Start spawns the supervisor, which starts connecting at once.
 func Start(cfg Config) *System {
@@ -145,7 +137,7 @@ func Start(cfg Config) *System {
 	s.hardCtx, s.hardCancel = context.WithCancel(context.Background())
 	props := actor.PropsFromProducer(func() actor.Actor { return newSupervisor(s) },
 		actor.WithReceiverMiddleware(s.receiveMiddleware()...),
-		actor.WithSupervisor(childStrategy))
+		actor.WithSupervisor(supervision.RestartStrategy()))
 	s.sup = s.root.Spawn(props)
 	return s
 }
@@ -204,8 +196,7 @@ func (s *System) budget(now time.Time) error {
 	if s.cfg.Invalid == nil {
 		return nil
 	}
-	if wait := s.cfg.Invalid.Wait(now); wait > 0 {
-		n, per := s.cfg.Invalid.Limit()
+	if wait, n, per := s.cfg.Invalid.Refusing(now); wait > 0 {
 		return &BudgetError{Count: n, Window: per, RetryAfter: wait}
 	}
 	return nil
@@ -216,18 +207,12 @@ func (s *System) countInvalid(now time.Time) {
 	if s.cfg.Invalid == nil {
 		return
 	}
-	if ok, _ := s.cfg.Invalid.Reserve(now); !ok {
-		return // already exhausted: requests are being refused
-	}
-	s.cfg.Invalid.Settle(now) // an answer: it counts for one window from now
-	n := s.cfg.Invalid.Count(now)
-	limit, per := s.cfg.Invalid.Limit()
-	if n >= limit {
-		s.log.Error("sluice: invalid-request budget exhausted; refusing requests until it recovers",
-			slog.Int("count", n), slog.Duration("window", per))
-	} else if s.cfg.InvalidWarn > 0 && n >= s.cfg.InvalidWarn && s.warned.CompareAndSwap(false, true) {
-		s.log.Warn("sluice: many invalid requests (401/403/429); Discord bans an IP at 10,000 per 10 minutes",
-			slog.Int("count", n), slog.Int("refuse_at", limit), slog.Duration("window", per))
+	n, level := s.cfg.Invalid.Record(now)
+	switch level {
+	case supervision.Exhausted:
+		s.log.Error("sluice: invalid-request budget exhausted; refusing requests until it recovers", slog.Int("count", n))
+	case supervision.Warn:
+		s.log.Warn("sluice: many invalid requests (401/403/429); Discord bans an IP at 10,000 per 10 minutes", slog.Int("count", n))
 	}
 }
 
