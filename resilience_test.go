@@ -279,3 +279,24 @@ func TestHostileHeadersAndBodies(t *testing.T) {
 	_, err = lim.Do(tctx, req("GET", "/channels/4", ""))
 	assert.ErrorIs(t, err, context.DeadlineExceeded, "a body that never ends is bounded by the context")
 }
+
+func TestGoAwayLosesNothingAndResendsNothing(t *testing.T) {
+	rs := rules(50, 100*time.Millisecond, [2]string{"POST", "/channels/{channel_id}/messages"})
+	rs.GlobalLimit = 1000
+	h := newHarness(t, sluicetest.Options{Rules: rs, TrackDuplicates: true,
+		Faults: sluicetest.Faults{GoAwayRate: 0.05}}, sluice.Options{GlobalLimit: 1000})
+	var reqs []*http.Request
+	for i := range 300 {
+		reqs = append(reqs, req("POST", fmt.Sprintf("/channels/%d/messages", i%5), fmt.Sprintf(`{"content":"g%d"}`, i)))
+	}
+	var o outcomes
+	for _, r := range h.lim.DoBatch(context.Background(), reqs) {
+		o.add(classify(r.Response, r.Err))
+	}
+	st := h.srv.Stats()
+	t.Logf("300 POSTs with a GOAWAY after 5%% of answers (%d GOAWAYs): %v; duplicates %v", st.GoAways, o.counts, st.Duplicates)
+	assert.Equal(t, 300, o.counts["status 200"], "streams a GOAWAY left unprocessed are resent; none is lost")
+	assert.Zero(t, st.Duplicates["POST"])
+	assert.Greater(t, st.GoAways, 0)
+	h.srv.AssertNoViolations(t)
+}
