@@ -123,6 +123,7 @@ func New(opts Options) (*Limiter, error) {
 		IdleAfter:        opts.IdleBucketAfter,
 		Backoff:          transport.Backoff{Jitter: 0.5},
 		Logger:           opts.Logger,
+		Trace:            opts.Trace,
 	})
 	return &Limiter{sys: sys}, nil
 }
@@ -238,10 +239,21 @@ func (l *Limiter) RoundTrip(req *http.Request) (*http.Response, error) {
 	return l.Do(req.Context(), req)
 }
 
-// Snapshot is the limiter's state at one moment.
+// Snapshot is the limiter's state at one moment: the supervisor's state,
+// the ban breaker, and every live bucket with its state, queue, remaining
+// count, reset and requests in flight. It is stable enough to render.
 type Snapshot = actors.Snapshot
 
-// Snapshot returns the supervisor's state and counts.
+// BucketSnapshot is one bucket's part of a Snapshot.
+type BucketSnapshot = actors.BucketSnapshot
+
+// TraceEvent is one step of the limiter's inner life, given to
+// Options.Trace: a message an actor received or sent, or a transition of
+// the supervisor's or a bucket's state machine.
+type TraceEvent = actors.TraceEvent
+
+// Snapshot gathers the limiter's state. It asks every actor, so it costs a
+// message per live bucket; it returns when ctx ends at the latest.
 func (l *Limiter) Snapshot(ctx context.Context) (Snapshot, error) { return l.sys.Snapshot(ctx) }
 
 // Close refuses new requests (they fail with ErrClosed), fails queued ones

@@ -97,6 +97,11 @@ type Options struct {
 	// level, a trace of actor messages and state transitions. Default:
 	// nothing is logged. Tokens are never logged.
 	Logger *slog.Logger
+	// Trace receives a TraceEvent for every message each actor receives
+	// and sends and for every state transition, in the order each actor
+	// sees them, on the actor's goroutine: keep it fast. Default nil: no
+	// trace, and no tracing code runs. Tokens never appear in events.
+	Trace func(TraceEvent)
 	// Clock is the time source of every rate-limit decision. Default
 	// time.Now. Tests may pass a fake clock; timers still run on real time.
 	Clock func() time.Time

@@ -290,7 +290,7 @@ func TestIdleBucketsStop(t *testing.T) {
 	}
 	snap, err := h.lim.Snapshot(context.Background())
 	require.NoError(t, err)
-	assert.Equal(t, 0, snap.Buckets, "every bucket actor stopped once its window ended")
+	assert.Empty(t, snap.Buckets, "every bucket actor stopped once its window ended")
 	assert.Equal(t, "connected", snap.State)
 	_ = errors.New
 }

@@ -87,7 +87,7 @@ func newBucket(sys *System, key, routeKey string, serial bool) actor.Actor {
 		b.state = st
 	}
 	b.machine = fsm.NewBucket(func(e fsm.BucketEvent, from, to fsm.BucketState) {
-		sys.trace(b.self, "transition", slog.String("bucket", b.key), slog.String("event", e.String()), slog.String("from", from.String()), slog.String("to", to.String()))
+		sys.transition("bucket", b.self, b.key, e.String(), from.String(), to.String())
 	})
 	if b.state.Known {
 		b.fire(fsm.Discovered)
@@ -100,6 +100,10 @@ func (b *bucket) fire(e fsm.BucketEvent) {
 		_ = b.machine.Fire(context.Background(), e)
 	}
 }
+
+func (b *bucket) traceName() string  { return "bucket" }
+func (b *bucket) traceState() string { return b.machine.Current().String() }
+func (b *bucket) traceKey() string   { return b.key }
 
 // Receive handles one message at a time.
 func (b *bucket) Receive(ctx actor.Context) {
@@ -213,6 +217,15 @@ func (b *bucket) receive(ctx actor.Context, msg any) {
 			b.queue = nil
 		}
 		b.pump(ctx)
+	case *bucketSnapshotMsg:
+		now := b.sys.now()
+		m.reply <- BucketSnapshot{
+			Key: b.key, State: b.machine.Current().String(), Known: b.state.Known,
+			Limit: b.state.Limit, Remaining: b.state.Remaining,
+			ResetIn: max(0, b.state.ResetAt.Sub(now)), PausedFor: max(0, b.state.PausedUntil.Sub(now)),
+			Queued: len(b.queue), Retrying: len(b.retries), Running: len(b.running), InFlight: len(b.inflight),
+			Serial: b.serial,
+		}
 	case *drainMsg:
 		b.draining = m.err
 		b.failQueued(m.err)

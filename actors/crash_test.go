@@ -109,7 +109,7 @@ func TestRestartIntensityIsBounded(t *testing.T) {
 		}
 	}
 	terminated := make(chan struct{}, 16)
-	sys, _ := start(t, channelRules(), hook, slog.New(&eventHandler{match: "*actor.Terminated", ch: terminated}))
+	sys, _ := start(t, channelRules(), hook, slog.New(&eventHandler{match: "terminated", ch: terminated}))
 	var calls []*Call
 	for i := range 40 {
 		calls = append(calls, submit(sys, "GET", fmt.Sprintf("/channels/666/messages/%d", i)))

@@ -134,18 +134,61 @@ type globalRetryMsg struct{ gen uint64 }
 // closeMsg: API -> supervisor. Refuse new calls, fail queued ones.
 type closeMsg struct{ err error }
 
-// snapshotMsg asks the supervisor for a Snapshot.
-type snapshotMsg struct{ reply chan Snapshot }
+// snapshotMsg asks the supervisor for its part of a Snapshot and the
+// bucket actors to ask for the rest.
+type snapshotMsg struct{ reply chan supervisorSnapshot }
 
-// Snapshot is the limiter's state at one moment.
+type supervisorSnapshot struct {
+	snap    Snapshot
+	buckets []*actor.PID
+}
+
+// bucketSnapshotMsg asks a bucket actor for its BucketSnapshot.
+type bucketSnapshotMsg struct{ reply chan BucketSnapshot }
+
+// Snapshot is the limiter's state at one moment, stable enough to render.
 type Snapshot struct {
+	// Time is when the supervisor answered.
+	Time time.Time
 	// State is the supervisor's state: disconnected, connecting,
 	// connected or global_limit.
 	State string
-	// Buckets is the number of live bucket actors.
-	Buckets int
-	// Pending is the number of dispatches held back by the supervisor.
+	// Breaker is the ban breaker's state: closed, open or half_open.
+	Breaker string
+	// Pending is the number of dispatches held back by the supervisor
+	// (waiting for the connection or the global limit).
 	Pending int
 	// Running is the number of requests on the wire.
 	Running int
+	// GlobalUsed is the number of global-limit slots held now (requests in
+	// flight and answered within the window).
+	GlobalUsed int
+	// Buckets are the live bucket actors, sorted by key.
+	Buckets []BucketSnapshot
+}
+
+// BucketSnapshot is one bucket actor's state.
+type BucketSnapshot struct {
+	// Key is the bucket's key (no token: tokens are hashed).
+	Key string
+	// State is the bucket machine's state: initial, open, exhausted,
+	// limited or idle.
+	State string
+	// Known reports whether a response revealed the limit.
+	Known bool
+	// Limit and Remaining are the bucket's count in its current window.
+	Limit, Remaining int
+	// ResetIn is the time left in the current window (0 when over).
+	ResetIn time.Duration
+	// PausedFor is the time left of a 429's pause (0 when none).
+	PausedFor time.Duration
+	// Queued requests wait for the bucket; Retrying ones wait for a
+	// backoff after a 5xx or a lost connection.
+	Queued, Retrying int
+	// Running requests are dispatched and unanswered; InFlight ones have
+	// their headers and are reading their body.
+	Running, InFlight int
+	// Serial is set when the bucket sends one request at a time (hidden
+	// sublimits).
+	Serial bool
 }

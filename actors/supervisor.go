@@ -64,18 +64,20 @@ func newSupervisor(sys *System) actor.Actor {
 	s := &supervisor{sys: sys, children: map[string]*child{}, aliases: map[string]string{},
 		breaker: supervision.NewBreaker(sys.cfg.BanBackoff, ratelimit.MaxWait)}
 	s.machine = fsm.NewSupervisor(func(e fsm.SupervisorEvent, from, to fsm.SupervisorState) {
-		sys.trace(s.self, "transition", slog.String("event", e.String()), slog.String("from", from.String()), slog.String("to", to.String()))
+		sys.transition("supervisor", s.self, "", e.String(), from.String(), to.String())
 	})
 	return s
 }
 
 func (s *supervisor) fire(e fsm.SupervisorEvent) {
-	if err := s.machine.Fire(context.Background(), e); err != nil {
-		// A stale event (e.g. a timer for a state already left) is
-		// harmless; it is traced, never acted on.
-		s.sys.trace(s.self, "ignored event", slog.String("event", e.String()), slog.String("error", err.Error()))
-	}
+	// A stale event (e.g. a timer for a state already left) fails with
+	// fsm.ErrInvalidEvent and is harmless: it is not acted on.
+	_ = s.machine.Fire(context.Background(), e)
 }
+
+func (s *supervisor) traceName() string  { return "supervisor" }
+func (s *supervisor) traceState() string { return s.machine.Current().String() }
+func (s *supervisor) traceKey() string   { return "" }
 
 // Receive handles one message at a time.
 func (s *supervisor) Receive(ctx actor.Context) {
@@ -186,7 +188,18 @@ func (s *supervisor) Receive(ctx actor.Context) {
 			}
 		}
 	case *snapshotMsg:
-		m.reply <- Snapshot{State: s.machine.Current().String(), Buckets: len(s.children), Pending: len(s.pending), Running: s.running}
+		now := s.sys.now()
+		snap := supervisorSnapshot{snap: Snapshot{
+			Time: now, State: s.machine.Current().String(), Breaker: s.breaker.State(now).String(),
+			Pending: len(s.pending), Running: s.running,
+		}}
+		if w, ok := s.sys.global.(interface{ Count(time.Time) int }); ok {
+			snap.snap.GlobalUsed = w.Count(now)
+		}
+		for _, ch := range s.children {
+			snap.buckets = append(snap.buckets, ch.pid)
+		}
+		m.reply <- snap
 	case *actor.Stopping:
 		s.stopped = true
 		s.timers.stopAll()
@@ -223,7 +236,8 @@ func (s *supervisor) submit(ctx actor.Context, c *Call, seen ratelimit.Headers) 
 		// bucket's state outlives a crash of its Receive.
 		b := newBucket(s.sys, key, routeKey, c.Route.HiddenSublimit)
 		props := actor.PropsFromProducer(func() actor.Actor { return b },
-			actor.WithReceiverMiddleware(s.sys.receiveMiddleware()...))
+			actor.WithReceiverMiddleware(s.sys.receiveMiddleware()...),
+			actor.WithSenderMiddleware(s.sys.senderMiddleware()...))
 		pid, err := ctx.SpawnNamed(props, "b"+itoa(s.spawned))
 		if err != nil {
 			c.Complete(nil, err)

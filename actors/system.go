@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -65,6 +66,9 @@ type Config struct {
 	Backoff transport.Backoff
 	// Logger receives warnings and, at debug level, the message trace.
 	Logger *slog.Logger
+	// Trace, when set, receives every TraceEvent (nil: no trace, and no
+	// middleware is installed).
+	Trace func(TraceEvent)
 }
 
 func (c *Config) dialTimeout() time.Duration {
@@ -137,6 +141,7 @@ func Start(cfg Config) *System {
 	s.hardCtx, s.hardCancel = context.WithCancel(context.Background())
 	props := actor.PropsFromProducer(func() actor.Actor { return newSupervisor(s) },
 		actor.WithReceiverMiddleware(s.receiveMiddleware()...),
+		actor.WithSenderMiddleware(s.senderMiddleware()...),
 		actor.WithSupervisor(supervision.RestartStrategy()))
 	s.sup = s.root.Spawn(props)
 	return s
@@ -216,16 +221,46 @@ func (s *System) countInvalid(now time.Time) {
 	}
 }
 
-// Snapshot asks the supervisor for its state.
+// Snapshot gathers the supervisor's state and every live bucket's. A
+// bucket that stops meanwhile is left out; Snapshot returns when ctx ends at
+// the latest.
 func (s *System) Snapshot(ctx context.Context) (Snapshot, error) {
-	reply := make(chan Snapshot, 1)
+	reply := make(chan supervisorSnapshot, 1)
 	s.root.Send(s.sup, &snapshotMsg{reply: reply})
+	var sup supervisorSnapshot
 	select {
-	case snap := <-reply:
-		return snap, nil
+	case sup = <-reply:
 	case <-ctx.Done():
 		return Snapshot{}, ctx.Err()
 	}
+	snap := sup.snap
+	if len(sup.buckets) == 0 {
+		return snap, nil
+	}
+	replies := make(chan BucketSnapshot, len(sup.buckets))
+	for _, pid := range sup.buckets {
+		s.root.Send(pid, &bucketSnapshotMsg{reply: replies})
+	}
+	// A bucket stopping right now never answers: wait for the others a
+	// bounded time.
+	t := time.NewTimer(time.Second)
+	defer t.Stop()
+	for range sup.buckets {
+		select {
+		case b := <-replies:
+			snap.Buckets = append(snap.Buckets, b)
+		case <-t.C:
+			return sortBuckets(snap), nil
+		case <-ctx.Done():
+			return sortBuckets(snap), ctx.Err()
+		}
+	}
+	return sortBuckets(snap), nil
+}
+
+func sortBuckets(s Snapshot) Snapshot {
+	slices.SortFunc(s.Buckets, func(a, b BucketSnapshot) int { return strings.Compare(a.Key, b.Key) })
+	return s
 }
 
 // Close refuses new calls and fails queued ones with ErrClosed, lets
@@ -397,30 +432,4 @@ func readBody(r io.Reader, max int64) ([]byte, error) {
 		return nil, fmt.Errorf("%w: more than %d bytes", ErrResponseTooLarge, max)
 	}
 	return b, nil
-}
-
-// trace logs one actor event at debug level; free when debug is off.
-func (s *System) trace(pid *actor.PID, what string, attrs ...slog.Attr) {
-	if !s.log.Enabled(context.Background(), slog.LevelDebug) {
-		return
-	}
-	id := ""
-	if pid != nil {
-		id = pid.Id
-	}
-	s.log.LogAttrs(context.Background(), slog.LevelDebug, "sluice: "+what, append([]slog.Attr{slog.String("actor", id)}, attrs...)...)
-}
-
-// receiveMiddleware is the receiver middleware of every actor: with debug
-// logging on, one trace line per message received.
-func (s *System) receiveMiddleware() []actor.ReceiverMiddleware {
-	if !s.log.Enabled(context.Background(), slog.LevelDebug) {
-		return nil
-	}
-	return []actor.ReceiverMiddleware{func(next actor.ReceiverFunc) actor.ReceiverFunc {
-		return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
-			s.trace(c.Self(), "receive", slog.String("message", fmt.Sprintf("%T", env.Message)))
-			next(c, env)
-		}
-	}}
 }

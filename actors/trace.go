@@ -1,0 +1,253 @@
+package actors
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+)
+
+// TraceEvent is one step of the limiter's inner life: a message an actor
+// received or sent, or a state transition of one of the state machines.
+// It never carries a token: routes and bucket keys are redacted.
+type TraceEvent struct {
+	// Time is when the event happened (the limiter's clock).
+	Time time.Time
+	// Kind is "receive", "send" or "transition".
+	Kind string
+	// Actor is "supervisor" or "bucket"; ActorID the actor's process id.
+	Actor, ActorID string
+	// Bucket is the bucket actor's key (route key, or hash and major
+	// parameters once known); empty for the supervisor.
+	Bucket string
+	// Message is the message type ("submit", "enqueue", "dispatch",
+	// "headers", "result", …) for receive and send events.
+	Message string
+	// To is the receiving actor's id, for send events.
+	To string
+	// Event is the state machine event, for transitions ("dial",
+	// "discovered", …).
+	Event string
+	// From and To states: the actor's state before and after a received
+	// message, or the transition's source and destination.
+	StateBefore, StateAfter string
+	// RequestID identifies the request the message is about (0: none).
+	RequestID uint64
+	// Route is the request's route with tokens redacted, when there is one.
+	Route string
+	// Status is the HTTP status carried by headers and result messages.
+	Status int
+	// Took is how long the actor spent handling a received message.
+	Took time.Duration
+}
+
+// tracer is implemented by the actors so the middleware can read the state
+// they are in and the key they are known by.
+type tracer interface {
+	traceName() string
+	traceState() string
+	traceKey() string
+}
+
+// messageInfo is implemented by messages that concern one request.
+type messageInfo interface{ traceCall() *Call }
+
+func (m *submitMsg) traceCall() *Call {
+	if len(m.calls) == 1 {
+		return m.calls[0]
+	}
+	return nil
+}
+func (m *enqueueMsg) traceCall() *Call {
+	if len(m.calls) == 1 {
+		return m.calls[0]
+	}
+	return nil
+}
+func (m *dispatchMsg) traceCall() *Call { return m.call }
+func (m *notSentMsg) traceCall() *Call  { return m.call }
+func (m *headersMsg) traceCall() *Call  { return m.call }
+func (m *resultMsg) traceCall() *Call   { return m.call }
+func (m *workDoneMsg) traceCall() *Call { return m.call }
+
+// messageName is the short name of a message type: "*actors.enqueueMsg"
+// becomes "enqueue", "*actor.Started" becomes "started".
+func messageName(m any) string {
+	switch m.(type) {
+	case *submitMsg:
+		return "submit"
+	case *enqueueMsg:
+		return "enqueue"
+	case *dispatchMsg:
+		return "dispatch"
+	case *notSentMsg:
+		return "not_sent"
+	case *headersMsg:
+		return "headers"
+	case *resultMsg:
+		return "result"
+	case *workDoneMsg:
+		return "work_done"
+	case *globalHitMsg:
+		return "global_hit"
+	case *banMsg:
+		return "ban"
+	case *learnedMsg:
+		return "learned"
+	case *ownerMsg:
+		return "owner"
+	case *idleMsg:
+		return "idle"
+	case *drainMsg:
+		return "drain"
+	case *wakeMsg:
+		return "wake"
+	case *dialedMsg:
+		return "dialed"
+	case *connDownMsg:
+		return "conn_down"
+	case *redialMsg:
+		return "redial"
+	case *globalClearMsg:
+		return "global_clear"
+	case *globalRetryMsg:
+		return "global_retry"
+	case *closeMsg:
+		return "close"
+	case *snapshotMsg:
+		return "snapshot"
+	case *bucketSnapshotMsg:
+		return "bucket_snapshot"
+	case *actor.Started:
+		return "started"
+	case *actor.Stopping:
+		return "stopping"
+	case *actor.Stopped:
+		return "stopped"
+	case *actor.Restarting:
+		return "restarting"
+	case *actor.Terminated:
+		return "terminated"
+	case *actor.PoisonPill:
+		return "poison"
+	}
+	return "other"
+}
+
+// tracing reports whether any trace sink is on.
+func (s *System) tracing() bool {
+	return s.cfg.Trace != nil || s.log.Enabled(context.Background(), slog.LevelDebug)
+}
+
+// emit hands e to the trace sinks: the callback and, at debug level, the
+// logger.
+func (s *System) emit(e TraceEvent) {
+	if s.cfg.Trace != nil {
+		s.cfg.Trace(e)
+	}
+	if s.log.Enabled(context.Background(), slog.LevelDebug) {
+		attrs := []slog.Attr{slog.String("kind", e.Kind), slog.String("actor", e.Actor), slog.String("id", e.ActorID)}
+		add := func(k, v string) {
+			if v != "" {
+				attrs = append(attrs, slog.String(k, v))
+			}
+		}
+		add("bucket", e.Bucket)
+		add("message", e.Message)
+		add("to", e.To)
+		add("event", e.Event)
+		add("from_state", e.StateBefore)
+		add("to_state", e.StateAfter)
+		add("route", e.Route)
+		if e.RequestID != 0 {
+			attrs = append(attrs, slog.Uint64("request", e.RequestID))
+		}
+		if e.Status != 0 {
+			attrs = append(attrs, slog.Int("status", e.Status))
+		}
+		if e.Took != 0 {
+			attrs = append(attrs, slog.Duration("took", e.Took))
+		}
+		s.log.LogAttrs(context.Background(), slog.LevelDebug, "sluice: trace", attrs...)
+	}
+}
+
+// describe fills the request fields of e from a message.
+func describe(e *TraceEvent, msg any) {
+	e.Message = messageName(msg)
+	if mi, ok := msg.(messageInfo); ok {
+		if c := mi.traceCall(); c != nil {
+			e.RequestID = c.ID
+			e.Route = c.Route.String()
+		}
+	}
+	switch m := msg.(type) {
+	case *headersMsg:
+		e.Status = m.status
+	case *resultMsg:
+		if m.resp != nil {
+			e.Status = m.resp.StatusCode
+		}
+	case *workDoneMsg:
+		e.Status = m.status
+	}
+}
+
+// receiveMiddleware is installed on every actor when tracing is on: one
+// event per message received, with the actor's state before and after.
+func (s *System) receiveMiddleware() []actor.ReceiverMiddleware {
+	if !s.tracing() {
+		return nil
+	}
+	return []actor.ReceiverMiddleware{func(next actor.ReceiverFunc) actor.ReceiverFunc {
+		return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
+			e := TraceEvent{Kind: "receive", ActorID: c.Self().GetId()}
+			t, _ := c.Actor().(tracer)
+			if t != nil {
+				e.Actor, e.StateBefore, e.Bucket = t.traceName(), t.traceState(), t.traceKey()
+			}
+			describe(&e, env.Message)
+			began := time.Now()
+			next(c, env)
+			e.Took = time.Since(began)
+			e.Time = s.now()
+			if t != nil {
+				e.StateAfter, e.Bucket = t.traceState(), t.traceKey()
+			}
+			s.emit(e)
+		}
+	}}
+}
+
+// senderMiddleware is installed on every actor when tracing is on: one
+// event per message an actor sends to another.
+func (s *System) senderMiddleware() []actor.SenderMiddleware {
+	if !s.tracing() {
+		return nil
+	}
+	return []actor.SenderMiddleware{func(next actor.SenderFunc) actor.SenderFunc {
+		return func(c actor.SenderContext, target *actor.PID, env *actor.MessageEnvelope) {
+			e := TraceEvent{Kind: "send", Time: s.now(), ActorID: c.Self().GetId(), To: target.GetId()}
+			if t, ok := c.Actor().(tracer); ok {
+				e.Actor, e.StateBefore, e.Bucket = t.traceName(), t.traceState(), t.traceKey()
+			}
+			describe(&e, env.Message)
+			s.emit(e)
+			next(c, target, env)
+		}
+	}}
+}
+
+// transition emits a state machine transition.
+func (s *System) transition(actorName string, pid *actor.PID, key, event, from, to string) {
+	if !s.tracing() {
+		return
+	}
+	id := ""
+	if pid != nil {
+		id = pid.GetId()
+	}
+	s.emit(TraceEvent{Kind: "transition", Time: s.now(), Actor: actorName, ActorID: id, Bucket: key,
+		Event: event, StateBefore: from, StateAfter: to})
+}
