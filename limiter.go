@@ -100,7 +100,7 @@ func New(opts Options) (*Limiter, error) {
 	if auth != "" && !strings.HasPrefix(auth, "Bot ") && !strings.HasPrefix(auth, "Bearer ") {
 		auth = "Bot " + auth
 	}
-	sys := actors.Start(actors.Config{
+	sys, err := actors.Start(actors.Config{
 		BaseURL:       u,
 		Authorization: auth,
 		UserAgent:     ua,
@@ -124,7 +124,12 @@ func New(opts Options) (*Limiter, error) {
 		Backoff:          transport.Backoff{Jitter: 0.5},
 		Logger:           opts.Logger,
 		Trace:            opts.Trace,
+		TracerProvider:   opts.TracerProvider,
+		MeterProvider:    opts.MeterProvider,
 	})
+	if err != nil {
+		return nil, err
+	}
 	return &Limiter{sys: sys}, nil
 }
 

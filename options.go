@@ -5,6 +5,9 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sluicehq/sluice/ratelimit"
 )
 
@@ -102,6 +105,22 @@ type Options struct {
 	// sees them, on the actor's goroutine: keep it fast. Default nil: no
 	// trace, and no tracing code runs. Tokens never appear in events.
 	Trace func(TraceEvent)
+	// TracerProvider receives a span per request, a child of the span in
+	// the request's context, with events queued, dispatched, sent,
+	// headers and done, and attributes saying how long it waited for its
+	// bucket (sluice.wait.bucket), for the global limit and the connection
+	// (sluice.wait.global) and on the network (sluice.wait.network). If
+	// the application set a propagator (otel.SetTextMapPropagator), the
+	// trace context is also sent upstream. Default nil: no spans.
+	TracerProvider trace.TracerProvider
+	// MeterProvider receives the limiter's metrics: sluice.responses (by
+	// status and 429 scope), sluice.requests (by outcome), sluice.wait (a
+	// histogram by kind: bucket, global, network), sluice.transitions (by
+	// machine and event) and the gauges sluice.requests.pending,
+	// sluice.requests.running, sluice.buckets.live,
+	// sluice.connection.state and sluice.invalid_requests.budget. Default
+	// nil: no metrics.
+	MeterProvider metric.MeterProvider
 	// Clock is the time source of every rate-limit decision. Default
 	// time.Now. Tests may pass a fake clock; timers still run on real time.
 	Clock func() time.Time

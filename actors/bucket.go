@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/sluicehq/sluice/fsm"
 	"github.com/sluicehq/sluice/ratelimit"
@@ -200,7 +201,7 @@ func (b *bucket) receive(ctx actor.Context, msg any) {
 		if m.err != nil {
 			m.call.Complete(nil, m.err)
 		} else if !m.call.Finished() {
-			b.queue = append([]*Call{m.call}, b.queue...)
+			b.requeueFront(m.call, b.sys.now())
 		}
 		b.pump(ctx)
 	case *ownerMsg:
@@ -279,6 +280,8 @@ func (b *bucket) enqueue(ctx actor.Context, c *Call) {
 			return
 		}
 	}
+	c.queuedAt = now
+	b.sys.tel.event(c, "queued", attribute.String("sluice.bucket", b.key))
 	b.queue = append(b.queue, c)
 }
 
@@ -353,6 +356,9 @@ func (b *bucket) pump(ctx actor.Context) {
 		b.queue[0] = nil
 		b.queue = b.queue[1:]
 		b.running[c.ID] = c
+		c.dispatchAt = now
+		c.waitBucket.Add(int64(now.Sub(c.queuedAt)))
+		b.sys.tel.event(c, "dispatched")
 		ctx.Send(b.sys.sup, &dispatchMsg{call: c, bucket: b.self})
 	}
 	b.maybeIdle(ctx)
@@ -366,6 +372,7 @@ func (b *bucket) headers(ctx actor.Context, m *headersMsg) {
 	delete(b.running, c.ID)
 	b.inflight[c.ID] = c
 	now := b.sys.now()
+	b.sys.tel.event(c, "headers", attribute.Int("http.response.status_code", m.status))
 	h, err := ratelimit.ParseHeaders(m.header, now)
 	if err != nil {
 		b.sys.log.Warn("sluice: malformed rate-limit headers", slog.String("route", c.Route.Redacted()), slog.String("error", err.Error()))
@@ -406,6 +413,7 @@ func (b *bucket) result(ctx actor.Context, m *resultMsg) {
 	delete(b.running, c.ID)
 	delete(b.inflight, c.ID)
 	now := b.sys.now()
+	c.waitNetwork.Add(int64(now.Sub(c.sentAt)))
 	if m.err != nil {
 		if unreported {
 			// No headers came back. A request that never reached the
@@ -435,6 +443,11 @@ func (b *bucket) result(ctx actor.Context, m *resultMsg) {
 	if ratelimit.CountsAsInvalid(status, v) {
 		b.sys.countInvalid(now)
 	}
+	scope := ""
+	if status == 429 {
+		scope = v.Kind.String()
+	}
+	b.sys.tel.response(status, scope)
 	switch {
 	case status == 429:
 		b.limited(ctx, c, v, now)
@@ -477,7 +490,7 @@ func (b *bucket) limited(ctx actor.Context, c *Call, v ratelimit.Verdict, now ti
 		c.Complete(nil, &RateLimitError{Scope: scope, RetryAfter: v.Wait, Attempts: c.attempts, Bucket: c.Route.Redacted()})
 		return
 	}
-	b.queue = append([]*Call{c}, b.queue...)
+	b.requeueFront(c, now)
 }
 
 // failed handles a request that got no complete response.
@@ -497,7 +510,7 @@ func (b *bucket) failed(ctx actor.Context, c *Call, m *resultMsg) {
 	case transport.NotSent:
 		// Never reached the server: it goes again when the supervisor has
 		// a connection.
-		b.queue = append([]*Call{c}, b.queue...)
+		b.requeueFront(c, b.sys.now())
 	default:
 		// It may have been processed: only a request that is safe to
 		// repeat is sent again.
@@ -508,6 +521,12 @@ func (b *bucket) failed(ctx actor.Context, c *Call, m *resultMsg) {
 		}
 		c.Complete(nil, fmt.Errorf("sluice: %s: %w", c.Route.Redacted(), m.err))
 	}
+}
+
+// requeueFront puts c back at the head of the queue: it was in line first.
+func (b *bucket) requeueFront(c *Call, now time.Time) {
+	c.queuedAt = now
+	b.queue = append([]*Call{c}, b.queue...)
 }
 
 // retryLater sends c again after a backoff, without holding the queue.
@@ -539,6 +558,10 @@ func (b *bucket) dueRetries(now time.Time) {
 	}
 	b.retries = keep
 	if len(due) > 0 {
+		for _, c := range due {
+			c.queuedAt = now
+			b.sys.tel.event(c, "retry")
+		}
 		b.queue = append(due, b.queue...)
 	}
 	if !next.IsZero() {

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sluicehq/sluice/routes"
 	"github.com/sluicehq/sluice/transport"
 )
@@ -32,11 +34,20 @@ type Call struct {
 	Submitted time.Time
 
 	// Owned by the holding actor.
-	attempts    int                         // 429 retries so far
-	errAttempts int                         // retries after a 5xx or a lost connection
-	notBefore   time.Time                   // a retry waits until then
-	sentAt      time.Time                   // when the current attempt was handed to the wire
-	globalAt    time.Time                   // when its global slot was reserved; zero if exempt
+	attempts    int        // 429 retries so far
+	errAttempts int        // retries after a 5xx or a lost connection
+	notBefore   time.Time  // a retry waits until then
+	sentAt      time.Time  // when the current attempt was handed to the wire
+	globalAt    time.Time  // when its global slot was reserved; zero if exempt
+	queuedAt    time.Time  // when it last joined its bucket's queue
+	dispatchAt  time.Time  // when its bucket last dispatched it
+	span        trace.Span // nil without a TracerProvider; set before submission
+
+	// Read by the outcome hook, which may run on another goroutine.
+	sends       atomic.Int64                // attempts put on the wire
+	waitBucket  atomic.Int64                // nanoseconds waiting for the bucket, all attempts
+	waitGlobal  atomic.Int64                // nanoseconds waiting for the global limit and the connection
+	waitNetwork atomic.Int64                // nanoseconds on the wire
 	stopCtx     atomic.Pointer[func() bool] // unregisters the context watch
 	onDone      func()                      // set before arm; runs once with the outcome
 
@@ -72,8 +83,8 @@ func (c *Call) Complete(resp *http.Response, err error) bool {
 		if stop := c.stopCtx.Load(); stop != nil {
 			(*stop)()
 		}
+		c.runOnDone() // before done: a waiter sees the bookkeeping (span, counts) finished
 		close(c.done)
-		c.runOnDone()
 	})
 	if !won && resp != nil && resp.Body != nil {
 		resp.Body.Close()
@@ -90,6 +101,11 @@ func (c *Call) runOnDone() {
 
 // Done is closed when the call has its outcome.
 func (c *Call) Done() <-chan struct{} { return c.done }
+
+// waits returns where the call's time went so far.
+func (c *Call) waits(time.Time) (bucket, global, network time.Duration) {
+	return time.Duration(c.waitBucket.Load()), time.Duration(c.waitGlobal.Load()), time.Duration(c.waitNetwork.Load())
+}
 
 // safe reports whether the request may be sent twice: an idempotent method,
 // or the caller said so.

@@ -30,7 +30,7 @@ func start(t *testing.T, rules sluicetest.RuleSet, hook func(any), logger ...*sl
 	srv, err := sluicetest.NewServer(sluicetest.Options{Rules: rules})
 	require.NoError(t, err)
 	base, _ := url.Parse(srv.APIBase())
-	sys := Start(Config{
+	sys, err := Start(Config{
 		BaseURL: base, Authorization: "Bot test",
 		Transport:  transport.Config{TLSConfig: srv.ClientTLSConfig()},
 		Global:     ratelimit.NewSlidingWindow(1000, time.Second),

@@ -64,6 +64,7 @@ func newSupervisor(sys *System) actor.Actor {
 	s := &supervisor{sys: sys, children: map[string]*child{}, aliases: map[string]string{},
 		breaker: supervision.NewBreaker(sys.cfg.BanBackoff, ratelimit.MaxWait)}
 	s.machine = fsm.NewSupervisor(func(e fsm.SupervisorEvent, from, to fsm.SupervisorState) {
+		sys.supState.Store(int64(to))
 		sys.transition("supervisor", s.self, "", e.String(), from.String(), to.String())
 	})
 	return s
@@ -105,6 +106,7 @@ func (s *supervisor) Receive(ctx actor.Context) {
 		s.flush(ctx)
 	case *workDoneMsg:
 		s.running--
+		s.sys.running.Add(-1)
 		if m.call == s.probe {
 			s.probe = nil
 			now := s.sys.now()
@@ -179,9 +181,10 @@ func (s *supervisor) Receive(ctx actor.Context) {
 	case *closeMsg:
 		s.close(ctx, m.err)
 	case *actor.Terminated:
-		// A child stopped: after an idle stop it is gone from the map
-		// already; after too many crashes it is removed here so the next
-		// request for its bucket spawns a fresh actor.
+		// A child stopped. After an idle stop it is gone from the map
+		// already; otherwise it is removed here so the next request for
+		// its bucket spawns a fresh actor.
+		s.sys.buckets.Add(-1)
 		for key, ch := range s.children {
 			if ch.pid.Equal(m.Who) {
 				delete(s.children, key)
@@ -245,6 +248,7 @@ func (s *supervisor) submit(ctx actor.Context, c *Call, seen ratelimit.Headers) 
 		}
 		ch = &child{pid: pid, major: c.Route.Major, learned: key != routeKey}
 		s.children[key] = ch
+		s.sys.buckets.Add(1)
 	}
 	ch.forwarded++
 	ctx.Send(ch.pid, &enqueueMsg{calls: []*Call{c}, seen: seen})
@@ -316,13 +320,19 @@ func (s *supervisor) flush(ctx actor.Context) {
 }
 
 func (s *supervisor) send(d *dispatchMsg) {
-	d.call.sentAt = s.sys.now()
+	now := s.sys.now()
+	c := d.call
+	c.sentAt = now
+	c.waitGlobal.Add(int64(now.Sub(c.dispatchAt)))
+	c.sends.Add(1)
+	s.sys.tel.event(c, "sent")
 	conn := s.conn
 	if !s.sys.goWork(func() { s.sys.work(conn, d, s.self) }) {
 		d.call.Complete(nil, ErrClosed)
 		return
 	}
 	s.running++
+	s.sys.running.Add(1)
 }
 
 func (s *supervisor) dial() {

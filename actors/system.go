@@ -16,6 +16,9 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/ratelimit"
 	"github.com/sluicehq/sluice/supervision"
@@ -69,6 +72,10 @@ type Config struct {
 	// Trace, when set, receives every TraceEvent (nil: no trace, and no
 	// middleware is installed).
 	Trace func(TraceEvent)
+	// TracerProvider and MeterProvider, when set, receive a span per
+	// request and the limiter's metrics (nil: none, at no cost).
+	TracerProvider trace.TracerProvider
+	MeterProvider  metric.MeterProvider
 }
 
 func (c *Config) dialTimeout() time.Duration {
@@ -104,6 +111,10 @@ type System struct {
 	closed   atomic.Bool
 	ids      atomic.Uint64
 	pending  atomic.Int64 // calls without an outcome
+	running  atomic.Int64 // requests on the wire (kept by the supervisor)
+	buckets  atomic.Int64 // live bucket actors (kept by the supervisor)
+	supState atomic.Int64 // the supervisor's fsm.SupervisorState
+	tel      *telemetry   // nil: no OpenTelemetry
 	badToken atomic.Bool  // a 401 to the configured token: later calls fail fast
 	stop     sync.Once
 
@@ -123,8 +134,9 @@ const (
 	crashWindow = 10 * time.Second
 )
 
-// Start spawns the supervisor, which starts connecting at once.
-func Start(cfg Config) *System {
+// Start spawns the supervisor, which starts connecting at once. It fails
+// only if the MeterProvider refuses an instrument.
+func Start(cfg Config) (*System, error) {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -138,13 +150,19 @@ func Start(cfg Config) *System {
 		actor.WithDeadLetterThrottleInterval(time.Millisecond),
 	)
 	s := &System{cfg: cfg, actors: as, root: as.Root, global: cfg.Global, store: cfg.Store, log: log}
+	tel, err := newTelemetry(cfg.TracerProvider, cfg.MeterProvider, s)
+	if err != nil {
+		as.Shutdown()
+		return nil, fmt.Errorf("sluice: metrics: %w", err)
+	}
+	s.tel = tel
 	s.hardCtx, s.hardCancel = context.WithCancel(context.Background())
 	props := actor.PropsFromProducer(func() actor.Actor { return newSupervisor(s) },
 		actor.WithReceiverMiddleware(s.receiveMiddleware()...),
 		actor.WithSenderMiddleware(s.senderMiddleware()...),
 		actor.WithSupervisor(supervision.RestartStrategy()))
 	s.sup = s.root.Spawn(props)
-	return s
+	return s, nil
 }
 
 func (s *System) now() time.Time { return s.cfg.Clock() }
@@ -161,7 +179,9 @@ func (s *System) Submit(c *Call) {
 	s.calls.Add(1)
 	n := s.pending.Add(1)
 	s.live.Store(c.ID, c)
+	s.tel.start(c)
 	c.arm(func() {
+		s.tel.finish(c, s.now())
 		s.live.Delete(c.ID)
 		s.pending.Add(-1)
 		s.calls.Done()
@@ -293,6 +313,7 @@ func (s *System) Close(ctx context.Context) error {
 			return true
 		})
 		<-allDone
+		s.tel.close()
 		s.actors.Shutdown()
 	})
 	return err
@@ -379,6 +400,9 @@ func (s *System) prepare(ctx context.Context, c *Call) (*http.Request, error) {
 	}
 	if req.Header.Get("User-Agent") == "" && s.cfg.UserAgent != "" {
 		req.Header.Set("User-Agent", s.cfg.UserAgent)
+	}
+	if c.span != nil {
+		inject(ctx, propagation.HeaderCarrier(req.Header))
 	}
 	return req, nil
 }

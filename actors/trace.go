@@ -241,6 +241,7 @@ func (s *System) senderMiddleware() []actor.SenderMiddleware {
 
 // transition emits a state machine transition.
 func (s *System) transition(actorName string, pid *actor.PID, key, event, from, to string) {
+	s.tel.transition(actorName, event)
 	if !s.tracing() {
 		return
 	}

@@ -60,3 +60,10 @@ func (b *Budget) Refusing(now time.Time) (wait time.Duration, count int, window 
 	n, per := b.window.Limit()
 	return b.window.Wait(now), n, per
 }
+
+// Left returns how many more invalid answers the budget accepts at now
+// before it refuses requests.
+func (b *Budget) Left(now time.Time) int {
+	n, _ := b.window.Limit()
+	return max(0, n-b.window.Count(now))
+}
