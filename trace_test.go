@@ -117,9 +117,10 @@ func TestTracePipelinedBurst(t *testing.T) {
 		require.NoError(t, r.Err)
 	}
 	settle(t, h)
-	// In the bucket's own order: the pioneer is dispatched alone; its
-	// headers reveal the bucket (transition) and its hash, which the
-	// supervisor confirms (owner); then the other four go at once.
+	// In the bucket's own order (each received message, then what it
+	// caused): the pioneer is dispatched alone; its headers reveal the
+	// bucket (transition) and its hash, which the supervisor confirms
+	// (owner); then the other four go at once.
 	var order []string
 	for _, e := range rec.all() {
 		if e.Actor != "bucket" {
@@ -135,7 +136,7 @@ func TestTracePipelinedBurst(t *testing.T) {
 		}
 	}
 	require.GreaterOrEqual(t, len(order), 8)
-	assert.Equal(t, []string{"dispatch", "discovered", "headers", "dispatch", "dispatch", "dispatch", "dispatch", "owner"}, order[:8])
+	assert.Equal(t, []string{"dispatch", "headers", "discovered", "owner", "dispatch", "dispatch", "dispatch", "dispatch"}, order[:8])
 }
 
 func TestTraceGlobal429(t *testing.T) {
@@ -217,4 +218,28 @@ func TestTraceAndLogsNeverShowTokens(t *testing.T) {
 		assert.NotContains(t, out, hookToken)
 	}
 	assert.Contains(t, all.String(), "{webhook_token}", "routes appear redacted")
+}
+
+// Options.Trace sees every message each actor handles, with the actor's
+// state before and after; here, what the bucket actor did for one request.
+func Example_trace() {
+	rec := &recorder{}
+	srv, _ := sluicetest.NewServer(sluicetest.Options{})
+	defer srv.Close()
+	lim, _ := sluice.New(sluice.Options{BaseURL: srv.APIBase(), Token: "my-bot-token", TLSConfig: srv.ClientTLSConfig(),
+		Trace: rec.add})
+	resp, _ := lim.Do(context.Background(), req("GET", "/channels/42", ""))
+	resp.Body.Close()
+	lim.Close(context.Background()) // every event is in once Close returns
+	for _, e := range rec.all() {
+		if e.Actor == "bucket" && (e.RequestID != 0 || e.Kind == "transition") {
+			fmt.Println(strings.TrimSpace(fmt.Sprintf("%-10s %-9s %-8s %s -> %s", e.Kind, e.Message+e.Event, e.Route, e.StateBefore, e.StateAfter)))
+		}
+	}
+	// Output:
+	// receive    enqueue   GET /channels/42 initial -> initial
+	// send       dispatch  GET /channels/42 initial ->
+	// receive    headers   GET /channels/42 initial -> open
+	// transition discovered          initial -> open
+	// receive    result    GET /channels/42 open -> open
 }

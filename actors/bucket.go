@@ -73,6 +73,7 @@ type bucket struct {
 	// The actor's producer hands the same *bucket to every incarnation, so
 	// a restart keeps the queue, the maps and the limits.
 	current any
+	tbuf    traceBuf
 	crashes *supervision.Intensity
 	broken  error // set past the restart intensity
 }
@@ -88,7 +89,7 @@ func newBucket(sys *System, key, routeKey string, serial bool) actor.Actor {
 		b.state = st
 	}
 	b.machine = fsm.NewBucket(func(e fsm.BucketEvent, from, to fsm.BucketState) {
-		sys.transition("bucket", b.self, b.key, e.String(), from.String(), to.String())
+		sys.transition(b, b.self, e.String(), from.String(), to.String())
 	})
 	if b.state.Known {
 		b.fire(fsm.Discovered)
@@ -102,9 +103,10 @@ func (b *bucket) fire(e fsm.BucketEvent) {
 	}
 }
 
-func (b *bucket) traceName() string  { return "bucket" }
-func (b *bucket) traceState() string { return b.machine.Current().String() }
-func (b *bucket) traceKey() string   { return b.key }
+func (b *bucket) traceName() string      { return "bucket" }
+func (b *bucket) traceState() string     { return b.machine.Current().String() }
+func (b *bucket) traceKey() string       { return b.key }
+func (b *bucket) traceBuffer() *traceBuf { return &b.tbuf }
 
 // Receive handles one message at a time.
 func (b *bucket) Receive(ctx actor.Context) {
@@ -165,11 +167,12 @@ func (b *bucket) recoverCrash() {
 func (b *bucket) receive(ctx actor.Context, msg any) {
 	switch m := msg.(type) {
 	case *actor.Started:
-		if b.self == nil { // not again after a restart: timers stay armed
+		if b.self == nil { // the first start: the first enqueue is on its way
 			b.self = ctx.Self()
 			b.timers = timers{sys: b.sys, pid: b.self}
+			return
 		}
-		b.pump(ctx)
+		b.pump(ctx) // after a restart (timers stay armed): carry on
 	case *enqueueMsg:
 		b.received++
 		if m.seen.Has.Remaining {

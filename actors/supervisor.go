@@ -45,6 +45,8 @@ type supervisor struct {
 	// IP), then lets one probe through; probe is that request.
 	breaker *supervision.Breaker
 	probe   *Call
+
+	tbuf    traceBuf
 	timers  timers
 	spawned uint64
 }
@@ -65,7 +67,7 @@ func newSupervisor(sys *System) actor.Actor {
 		breaker: supervision.NewBreaker(sys.cfg.BanBackoff, ratelimit.MaxWait)}
 	s.machine = fsm.NewSupervisor(func(e fsm.SupervisorEvent, from, to fsm.SupervisorState) {
 		sys.supState.Store(int64(to))
-		sys.transition("supervisor", s.self, "", e.String(), from.String(), to.String())
+		sys.transition(s, s.self, e.String(), from.String(), to.String())
 	})
 	return s
 }
@@ -76,9 +78,10 @@ func (s *supervisor) fire(e fsm.SupervisorEvent) {
 	_ = s.machine.Fire(context.Background(), e)
 }
 
-func (s *supervisor) traceName() string  { return "supervisor" }
-func (s *supervisor) traceState() string { return s.machine.Current().String() }
-func (s *supervisor) traceKey() string   { return "" }
+func (s *supervisor) traceName() string      { return "supervisor" }
+func (s *supervisor) traceState() string     { return s.machine.Current().String() }
+func (s *supervisor) traceKey() string       { return "" }
+func (s *supervisor) traceBuffer() *traceBuf { return &s.tbuf }
 
 // Receive handles one message at a time.
 func (s *supervisor) Receive(ctx actor.Context) {

@@ -48,6 +48,26 @@ type tracer interface {
 	traceName() string
 	traceState() string
 	traceKey() string
+	traceBuffer() *traceBuf
+}
+
+// traceBuf holds the events an actor causes while it handles a message
+// (sends, transitions), so they are emitted after the receive event that
+// caused them. Used only on the actor's goroutine.
+type traceBuf struct {
+	active bool
+	events []TraceEvent
+}
+
+// emitFrom emits e, or holds it until the actor's current receive event.
+func (s *System) emitFrom(t tracer, e TraceEvent) {
+	if t != nil {
+		if b := t.traceBuffer(); b.active {
+			b.events = append(b.events, e)
+			return
+		}
+	}
+	s.emit(e)
 }
 
 // messageInfo is implemented by messages that concern one request.
@@ -204,8 +224,11 @@ func (s *System) receiveMiddleware() []actor.ReceiverMiddleware {
 		return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
 			e := TraceEvent{Kind: "receive", ActorID: c.Self().GetId()}
 			t, _ := c.Actor().(tracer)
+			var buf *traceBuf
 			if t != nil {
 				e.Actor, e.StateBefore, e.Bucket = t.traceName(), t.traceState(), t.traceKey()
+				buf = t.traceBuffer()
+				buf.active = true
 			}
 			describe(&e, env.Message)
 			began := time.Now()
@@ -216,6 +239,13 @@ func (s *System) receiveMiddleware() []actor.ReceiverMiddleware {
 				e.StateAfter, e.Bucket = t.traceState(), t.traceKey()
 			}
 			s.emit(e)
+			if buf != nil {
+				for i, held := range buf.events {
+					s.emit(held)
+					buf.events[i] = TraceEvent{}
+				}
+				buf.events, buf.active = buf.events[:0], false
+			}
 		}
 	}}
 }
@@ -229,19 +259,20 @@ func (s *System) senderMiddleware() []actor.SenderMiddleware {
 	return []actor.SenderMiddleware{func(next actor.SenderFunc) actor.SenderFunc {
 		return func(c actor.SenderContext, target *actor.PID, env *actor.MessageEnvelope) {
 			e := TraceEvent{Kind: "send", Time: s.now(), ActorID: c.Self().GetId(), To: target.GetId()}
-			if t, ok := c.Actor().(tracer); ok {
+			t, _ := c.Actor().(tracer)
+			if t != nil {
 				e.Actor, e.StateBefore, e.Bucket = t.traceName(), t.traceState(), t.traceKey()
 			}
 			describe(&e, env.Message)
-			s.emit(e)
+			s.emitFrom(t, e)
 			next(c, target, env)
 		}
 	}}
 }
 
 // transition emits a state machine transition.
-func (s *System) transition(actorName string, pid *actor.PID, key, event, from, to string) {
-	s.tel.transition(actorName, event)
+func (s *System) transition(t tracer, pid *actor.PID, event, from, to string) {
+	s.tel.transition(t.traceName(), event)
 	if !s.tracing() {
 		return
 	}
@@ -249,6 +280,6 @@ func (s *System) transition(actorName string, pid *actor.PID, key, event, from, 
 	if pid != nil {
 		id = pid.GetId()
 	}
-	s.emit(TraceEvent{Kind: "transition", Time: s.now(), Actor: actorName, ActorID: id, Bucket: key,
+	s.emitFrom(t, TraceEvent{Kind: "transition", Time: s.now(), Actor: t.traceName(), ActorID: id, Bucket: t.traceKey(),
 		Event: event, StateBefore: from, StateAfter: to})
 }
