@@ -2,6 +2,7 @@
 //
 // Usage:
 //
+//	sluice demo [flags]       drive a realistic load through Sluice against the simulator, live
 //	sluice simulate [flags]   serve the simulated Discord API (see -h)
 //	sluice version            print the version
 //
@@ -37,6 +38,7 @@ func main() {
 const usage = `Sluice sends HTTP requests to rate-limited REST APIs as fast as their rules allow.
 
 Usage:
+  sluice demo [flags]       drive a realistic load through Sluice against the in-process simulator
   sluice simulate [flags]   serve a simulated, rate-limited Discord API on loopback
   sluice version            print the version
 
@@ -51,6 +53,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return flag.ErrHelp
 	}
 	switch args[0] {
+	case "demo":
+		return demo(ctx, args[1:], stdout, stderr)
 	case "simulate":
 		return simulate(ctx, args[1:], stdout, stderr)
 	case "version":

@@ -1,0 +1,507 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicetest"
+)
+
+// demoConfig is what the demo's flags choose.
+type demoConfig struct {
+	scenario string
+	size     int
+	trace    bool
+	progress bool
+	out      io.Writer
+	errOut   io.Writer
+}
+
+// job is one request of the demo's load.
+type job struct {
+	kind string
+	req  *http.Request
+}
+
+// demo runs the simulator and a limiter in-process and drives a load
+// through them, showing the limiter's state as it goes and a report at the
+// end.
+func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfg := demoConfig{out: stdout, errOut: stderr}
+	fs.StringVar(&cfg.scenario, "scenario", "mixed", "load to drive: mixed, saturated, fanout, burst, shared, sublimit, global429, faults")
+	fs.IntVar(&cfg.size, "size", 600, "number of requests")
+	fs.BoolVar(&cfg.trace, "trace", false, "print every actor message and state transition to stderr")
+	progress := fs.String("progress", "auto", "live view: auto (when stdout is a terminal), on, off")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, "Usage: sluice demo [flags]\n\nStart the simulator in-process, drive a realistic load through Sluice and report.\nNo network is needed.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if cfg.size < 1 || cfg.size > 100_000 {
+		return errors.New("-size must be between 1 and 100000")
+	}
+	switch *progress {
+	case "on":
+		cfg.progress = true
+	case "off":
+	case "auto":
+		if f, ok := stdout.(*os.File); ok {
+			if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+				cfg.progress = true
+			}
+		}
+	default:
+		return fmt.Errorf("-progress must be auto, on or off, not %q", *progress)
+	}
+	if _, ok := scenarios[cfg.scenario]; !ok {
+		return fmt.Errorf("unknown scenario %q (see -h)", cfg.scenario)
+	}
+	return runDemo(ctx, cfg)
+}
+
+// demoRules are Discord's rules with windows shortened five times, and the
+// hidden rename sublimit (2 per 10 minutes) shortened to 3 s, so the demo
+// finishes in well under a minute.
+func demoRules() sluicetest.RuleSet {
+	rs := sluicetest.DefaultRules().Scaled(0.2)
+	for i := range rs.Rules {
+		for j := range rs.Rules[i].Sublimits {
+			rs.Rules[i].Sublimits[j].Window = sluicetest.Duration(3 * time.Second)
+		}
+	}
+	return rs
+}
+
+func newJob(kind, method, path, body string) job {
+	var r io.Reader
+	if body != "" {
+		r = strings.NewReader(body)
+	}
+	req, _ := http.NewRequest(method, path, r)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	return job{kind: kind, req: req}
+}
+
+// scenarios build the load: n requests, in submission order.
+var scenarios = map[string]func(n int) []job{
+	"mixed":     mixedLoad,
+	"saturated": saturatedLoad,
+	"fanout":    fanoutLoad,
+	"burst":     burstLoad,
+	"shared":    sharedLoad,
+	"sublimit":  sublimitLoad,
+	"global429": fanoutLoad,
+	"faults":    mixedLoad,
+}
+
+// mixedLoad is what a busy bot sends: many channels, a hot channel,
+// reactions, a route never seen, routes sharing a hash, interaction
+// callbacks, reads and a few channel renames.
+func mixedLoad(n int) []job {
+	{
+		var jobs []job
+		for i := 0; len(jobs) < n; i++ {
+			switch i % 20 {
+			case 0, 1, 2, 3, 4, 5, 6, 7: // many channels
+				jobs = append(jobs, newJob("fan-out", "POST", fmt.Sprintf("/channels/%d/messages", 2000+i%40), fmt.Sprintf(`{"content":"fan %d"}`, i)))
+			case 8, 9, 10: // a hot channel
+				jobs = append(jobs, newJob("hot channel", "POST", "/channels/1000/messages", fmt.Sprintf(`{"content":"hot %d"}`, i)))
+			case 11, 12: // reactions on one message
+				jobs = append(jobs, newJob("reactions", "PUT", fmt.Sprintf("/channels/1000/messages/1/reactions/%s/@me", []string{"%F0%9F%91%8D", "%E2%9D%A4"}[i%2]), ""))
+			case 13, 14: // a burst onto a route never seen
+				jobs = append(jobs, newJob("new route", "PATCH", fmt.Sprintf("/channels/1001/messages/%d", 5000+i), `{"content":"edited"}`))
+			case 15, 16: // two routes sharing a hash
+				jobs = append(jobs, newJob("shared hash", []string{"PUT", "DELETE"}[i%2], fmt.Sprintf("/guilds/77/members/%d/roles/9", i), ""))
+			case 17: // interaction callbacks: exempt from the global limit
+				jobs = append(jobs, newJob("interactions", "POST", fmt.Sprintf("/interactions/%d/token-%d/callback", 900000000000000000+i, i), `{"type":4}`))
+			case 18: // reads
+				jobs = append(jobs, newJob("reads", "GET", fmt.Sprintf("/channels/%d/messages/%d", 2000+i%40, i), ""))
+			case 19: // renames: a hidden sublimit
+				if i%100 == 19 {
+					jobs = append(jobs, newJob("renames", "PATCH", "/channels/1002", fmt.Sprintf(`{"name":"room-%d"}`, i)))
+				} else {
+					jobs = append(jobs, newJob("fan-out", "POST", fmt.Sprintf("/channels/%d/messages", 2000+i%40), `{"content":"fan"}`))
+				}
+			}
+		}
+		return jobs[:n]
+	}
+}
+
+// saturatedLoad sends everything to one channel.
+func saturatedLoad(n int) []job {
+	jobs := make([]job, n)
+	for i := range jobs {
+		jobs[i] = newJob("hot channel", "POST", "/channels/1000/messages", fmt.Sprintf(`{"content":"%d"}`, i))
+	}
+	return jobs
+}
+
+// fanoutLoad spreads messages over 100 channels.
+func fanoutLoad(n int) []job {
+	jobs := make([]job, n)
+	for i := range jobs {
+		jobs[i] = newJob("fan-out", "POST", fmt.Sprintf("/channels/%d/messages", 2000+i%100), fmt.Sprintf(`{"content":"%d"}`, i))
+	}
+	return jobs
+}
+
+// burstLoad edits messages of one channel: a route not yet seen.
+func burstLoad(n int) []job {
+	jobs := make([]job, n)
+	for i := range jobs {
+		jobs[i] = newJob("new route", "PATCH", fmt.Sprintf("/channels/1001/messages/%d", i), `{"content":"e"}`)
+	}
+	return jobs
+}
+
+// sharedLoad alternates adding and removing a role: two routes, one hash.
+func sharedLoad(n int) []job {
+	jobs := make([]job, n)
+	for i := range jobs {
+		jobs[i] = newJob("shared hash", []string{"PUT", "DELETE"}[i%2], fmt.Sprintf("/guilds/77/members/%d/roles/9", i), "")
+	}
+	return jobs
+}
+
+// sublimitLoad renames one channel again and again: a hidden sublimit.
+func sublimitLoad(n int) []job {
+	jobs := make([]job, n)
+	for i := range jobs {
+		jobs[i] = newJob("renames", "PATCH", "/channels/1002", fmt.Sprintf(`{"name":"room-%d"}`, i))
+	}
+	return jobs
+}
+
+// faultsFor adds the scenario's faults: the mixed load meets an external
+// global 429 and a dropped connection; "faults" adds 5xx and drops.
+func faultsFor(scenario string) sluicetest.Faults {
+	f := sluicetest.Faults{Latency: 15 * time.Millisecond, Jitter: 10 * time.Millisecond}
+	switch scenario {
+	case "mixed", "global429":
+		f.ExternalGlobal = []sluicetest.GlobalOutage{{After: 3 * time.Second, For: 800 * time.Millisecond}}
+	case "faults":
+		f.ServerErrorRate, f.DropRate = 0.03, 0.005
+	}
+	return f
+}
+
+type tally struct {
+	mu      sync.Mutex
+	byKind  map[string]map[string]int // kind -> outcome -> count
+	done    atomic.Int64
+	started time.Time
+}
+
+func (t *tally) add(kind string, resp *http.Response, err error) {
+	outcome := "error"
+	switch {
+	case err == nil:
+		outcome = fmt.Sprint(resp.StatusCode)
+		resp.Body.Close()
+	case errors.Is(err, sluice.ErrConnectionDied):
+		outcome = "connection died"
+	case errors.Is(err, sluice.ErrRateLimited):
+		outcome = "rate limited"
+	default:
+		outcome = "error: " + err.Error()
+	}
+	t.mu.Lock()
+	if t.byKind[kind] == nil {
+		t.byKind[kind] = map[string]int{}
+	}
+	t.byKind[kind][outcome]++
+	t.mu.Unlock()
+	t.done.Add(1)
+}
+
+func runDemo(ctx context.Context, cfg demoConfig) error {
+	rules := demoRules()
+	srv, err := sluicetest.NewServer(sluicetest.Options{Rules: rules, Faults: faultsFor(cfg.scenario), TimelineLimit: -1})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(context.Background())
+	opts := sluice.Options{BaseURL: srv.APIBase(), Token: "demo-token", TLSConfig: srv.ClientTLSConfig(), MeterProvider: mp}
+	if cfg.trace {
+		opts.Trace = printTrace(cfg.errOut)
+	}
+	lim, err := sluice.New(opts)
+	if err != nil {
+		return err
+	}
+	defer lim.Close(context.Background())
+
+	jobs := scenarios[cfg.scenario](cfg.size)
+	fmt.Fprintf(cfg.out, "Sluice demo: %q, %d requests against the simulator at %s\n", cfg.scenario, len(jobs), srv.URL)
+	fmt.Fprintf(cfg.out, "Rules: Discord's, windows ×0.2 (messages 5/s per channel, reactions 1 per 50 ms), renames 2 per 3 s (hidden), global %d/s\n\n", rules.GlobalLimit)
+
+	t := &tally{byKind: map[string]map[string]int{}, started: time.Now()}
+	var wg sync.WaitGroup
+	for _, j := range jobs {
+		f := lim.Send(ctx, j.req)
+		wg.Add(1)
+		go func(kind string) {
+			defer wg.Done()
+			resp, err := f.Await(context.Background())
+			t.add(kind, resp, err)
+		}(j.kind)
+	}
+	dropped := false
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	lastPlain := time.Now()
+	lines := 0
+	for running := true; running; {
+		select {
+		case <-finished:
+			running = false
+		case <-ctx.Done():
+			<-finished // every request ends with the context's error
+			running = false
+		case <-tick.C:
+			if cfg.scenario == "mixed" && !dropped && time.Since(t.started) > 5*time.Second {
+				dropped = true
+				srv.DropConnections() // the connection dies mid-run
+			}
+			if cfg.progress {
+				lines = drawLive(cfg.out, lim, t, len(jobs), lines)
+			} else if time.Since(lastPlain) >= 2*time.Second {
+				lastPlain = time.Now()
+				fmt.Fprintf(cfg.out, "  %d/%d done after %s\n", t.done.Load(), len(jobs), time.Since(t.started).Round(100*time.Millisecond))
+			}
+		}
+	}
+	if cfg.progress {
+		drawLive(cfg.out, lim, t, len(jobs), lines)
+	}
+	elapsed := time.Since(t.started)
+	report(cfg.out, jobs, t, srv.Stats(), rules, reader, elapsed)
+	if v := srv.Stats().Violations(); len(v) > 0 {
+		return fmt.Errorf("the simulator saw avoidable 429s: %s", strings.Join(v, "; "))
+	}
+	return ctx.Err()
+}
+
+// drawLive redraws the live view: a progress bar, the supervisor and the
+// busiest buckets. It returns the number of lines drawn.
+func drawLive(w io.Writer, lim *sluice.Limiter, t *tally, total, prev int) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	snap, err := lim.Snapshot(ctx)
+	cancel()
+	var b strings.Builder
+	if prev > 0 {
+		fmt.Fprintf(&b, "\x1b[%dA", prev) // back to the top of the last frame
+	}
+	done := int(t.done.Load())
+	const width = 40
+	filled := width * done / max(total, 1)
+	fmt.Fprintf(&b, "\x1b[2K[%s%s] %d/%d  %s\n", strings.Repeat("█", filled), strings.Repeat("·", width-filled), done, total,
+		time.Since(t.started).Round(100*time.Millisecond))
+	lines := 1
+	if err == nil {
+		fmt.Fprintf(&b, "\x1b[2Ksupervisor %-13s breaker %-9s pending %-4d on the wire %-4d global slots used %d\n",
+			snap.State, snap.Breaker, snap.Pending, snap.Running, snap.GlobalUsed)
+		bs := append([]sluice.BucketSnapshot(nil), snap.Buckets...)
+		sort.SliceStable(bs, func(i, j int) bool { return bs[i].Queued+bs[i].Running > bs[j].Queued+bs[j].Running })
+		fmt.Fprintf(&b, "\x1b[2K%-58s %-10s %6s %9s %8s %6s\n", "bucket", "state", "queued", "remaining", "reset in", "wire")
+		lines += 2
+		for i := 0; i < 6; i++ {
+			if i >= len(bs) {
+				fmt.Fprint(&b, "\x1b[2K\n")
+			} else {
+				x := bs[i]
+				rem := "?"
+				if x.Known {
+					rem = fmt.Sprintf("%d/%d", x.Remaining, x.Limit)
+				}
+				fmt.Fprintf(&b, "\x1b[2K%-58s %-10s %6d %9s %8s %6d\n", trim(x.Key, 58), x.State, x.Queued+x.Retrying, rem,
+					x.ResetIn.Round(10*time.Millisecond), x.Running+x.InFlight)
+			}
+			lines++
+		}
+		fmt.Fprintf(&b, "\x1b[2K%d live buckets\n", len(snap.Buckets))
+		lines++
+	}
+	for ; lines < prev; lines++ {
+		b.WriteString("\x1b[2K\n")
+	}
+	io.WriteString(w, b.String())
+	return lines
+}
+
+func trim(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-1] + "…"
+}
+
+// report prints what happened: outcomes, rates against what the rules
+// allow, 429s by scope, retries and where the time went.
+func report(w io.Writer, jobs []job, t *tally, st sluicetest.Stats, rules sluicetest.RuleSet, reader *sdkmetric.ManualReader, elapsed time.Duration) {
+	fmt.Fprintf(w, "\nDone: %d requests in %s\n\n", len(jobs), elapsed.Round(10*time.Millisecond))
+	kinds := make([]string, 0, len(t.byKind))
+	for k := range t.byKind {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	fmt.Fprintln(w, "Outcomes by kind of request:")
+	for _, k := range kinds {
+		var parts []string
+		for o, n := range t.byKind[k] {
+			parts = append(parts, fmt.Sprintf("%s ×%d", o, n))
+		}
+		sort.Strings(parts)
+		fmt.Fprintf(w, "  %-13s %s\n", k, strings.Join(parts, ", "))
+	}
+
+	exempt := 0
+	for _, j := range jobs {
+		if strings.HasPrefix(j.req.URL.Path, "/interactions/") {
+			exempt++
+		}
+	}
+	ideal, why := idealDuration(len(jobs)-exempt, st, rules)
+	fmt.Fprintf(w, "\nIdeal for this load, from the rules: %s (%s); achieved %s (%.0f%% of the ideal time)\n",
+		ideal.Round(10*time.Millisecond), why, elapsed.Round(10*time.Millisecond), 100*elapsed.Seconds()/max(ideal.Seconds(), 0.001))
+	if st.InjectedGlobal > 0 {
+		fmt.Fprintln(w, "  (the ideal ignores the simulated external consumer, which held the global limit for 0.8 s)")
+	}
+	fmt.Fprintf(w, "Global limit: %d per %s; at most %d were admitted in any %s window (sliding); %.1f requests/s overall\n",
+		rules.GlobalLimit, rules.GlobalWindow, st.MaxGlobalWindow, rules.GlobalWindow, float64(st.Requests)/elapsed.Seconds())
+
+	fmt.Fprintln(w, "\nBusiest buckets (achieved vs allowed):")
+	bs := append([]sluicetest.BucketStats(nil), st.Buckets...)
+	sort.Slice(bs, func(i, j int) bool { return bs[i].Admitted > bs[j].Admitted })
+	for i := 0; i < len(bs) && i < 6; i++ {
+		b := bs[i]
+		allowed := float64(b.Limit) / b.Window.D().Seconds()
+		fmt.Fprintf(w, "  %-30s %-40s %4d requests in %3d windows of %-6s (most in one: %d of %d; allowed %.0f/s)\n",
+			strings.Join(b.Rules, "+"), b.Major, b.Admitted, b.Windows, b.Window.D(), b.MaxAdmitted, b.Limit, allowed)
+	}
+
+	fmt.Fprintf(w, "\n429s by scope: user %d, global %d (%d injected by the simulated external consumer), shared %d; Cloudflare bans %d\n",
+		st.RateLimited["user"], st.RateLimited["global"], st.InjectedGlobal, st.RateLimited["shared"], st.Bans)
+	v := st.Violations()
+	fmt.Fprintf(w, "Avoidable 429s (the simulator's verdict): %d", len(v))
+	if len(v) > 0 {
+		fmt.Fprintf(w, " — %s", strings.Join(v, "; "))
+	}
+	fmt.Fprintln(w, "\n  (one shared 429 per hidden-sublimit window and the injected global 429s cannot be foreseen; all else can)")
+	if st.ServerErrors+st.Dropped > 0 {
+		fmt.Fprintf(w, "Faults injected: %d 5xx, %d dropped connections\n", st.ServerErrors, st.Dropped)
+	}
+
+	responses, outcomes, waits := readMetrics(reader)
+	fmt.Fprintf(w, "\nRetries: %d (answers received %d for %d requests ended)\n", max(0, responses-outcomes), responses, outcomes)
+	total := waits["bucket"] + waits["global"] + waits["network"]
+	if total > 0 {
+		fmt.Fprintln(w, "Where the time went (summed over requests):")
+		for _, k := range []string{"bucket", "global", "network"} {
+			fmt.Fprintf(w, "  waiting for the %-8s %8.1f s  %5.1f%%\n", map[string]string{"bucket": "bucket", "global": "global limit / connection", "network": "network"}[k]+":", waits[k], 100*waits[k]/total)
+		}
+	}
+}
+
+// idealDuration is the least time the rules allow for the load: the
+// global limit's bound for the non-exempt requests, or the busiest
+// bucket's (its requests need ceil(n/limit) windows; the first starts at
+// once), whichever is longer. Sublimits count like buckets.
+func idealDuration(nonExempt int, st sluicetest.Stats, rules sluicetest.RuleSet) (time.Duration, string) {
+	windows := func(n, limit int) int { return (n + limit - 1) / limit }
+	best := time.Duration(max(0, windows(nonExempt, rules.GlobalLimit)-1)) * rules.GlobalWindow.D()
+	why := fmt.Sprintf("the global limit, %d/s", rules.GlobalLimit)
+	for _, b := range st.Buckets {
+		if d := time.Duration(max(0, windows(b.Admitted, b.Limit)-1)) * b.Window.D(); d > best {
+			best, why = d, fmt.Sprintf("bucket %s %s: %d requests at %d per %s", strings.Join(b.Rules, "+"), b.Major, b.Admitted, b.Limit, b.Window.D())
+		}
+	}
+	for _, sl := range st.Sublimits {
+		if d := time.Duration(max(0, windows(sl.Admitted, sl.Limit)-1)) * sl.Window.D(); d > best {
+			best, why = d, fmt.Sprintf("hidden sublimit %s: %d at %d per %s", sl.Name, sl.Admitted, sl.Limit, sl.Window.D())
+		}
+	}
+	return best, why
+}
+
+// readMetrics reads the limiter's own counters from the in-process reader.
+func readMetrics(reader *sdkmetric.ManualReader) (responses, outcomes int64, waits map[string]float64) {
+	waits = map[string]float64{}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		return 0, 0, waits
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, p := range d.DataPoints {
+					switch m.Name {
+					case "sluice.responses":
+						responses += p.Value
+					case "sluice.requests":
+						outcomes += p.Value
+					}
+				}
+			case metricdata.Histogram[float64]:
+				if m.Name == "sluice.wait" {
+					for _, p := range d.DataPoints {
+						kind, _ := p.Attributes.Value("sluice.wait.kind")
+						waits[kind.AsString()] += p.Sum
+					}
+				}
+			}
+		}
+	}
+	return responses, outcomes, waits
+}
+
+// printTrace prints trace events compactly, one line each.
+func printTrace(w io.Writer) func(sluice.TraceEvent) {
+	var mu sync.Mutex
+	start := time.Now()
+	return func(e sluice.TraceEvent) {
+		what := e.Message + e.Event
+		line := fmt.Sprintf("%8.1fms %-10s %-10s %-13s", float64(e.Time.Sub(start).Microseconds())/1000, e.Actor, e.Kind, what)
+		if e.RequestID != 0 {
+			line += fmt.Sprintf(" req=%-5d %s", e.RequestID, e.Route)
+		} else if e.Bucket != "" {
+			line += " " + e.Bucket
+		}
+		if e.StateBefore != "" || e.StateAfter != "" {
+			line += fmt.Sprintf("  [%s→%s]", e.StateBefore, e.StateAfter)
+		}
+		if e.Status != 0 {
+			line += fmt.Sprintf(" status=%d", e.Status)
+		}
+		mu.Lock()
+		fmt.Fprintln(w, line)
+		mu.Unlock()
+	}
+}
