@@ -2,7 +2,10 @@ package actors
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"reflect"
+	"strings"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -91,54 +94,58 @@ func (m *headersMsg) traceCall() *Call  { return m.call }
 func (m *resultMsg) traceCall() *Call   { return m.call }
 func (m *workDoneMsg) traceCall() *Call { return m.call }
 
-// messageName is the short name of a message type: "*actors.enqueueMsg"
-// becomes "enqueue", "*actor.Started" becomes "started".
+// flow describes one message type: its name in traces, who sends it to
+// whom, and what it means. It is the single source for the trace's message
+// names and for the message-flow diagram in docs/architecture.md.
+type flow struct {
+	proto    any
+	name     string
+	from, to string
+	doc      string
+}
+
+// messageFlows lists every message the actors exchange, in the order a
+// request meets them.
+var messageFlows = []flow{
+	{(*submitMsg)(nil), "submit", "caller", "supervisor", "a new request (or a retired bucket's queue)"},
+	{(*enqueueMsg)(nil), "enqueue", "supervisor", "bucket", "requests for the bucket, counted"},
+	{(*dispatchMsg)(nil), "dispatch", "bucket", "supervisor", "the bucket granted a slot"},
+	{(*notSentMsg)(nil), "not_sent", "supervisor", "bucket", "never sent: refund, requeue or fail"},
+	{(*headersMsg)(nil), "headers", "worker", "bucket", "the response headers"},
+	{(*resultMsg)(nil), "result", "worker", "bucket", "the whole response, or the error"},
+	{(*workDoneMsg)(nil), "work_done", "worker", "supervisor", "answered: settle the global slot"},
+	{(*learnedMsg)(nil), "learned", "bucket", "supervisor", "the pioneer revealed the hash"},
+	{(*ownerMsg)(nil), "owner", "supervisor", "bucket", "keep the queue, or hand it back"},
+	{(*globalHitMsg)(nil), "global_hit", "bucket", "supervisor", "a global 429"},
+	{(*banMsg)(nil), "ban", "bucket", "supervisor", "a Cloudflare ban"},
+	{(*idleMsg)(nil), "idle", "bucket", "supervisor", "nothing to do: may I stop?"},
+	{(*drainMsg)(nil), "drain", "supervisor", "bucket", "Close: fail the queue"},
+	{(*wakeMsg)(nil), "wake", "timer", "bucket", "a reset or retry timer"},
+	{(*dialedMsg)(nil), "dialed", "dialer", "supervisor", "a connection, or why not"},
+	{(*connDownMsg)(nil), "conn_down", "watcher", "supervisor", "the connection died"},
+	{(*redialMsg)(nil), "redial", "timer", "supervisor", "the reconnect backoff ended"},
+	{(*globalClearMsg)(nil), "global_clear", "timer", "supervisor", "a global pause ended"},
+	{(*globalRetryMsg)(nil), "global_retry", "timer", "supervisor", "a global window slot frees"},
+	{(*closeMsg)(nil), "close", "caller", "supervisor", "Close began"},
+	{(*snapshotMsg)(nil), "snapshot", "caller", "supervisor", "Snapshot"},
+	{(*bucketSnapshotMsg)(nil), "bucket_snapshot", "caller", "bucket", "Snapshot"},
+}
+
+var flowNames = func() map[reflect.Type]string {
+	m := make(map[reflect.Type]string, len(messageFlows))
+	for _, f := range messageFlows {
+		m[reflect.TypeOf(f.proto)] = f.name
+	}
+	return m
+}()
+
+// messageName is the short name of a message type: "enqueue" for
+// *enqueueMsg, "started" for protoactor's *actor.Started.
 func messageName(m any) string {
+	if n, ok := flowNames[reflect.TypeOf(m)]; ok {
+		return n
+	}
 	switch m.(type) {
-	case *submitMsg:
-		return "submit"
-	case *enqueueMsg:
-		return "enqueue"
-	case *dispatchMsg:
-		return "dispatch"
-	case *notSentMsg:
-		return "not_sent"
-	case *headersMsg:
-		return "headers"
-	case *resultMsg:
-		return "result"
-	case *workDoneMsg:
-		return "work_done"
-	case *globalHitMsg:
-		return "global_hit"
-	case *banMsg:
-		return "ban"
-	case *learnedMsg:
-		return "learned"
-	case *ownerMsg:
-		return "owner"
-	case *idleMsg:
-		return "idle"
-	case *drainMsg:
-		return "drain"
-	case *wakeMsg:
-		return "wake"
-	case *dialedMsg:
-		return "dialed"
-	case *connDownMsg:
-		return "conn_down"
-	case *redialMsg:
-		return "redial"
-	case *globalClearMsg:
-		return "global_clear"
-	case *globalRetryMsg:
-		return "global_retry"
-	case *closeMsg:
-		return "close"
-	case *snapshotMsg:
-		return "snapshot"
-	case *bucketSnapshotMsg:
-		return "bucket_snapshot"
 	case *actor.Started:
 		return "started"
 	case *actor.Stopping:
@@ -153,6 +160,36 @@ func messageName(m any) string {
 		return "poison"
 	}
 	return "other"
+}
+
+// MessageFlowMermaid renders messageFlows as a Mermaid flowchart: who sends
+// which message to whom. docs/architecture.md embeds it.
+func MessageFlowMermaid() string {
+	var b strings.Builder
+	b.WriteString("flowchart LR\n")
+	edges := map[[2]string][]string{}
+	var order [][2]string
+	for _, f := range messageFlows {
+		k := [2]string{f.from, f.to}
+		if _, ok := edges[k]; !ok {
+			order = append(order, k)
+		}
+		edges[k] = append(edges[k], f.name)
+	}
+	for _, k := range order {
+		fmt.Fprintf(&b, "    %s -- \"%s\" --> %s\n", k[0], strings.Join(edges[k], ", "), k[1])
+	}
+	return b.String()
+}
+
+// MessageTable renders messageFlows as a Markdown table.
+func MessageTable() string {
+	var b strings.Builder
+	b.WriteString("| Message | From | To | Meaning |\n|---|---|---|---|\n")
+	for _, f := range messageFlows {
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", f.name, f.from, f.to, f.doc)
+	}
+	return b.String()
 }
 
 // tracing reports whether any trace sink is on.

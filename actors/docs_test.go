@@ -1,0 +1,54 @@
+package actors
+
+import (
+	"flag"
+	"os"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite the generated blocks of docs/architecture.md")
+
+// TestDocsMessageFlowCurrent keeps the message-flow diagram and table in
+// docs/architecture.md equal to messageFlows.
+func TestDocsMessageFlowCurrent(t *testing.T) {
+	const path = "../docs/architecture.md"
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	want := map[string]string{
+		"message-flow":  "```mermaid\n" + MessageFlowMermaid() + "```\n",
+		"message-table": MessageTable(),
+	}
+	for name, body := range want {
+		begin, end := "<!-- BEGIN "+name+" -->\n", "<!-- END "+name+" -->"
+		i, j := strings.Index(doc, begin), strings.Index(doc, end)
+		if i < 0 || j < i {
+			t.Fatalf("%s: markers %q … %q not found", path, begin, end)
+		}
+		if got := doc[i+len(begin) : j]; got != body {
+			if !*update {
+				t.Errorf("%s: the %s block is out of date; run go test ./actors -run TestDocsMessageFlowCurrent -update", path, name)
+				continue
+			}
+			doc = doc[:i+len(begin)] + body + doc[j:]
+		}
+	}
+	if *update {
+		if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestEveryMessageIsInTheFlow makes sure no message type is traced as
+// "other".
+func TestEveryMessageIsInTheFlow(t *testing.T) {
+	for _, f := range messageFlows {
+		if messageName(f.proto) != f.name {
+			t.Errorf("%T is named %q, want %q", f.proto, messageName(f.proto), f.name)
+		}
+	}
+}
