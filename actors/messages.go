@@ -95,6 +95,7 @@ type workDoneMsg struct {
 	// the ban breaker reads them to judge its probe.
 	status           int
 	rateLimitHeaders bool
+	uncounted        bool // a global 429 or a ban: the API counted nothing
 }
 
 // idleMsg: bucket -> supervisor. Nothing queued, running or limited; the

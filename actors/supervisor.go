@@ -127,7 +127,7 @@ func (s *supervisor) Receive(ctx actor.Context) {
 		}
 		if !m.call.globalAt.IsZero() {
 			m.call.globalAt = time.Time{}
-			if m.notSent {
+			if m.notSent || m.uncounted {
 				s.sys.global.Cancel(s.sys.now())
 			} else {
 				// The server counted it no later than now: its global

@@ -355,6 +355,11 @@ func (s *System) work(conn *transport.Conn, d *dispatchMsg, sup *actor.PID) {
 	if err == nil {
 		done.status = resp.StatusCode
 		done.rateLimitHeaders = hasRateLimitHeaders(resp.Header)
+		// A global 429 (or a ban) was refused before anything counted it:
+		// its global slot is given back rather than held for a period.
+		done.uncounted = resp.StatusCode == 429 && (!done.rateLimitHeaders ||
+			strings.EqualFold(resp.Header.Get("X-RateLimit-Global"), "true") ||
+			strings.EqualFold(resp.Header.Get("X-RateLimit-Scope"), "global"))
 	}
 	s.root.Send(sup, done)
 	if err != nil {

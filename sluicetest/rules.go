@@ -67,8 +67,10 @@ type Rule struct {
 
 // Sublimit is a hidden limit inside a bucket, such as Discord's two channel
 // renames per ten minutes. A request that exceeds it gets a 429 with
-// X-RateLimit-Scope: shared while the bucket headers still show calls
-// remaining; it does not spend the bucket and is not an invalid request.
+// X-RateLimit-Scope: shared and the bucket's headers (which show calls
+// remaining unless that request took the last one): the route's limiter
+// counted the request, so it spends the bucket, and then the resource's
+// limiter refused it. It is not an invalid request.
 type Sublimit struct {
 	// Name identifies the sublimit in stats, e.g. "channel_name".
 	Name string `json:"name" yaml:"name"`
