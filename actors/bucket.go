@@ -60,13 +60,15 @@ type bucket struct {
 	// sublimit 429, so at most one request meets an unseen limit.
 	serial bool
 
-	received      uint64 // enqueueMsgs from the supervisor
-	awaitingOwner bool   // learned a hash; waits for the supervisor's answer
-	lastHeaders   ratelimit.Headers
-	retired       bool  // another actor owns our hash: new calls go back to the supervisor
-	draining      error // set on Close
-	idleSent      bool
-	timers        timers
+	received       uint64 // enqueueMsgs from the supervisor
+	awaitingOwner  bool   // learned a hash; waits for the supervisor's answer
+	lastHeaders    ratelimit.Headers
+	held           int   // slots held for siblings (see ownerMsg)
+	firstRemaining int   // Remaining in the headers that made the bucket known
+	retired        bool  // another actor owns our hash: new calls go back to the supervisor
+	draining       error // set on Close
+	idleSent       bool
+	timers         timers
 
 	// current is the message being handled; it is cleared when the handler
 	// returns normally, so after a panic it names the message that failed.
@@ -177,7 +179,16 @@ func (b *bucket) receive(ctx actor.Context, msg any) {
 		b.received++
 		if m.seen.Has.Remaining {
 			// A route that shares our hash hands over what its pioneer saw.
-			b.state.Lower(b.sys.now(), m.seen)
+			now := b.sys.now()
+			if b.held > 0 {
+				b.held--
+				if m.seen.Remaining > b.firstRemaining {
+					// Its pioneer reached the server before ours: our first
+					// headers counted it already, so its hold is released.
+					b.state.Unhold(now, 1)
+				}
+			}
+			b.state.Lower(now, m.seen)
 		}
 		b.idleSent = false
 		for _, c := range m.calls {
@@ -214,6 +225,7 @@ func (b *bucket) receive(ctx actor.Context, msg any) {
 			// Unknown routes with our major parameters may share our hash:
 			// each may spend one request of this window before it learns.
 			b.state.Hold(b.sys.now(), m.siblings)
+			b.held = m.siblings
 		}
 		if m.retired {
 			b.retired = true
@@ -394,6 +406,7 @@ func (b *bucket) headers(ctx actor.Context, m *headersMsg) {
 		b.window = h.ResetAfter
 	}
 	if !wasKnown && b.state.Known {
+		b.firstRemaining = h.Remaining
 		b.fire(fsm.Discovered)
 	}
 	if h.Has.Bucket && h.Bucket != "" && b.key == b.routeKey && !b.awaitingOwner {

@@ -70,6 +70,7 @@ type Bucket struct {
 	windowStart time.Time     // requests sent at or after it count in the current window
 	period      time.Duration // longest Reset-After seen: the length of a guessed window
 	provisional bool          // ResetAt was guessed at a refill and no response has confirmed it
+	heldWindow  time.Time     // windowStart when Hold last applied
 }
 
 // Take reserves one request at time now. It returns ok=true if the request

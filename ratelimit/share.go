@@ -14,6 +14,19 @@ func (b *Bucket) Hold(now time.Time, n int) {
 	}
 	b.Remaining = max(0, b.Remaining-n)
 	b.uncredited = b.inflight
+	b.heldWindow = b.windowStart
+}
+
+// Unhold gives back n slots taken by Hold, for siblings whose request turns
+// out to be counted already in the headers this bucket learned from (their
+// request reached the server first: their headers show more remaining than
+// this bucket's first ones did). It does nothing once the window of the
+// Hold is over.
+func (b *Bucket) Unhold(now time.Time, n int) {
+	if !b.Known || n <= 0 || !now.Before(b.ResetAt) || !b.windowStart.Equal(b.heldWindow) {
+		return
+	}
+	b.Remaining = min(b.Limit, b.Remaining+n)
 }
 
 // Lower applies headers that a request of another route saw for this

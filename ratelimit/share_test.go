@@ -75,3 +75,22 @@ func TestSlidingWindowCount(t *testing.T) {
 	assert.Equal(t, 1, w.Count(t0.Add(time.Second)))
 	assert.Equal(t, 0, w.Count(t0.Add(1500*time.Millisecond)))
 }
+
+func TestUnholdGivesBackWithinTheSameWindowOnly(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	b := knownBucket(t0, 5, 3, time.Second)
+	b.Hold(t0, 1)
+	assert.Equal(t, 2, b.Remaining)
+	b.Unhold(t0.Add(10*time.Millisecond), 1)
+	assert.Equal(t, 3, b.Remaining)
+	b.Unhold(t0.Add(10*time.Millisecond), 10)
+	assert.Equal(t, 5, b.Remaining, "never above the limit")
+
+	c := knownBucket(t0, 5, 3, time.Second)
+	c.Hold(t0, 1)
+	ok, _ := c.Take(t0.Add(1100 * time.Millisecond)) // a new window
+	assert.True(t, ok)
+	before := c.Remaining
+	c.Unhold(t0.Add(1100*time.Millisecond), 1)
+	assert.Equal(t, before, c.Remaining, "the hold's window is over")
+}
