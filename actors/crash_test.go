@@ -37,9 +37,10 @@ func start(t *testing.T, rules sluicetest.RuleSet, hook func(any), logger ...*sl
 		Store:      ratelimit.NewMemoryStore(),
 		Clock:      time.Now,
 		MaxRetries: 3, MaxErrorRetries: 2,
-		Logger: append(logger, nil)[0],
+		Logger:    append(logger, nil)[0],
+		crashHook: hook,
 	})
-	sys.crashHook = hook
+	require.NoError(t, err)
 	t.Cleanup(func() {
 		require.NoError(t, sys.Close(context.Background()))
 		srv.Close()
@@ -164,3 +165,35 @@ func (h *eventHandler) Handle(_ context.Context, r slog.Record) error {
 }
 func (h *eventHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h *eventHandler) WithGroup(string) slog.Handler      { return h }
+
+func TestCrashingSupervisorKeepsItsChildren(t *testing.T) {
+	var submits atomic.Int64
+	hook := func(m any) {
+		if _, ok := m.(*submitMsg); ok && submits.Add(1) == 3 {
+			panic("injected supervisor bug")
+		}
+	}
+	started := make(chan struct{}, 16)
+	sys, srv := start(t, channelRules(), hook, slog.New(&eventHandler{match: "started", ch: started}))
+	var calls []*Call
+	for i := range 20 {
+		calls = append(calls, submit(sys, "GET", fmt.Sprintf("/channels/1/messages/%d", i)))
+	}
+	crashed := 0
+	for _, c := range calls {
+		<-c.Done()
+		resp, err := c.Result()
+		if errors.Is(err, ErrActorCrashed) {
+			crashed++
+			continue
+		}
+		require.NoError(t, err)
+		assert.Equal(t, 200, resp.StatusCode)
+	}
+	assert.Equal(t, 1, crashed, "only the request in the failing message")
+	snap, err := sys.Snapshot(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, "connected", snap.State, "the supervisor went on with its connection")
+	assert.Empty(t, srv.Stats().Violations())
+	assert.Len(t, started, 2, "one supervisor and one bucket started, neither again: no restart took the children down")
+}

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"time"
@@ -47,6 +48,7 @@ type supervisor struct {
 	probe   *Call
 
 	tbuf    traceBuf
+	current any // the message being handled; still set after a panic (see Receive)
 	timers  timers
 	spawned uint64
 }
@@ -83,8 +85,40 @@ func (s *supervisor) traceState() string     { return s.machine.Current().String
 func (s *supervisor) traceKey() string       { return "" }
 func (s *supervisor) traceBuffer() *traceBuf { return &s.tbuf }
 
-// Receive handles one message at a time.
+// Receive handles one message at a time. The supervisor runs under a
+// guardian that resumes it after a panic (supervision.ResumeStrategy): the
+// same instance goes on and its children are untouched; the message that
+// failed is answered here, on the next message.
 func (s *supervisor) Receive(ctx actor.Context) {
+	if s.current != nil {
+		s.recoverCrash(ctx)
+	}
+	msg := ctx.Message()
+	s.current = msg
+	if h := s.sys.crashHook; h != nil {
+		h(msg)
+	}
+	s.receive(ctx)
+	s.current = nil
+}
+
+// recoverCrash answers the calls of the message whose handling panicked.
+func (s *supervisor) recoverCrash(ctx actor.Context) {
+	m := s.current
+	s.current = nil
+	s.sys.log.Error("sluice: the supervisor crashed; resuming it with its connection and buckets",
+		slog.String("message", messageName(m)))
+	switch m := m.(type) {
+	case *submitMsg:
+		for _, c := range m.calls {
+			c.Complete(nil, fmt.Errorf("%w: the supervisor failed while routing %s", ErrActorCrashed, c.Route.Redacted()))
+		}
+	case *dispatchMsg:
+		ctx.Send(m.bucket, &notSentMsg{call: m.call, err: fmt.Errorf("%w: the supervisor failed while dispatching", ErrActorCrashed)})
+	}
+}
+
+func (s *supervisor) receive(ctx actor.Context) {
 	if s.stopped {
 		if m, ok := ctx.Message().(*dialedMsg); ok && m.conn != nil {
 			m.conn.Close()

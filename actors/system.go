@@ -72,6 +72,10 @@ type Config struct {
 	// Trace, when set, receives every TraceEvent (nil: no trace, and no
 	// middleware is installed).
 	Trace func(TraceEvent)
+	// crashHook, when set (only by this package's tests), sees every
+	// message the supervisor and the bucket actors receive and may panic
+	// to simulate a bug.
+	crashHook func(msg any)
 	// TracerProvider and MeterProvider, when set, receive a span per
 	// request and the limiter's metrics (nil: none, at no cost).
 	TracerProvider trace.TracerProvider
@@ -118,8 +122,7 @@ type System struct {
 	badToken atomic.Bool  // a 401 to the configured token: later calls fail fast
 	stop     sync.Once
 
-	// crashHook, when set (only by this package's tests), sees every
-	// message a bucket actor receives and may panic to simulate a bug.
+	// crashHook is the test seam from Config.crashHook.
 	crashHook func(msg any)
 }
 
@@ -149,7 +152,7 @@ func Start(cfg Config) (*System, error) {
 		// keep it short so none outlives Close by more than a moment.
 		actor.WithDeadLetterThrottleInterval(time.Millisecond),
 	)
-	s := &System{cfg: cfg, actors: as, root: as.Root, global: cfg.Global, store: cfg.Store, log: log}
+	s := &System{cfg: cfg, actors: as, root: as.Root, global: cfg.Global, store: cfg.Store, log: log, crashHook: cfg.crashHook}
 	tel, err := newTelemetry(cfg.TracerProvider, cfg.MeterProvider, s)
 	if err != nil {
 		as.Shutdown()
@@ -160,7 +163,8 @@ func Start(cfg Config) (*System, error) {
 	props := actor.PropsFromProducer(func() actor.Actor { return newSupervisor(s) },
 		actor.WithReceiverMiddleware(s.receiveMiddleware()...),
 		actor.WithSenderMiddleware(s.senderMiddleware()...),
-		actor.WithSupervisor(supervision.RestartStrategy()))
+		actor.WithSupervisor(supervision.RestartStrategy()),
+		actor.WithGuardian(supervision.ResumeStrategy()))
 	s.sup = s.root.Spawn(props)
 	return s, nil
 }

@@ -18,7 +18,9 @@
 //     bans the IP.
 //   - RestartStrategy is the protoactor strategy for bucket actors: always
 //     restart (the same instance, so state survives), leaving the
-//     intensity decision to Intensity.
+//     intensity decision to Intensity. ResumeStrategy is the guardian's
+//     strategy for the supervisor: resume after a panic, so a supervisor
+//     bug never takes its children down with it.
 //
 // None of these types is safe for concurrent use except Budget; each
 // belongs to one actor.

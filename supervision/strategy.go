@@ -17,3 +17,13 @@ func RestartStrategy() actor.SupervisorStrategy {
 		return actor.RestartDirective
 	})
 }
+
+// ResumeStrategy returns the strategy for the actor at the top: after a
+// panic it goes on with the same instance (Resume), because restarting a
+// parent stops all its children, and stopping drops their mailboxes. The
+// actor answers the message that failed itself.
+func ResumeStrategy() actor.SupervisorStrategy {
+	return actor.NewOneForOneStrategy(0, time.Second, func(any) actor.Directive {
+		return actor.ResumeDirective
+	})
+}
