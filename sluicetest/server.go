@@ -309,8 +309,10 @@ func (s *Server) dropConnections(except net.Conn) int {
 // once and returns after every handler has finished.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
-		close(s.closing)
+		// Connections first: a handler released before its connection is
+		// closed would still send an (empty) answer.
 		_ = s.srv.Close()
+		close(s.closing)
 		<-s.serveDone
 		s.handlers.Wait()
 		s.mu.Lock()
