@@ -105,6 +105,7 @@ type System struct {
 
 	workers sync.WaitGroup // goroutines: requests, dials, watchers
 	workMu  sync.Mutex     // guards noWork against workers.Add
+	workCh  chan func()    // idle workers receive work here (unbuffered)
 	noWork  bool           // set by Close: goWork starts nothing more
 	calls   sync.WaitGroup // submitted calls without an outcome
 	// live holds every submitted call without an outcome (id -> *Call).
@@ -160,6 +161,7 @@ func Start(cfg Config) (*System, error) {
 	}
 	s.tel = tel
 	s.hardCtx, s.hardCancel = context.WithCancel(context.Background())
+	s.workCh = make(chan func())
 	props := actor.PropsFromProducer(func() actor.Actor { return newSupervisor(s) },
 		actor.WithReceiverMiddleware(s.receiveMiddleware()...),
 		actor.WithSenderMiddleware(s.senderMiddleware()...),
@@ -323,19 +325,46 @@ func (s *System) Close(ctx context.Context) error {
 	return err
 }
 
-// goWork runs f on a goroutine that Close waits for.
+// workerIdle is how long a worker goroutine waits for more work before it
+// exits. Reusing workers spares a goroutine start per request and keeps
+// their stacks grown for the HTTP/2 and TLS write path.
+const workerIdle = 30 * time.Second
+
+// goWork runs f on a worker goroutine that Close waits for: an idle one if
+// there is one, else a new one. It returns false once Close has begun.
 func (s *System) goWork(f func()) bool {
 	s.workMu.Lock()
 	defer s.workMu.Unlock()
 	if s.noWork {
 		return false
 	}
+	select {
+	case s.workCh <- f: // an idle worker took it
+		return true
+	default:
+	}
 	s.workers.Add(1)
-	go func() {
-		defer s.workers.Done()
-		f()
-	}()
+	go s.worker(f)
 	return true
+}
+
+// worker runs f, then whatever work comes while it is idle for less than
+// workerIdle, until Close.
+func (s *System) worker(f func()) {
+	defer s.workers.Done()
+	idle := time.NewTimer(workerIdle)
+	defer idle.Stop()
+	for {
+		f()
+		idle.Reset(workerIdle)
+		select {
+		case f = <-s.workCh:
+		case <-idle.C:
+			return
+		case <-s.hardCtx.Done():
+			return
+		}
+	}
 }
 
 // work sends one request on conn and reports to the bucket: headers as soon
