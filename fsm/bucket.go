@@ -116,7 +116,9 @@ type Bucket struct {
 // Current and Can. It must not call Fire: to chain an event, send the actor a
 // message. A nil onTransition means no hook.
 func NewBucket(onTransition func(event BucketEvent, from, to BucketState)) *Bucket {
-	return &Bucket{m: newMachine(bucketSpec, onTransition)}
+	b := &Bucket{}
+	b.m.init(bucketSpec, onTransition)
+	return b
 }
 
 // Fire applies event e. It returns nil if the transition happened, including

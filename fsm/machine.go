@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	lfsm "github.com/looplab/fsm"
 )
@@ -40,6 +41,16 @@ type spec[S, E enum] struct {
 	events  lfsm.Events
 	states  map[string]S
 	mermaid string
+	allowed [][]bool // allowed[state][event]: the table, for Can
+
+	// engine is the one looplab machine of this spec. Every instance's
+	// transitions are executed by it, under mu: it is set to the
+	// instance's state, fires the event, and reports the new state. So a
+	// machine instance holds only its state (a few bytes) instead of a
+	// looplab machine of its own (about 1.2 KB, which was most of a bucket
+	// actor's memory).
+	mu     sync.Mutex
+	engine *lfsm.FSM
 }
 
 // newSpec validates a transition table and derives everything the machines
@@ -69,6 +80,16 @@ func newSpec[S, E enum](name string, initial S, numStates, numEvents int, table 
 		sp.events = append(sp.events, lfsm.EventDesc{Name: row.event.String(), Src: src, Dst: row.dst.String()})
 	}
 	sp.mermaid = sp.renderMermaid()
+	sp.allowed = make([][]bool, numStates)
+	for i := range sp.allowed {
+		sp.allowed[i] = make([]bool, numEvents)
+	}
+	for _, row := range table {
+		for _, src := range row.src {
+			sp.allowed[src][row.event] = true
+		}
+	}
+	sp.engine = lfsm.NewFSM(initial.String(), sp.events, nil)
 	return sp
 }
 
@@ -160,8 +181,9 @@ func (sp *spec[S, E]) renderMermaid() string {
 	return b.String()
 }
 
-// machine is the typed wrapper around one looplab/fsm machine. Supervisor and
-// Bucket are thin exported shells around it.
+// machine is one instance of a state machine: its state, and the hook.
+// Supervisor and Bucket are thin exported shells around it. Its
+// transitions are executed by the spec's looplab machine (see spec.engine).
 //
 // No looplab callbacks are registered, so none of looplab's callback traps
 // (silently ignored misspelled keys, deadlocks on re-entry from before_ and
@@ -174,16 +196,14 @@ type machine[S, E enum] struct {
 	// mu serializes fire so that the from and to states passed to the hook
 	// are exactly those of this event, even if Fire were misused from several
 	// goroutines. current and can do not take it.
-	mu sync.Mutex
-	f  *lfsm.FSM
+	mu    sync.Mutex
+	state atomic.Uint32 // an S
 }
 
-func newMachine[S, E enum](sp *spec[S, E], hook func(event E, from, to S)) machine[S, E] {
-	return machine[S, E]{
-		spec: sp,
-		hook: hook,
-		f:    lfsm.NewFSM(sp.initial.String(), sp.events, nil),
-	}
+// init sets up a machine in its spec's initial state.
+func (m *machine[S, E]) init(sp *spec[S, E], hook func(event E, from, to S)) {
+	m.spec, m.hook = sp, hook
+	m.state.Store(uint32(sp.initial))
 }
 
 func (m *machine[S, E]) fire(ctx context.Context, e E) error {
@@ -195,19 +215,29 @@ func (m *machine[S, E]) fire(ctx context.Context, e E) error {
 
 	m.mu.Lock()
 	from := m.current()
-	err := m.f.Event(ctx, e.String())
-	to := m.current()
+	sp := m.spec
+	sp.mu.Lock()
+	sp.engine.SetState(from.String())
+	err := sp.engine.Event(ctx, e.String())
+	name := sp.engine.Current()
+	sp.mu.Unlock()
+	to, ok := sp.states[name]
+	if !ok {
+		m.mu.Unlock()
+		return fmt.Errorf("fsm: %s machine: looplab reported unknown state %q", sp.name, name)
+	}
+	m.state.Store(uint32(to))
 	m.mu.Unlock()
 
 	if err != nil && !isSelfLoop(err) {
 		var invalid lfsm.InvalidEventError
 		var unknown lfsm.UnknownEventError
 		if errors.As(err, &invalid) || errors.As(err, &unknown) {
-			return &InvalidEventError{Machine: m.spec.name, Event: e.String(), State: from.String()}
+			return &InvalidEventError{Machine: sp.name, Event: e.String(), State: from.String()}
 		}
 		// Unreachable without callbacks; kept so that a future looplab
 		// error is reported rather than mistaken for success.
-		return fmt.Errorf("fsm: %s machine: event %q in state %q: %w", m.spec.name, e, from, err)
+		return fmt.Errorf("fsm: %s machine: event %q in state %q: %w", sp.name, e, from, err)
 	}
 	if m.hook != nil {
 		m.hook(e, from, to)
@@ -223,13 +253,11 @@ func isSelfLoop(err error) bool {
 	return errors.As(err, &nt) && nt.Err == nil
 }
 
-func (m *machine[S, E]) current() S {
-	name := m.f.Current()
-	s, ok := m.spec.states[name]
-	if !ok {
-		panic(fmt.Sprintf("fsm: %s machine in unknown state %q", m.spec.name, name))
-	}
-	return s
-}
+func (m *machine[S, E]) current() S { return S(m.state.Load()) }
 
-func (m *machine[S, E]) can(e E) bool { return m.f.Can(e.String()) }
+// can answers from the transition table the engine was built from, without
+// taking the engine's lock.
+func (m *machine[S, E]) can(e E) bool {
+	s := m.current()
+	return int(e) < m.spec.numEvents && m.spec.allowed[s][e]
+}

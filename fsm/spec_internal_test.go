@@ -17,15 +17,38 @@ func TestMermaidAgreesWithLooplab(t *testing.T) {
 		slices.Sort(l)
 		return l
 	}
-	sup := newMachine(supervisorSpec, nil)
-	got, err := lfsm.VisualizeWithType(sup.f, lfsm.MERMAID)
+	sup := lfsm.NewFSM(supervisorSpec.initial.String(), supervisorSpec.events, nil)
+	got, err := lfsm.VisualizeWithType(sup, lfsm.MERMAID)
 	require.NoError(t, err)
 	require.Equal(t, lines(got), lines(SupervisorMermaid()))
 
-	bkt := newMachine(bucketSpec, nil)
-	got, err = lfsm.VisualizeWithType(bkt.f, lfsm.MERMAID)
+	bkt := lfsm.NewFSM(bucketSpec.initial.String(), bucketSpec.events, nil)
+	got, err = lfsm.VisualizeWithType(bkt, lfsm.MERMAID)
 	require.NoError(t, err)
 	require.Equal(t, lines(got), lines(BucketMermaid()))
+}
+
+// Can answers from the table; it must agree with the looplab engine in every
+// state, for every event.
+func TestCanAgreesWithLooplab(t *testing.T) {
+	for s := range numBucketStates {
+		for e := range numBucketEvents {
+			f := lfsm.NewFSM(BucketState(s).String(), bucketSpec.events, nil)
+			var m machine[BucketState, BucketEvent]
+			m.init(bucketSpec, nil)
+			m.state.Store(uint32(s))
+			require.Equal(t, f.Can(BucketEvent(e).String()), m.can(BucketEvent(e)), "%v %v", BucketState(s), BucketEvent(e))
+		}
+	}
+	for s := range numSupervisorStates {
+		for e := range numSupervisorEvents {
+			f := lfsm.NewFSM(SupervisorState(s).String(), supervisorSpec.events, nil)
+			var m machine[SupervisorState, SupervisorEvent]
+			m.init(supervisorSpec, nil)
+			m.state.Store(uint32(s))
+			require.Equal(t, f.Can(SupervisorEvent(e).String()), m.can(SupervisorEvent(e)), "%v %v", SupervisorState(s), SupervisorEvent(e))
+		}
+	}
 }
 
 func TestSpecValidate(t *testing.T) {

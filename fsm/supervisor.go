@@ -112,7 +112,9 @@ type Supervisor struct {
 // Current and Can. It must not call Fire: to chain an event, send the actor a
 // message. A nil onTransition means no hook.
 func NewSupervisor(onTransition func(event SupervisorEvent, from, to SupervisorState)) *Supervisor {
-	return &Supervisor{m: newMachine(supervisorSpec, onTransition)}
+	b := &Supervisor{}
+	b.m.init(supervisorSpec, onTransition)
+	return b
 }
 
 // Fire applies event e. It returns nil if the transition happened, including
