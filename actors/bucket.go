@@ -83,9 +83,6 @@ type bucket struct {
 func newBucket(sys *System, key, routeKey string, serial bool) actor.Actor {
 	b := &bucket{
 		sys: sys, key: key, routeKey: routeKey, serial: serial,
-		running: map[uint64]*Call{}, inflight: map[uint64]*Call{},
-		unobserved: map[uint64]ratelimit.Headers{},
-		crashes:    supervision.NewIntensity(maxCrashes, crashWindow),
 	}
 	if st, ok := sys.store.Load(key); ok {
 		b.state = st
@@ -132,6 +129,9 @@ func (b *bucket) recoverCrash() {
 	m := b.current
 	b.current = nil
 	now := b.sys.now()
+	if b.crashes == nil {
+		b.crashes = supervision.NewIntensity(maxCrashes, crashWindow)
+	}
 	recent, exceeded := b.crashes.Crash(now)
 	b.sys.log.Error("sluice: bucket actor crashed; restarting it with its queue and limits",
 		slog.String("bucket", b.key), slog.String("message", fmt.Sprintf("%T", m)), slog.Int("recent_crashes", recent))
@@ -370,6 +370,9 @@ func (b *bucket) pump(ctx actor.Context) {
 		}
 		b.queue[0] = nil
 		b.queue = b.queue[1:]
+		if b.running == nil {
+			b.running = make(map[uint64]*Call, 1)
+		}
 		b.running[c.ID] = c
 		c.dispatchAt = now
 		c.waitBucket.Add(int64(now.Sub(c.queuedAt)))
@@ -377,6 +380,7 @@ func (b *bucket) pump(ctx actor.Context) {
 		ctx.Send(b.sys.sup, &dispatchMsg{call: c, bucket: b.self})
 	}
 	b.maybeIdle(ctx)
+	b.compact()
 }
 
 func (b *bucket) headers(ctx actor.Context, m *headersMsg) {
@@ -385,6 +389,9 @@ func (b *bucket) headers(ctx actor.Context, m *headersMsg) {
 		return
 	}
 	delete(b.running, c.ID)
+	if b.inflight == nil {
+		b.inflight = make(map[uint64]*Call, 1)
+	}
 	b.inflight[c.ID] = c
 	now := b.sys.now()
 	b.sys.tel.event(c, "headers", attribute.Int("http.response.status_code", m.status))
@@ -395,6 +402,9 @@ func (b *bucket) headers(ctx actor.Context, m *headersMsg) {
 	if m.status == 429 && !h.Has.Remaining {
 		// Probably a global 429 or a ban, which the bucket did not count;
 		// the body (in resultMsg) decides between Refund and Observe.
+		if b.unobserved == nil {
+			b.unobserved = make(map[uint64]ratelimit.Headers, 1)
+		}
 		b.unobserved[c.ID] = h
 		b.pump(ctx)
 		return
@@ -594,6 +604,23 @@ func (b *bucket) failQueued(err error) {
 		c.Complete(nil, err)
 	}
 	b.queue, b.retries = nil, nil
+}
+
+// compact drops the maps that emptied: a bucket between requests keeps
+// nothing it does not need (memory per live bucket is a measured target).
+func (b *bucket) compact() {
+	if len(b.running) == 0 {
+		b.running = nil
+	}
+	if len(b.inflight) == 0 {
+		b.inflight = nil
+	}
+	if len(b.unobserved) == 0 {
+		b.unobserved = nil
+	}
+	if len(b.queue) == 0 {
+		b.queue = nil
+	}
 }
 
 // maybeIdle tells the supervisor when the bucket has nothing to do and its
