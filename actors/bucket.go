@@ -59,6 +59,9 @@ type bucket struct {
 	// sublimits (channel name and topic edits) and after any shared or
 	// sublimit 429, so at most one request meets an unseen limit.
 	serial bool
+	// perToken buckets (webhook and interaction tokens) are not saved to the
+	// store: they are many and short-lived.
+	perToken bool
 
 	received       uint64 // enqueueMsgs from the supervisor
 	awaitingOwner  bool   // learned a hash; waits for the supervisor's answer
@@ -80,9 +83,9 @@ type bucket struct {
 	broken  error // set past the restart intensity
 }
 
-func newBucket(sys *System, key, routeKey string, serial bool) actor.Actor {
+func newBucket(sys *System, key, routeKey string, route routes.Route) *bucket {
 	b := &bucket{
-		sys: sys, key: key, routeKey: routeKey, serial: serial,
+		sys: sys, key: key, routeKey: routeKey, serial: route.HiddenSublimit, perToken: route.PerToken,
 	}
 	if st, ok := sys.store.Load(key); ok {
 		b.state = st
@@ -422,7 +425,7 @@ func (b *bucket) headers(ctx actor.Context, m *headersMsg) {
 	if h.Has.Bucket && h.Bucket != "" && b.key == b.routeKey && !b.awaitingOwner {
 		if bucketKey := routes.BucketKey(h.Bucket, c.Route.Major); bucketKey != b.key {
 			b.awaitingOwner = true
-			ctx.Request(b.sys.sup, &learnedMsg{routeKey: b.routeKey, bucketKey: bucketKey})
+			ctx.Request(b.sys.sup, &learnedMsg{routeKey: b.routeKey, bucketKey: bucketKey, perToken: c.Route.PerToken})
 		}
 	}
 	b.pump(ctx)
@@ -647,7 +650,7 @@ func (b *bucket) maybeIdle(ctx actor.Context) {
 }
 
 func (b *bucket) save() {
-	if b.state.Known {
+	if b.state.Known && !b.perToken {
 		b.sys.store.Save(b.key, b.state)
 	}
 }

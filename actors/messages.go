@@ -73,6 +73,7 @@ type banMsg struct{ wait time.Duration }
 type learnedMsg struct {
 	routeKey  string
 	bucketKey string
+	perToken  bool // keyed by a webhook or interaction token
 }
 
 // ownerMsg: supervisor -> bucket, answering learnedMsg. retired is set

@@ -30,8 +30,6 @@ type supervisor struct {
 	// its actor. Invariant: at most one actor per key; the supervisor is
 	// the only sender of enqueueMsg to actors in this map.
 	children map[string]*child
-	// aliases maps a route key to the bucket key its hash revealed.
-	aliases map[string]string
 	// pending holds dispatches waiting for the connection or the global
 	// limit, in arrival order.
 	pending []*dispatchMsg
@@ -65,7 +63,7 @@ type child struct {
 const maxDialFailures = 3
 
 func newSupervisor(sys *System) actor.Actor {
-	s := &supervisor{sys: sys, children: map[string]*child{}, aliases: map[string]string{},
+	s := &supervisor{sys: sys, children: map[string]*child{},
 		breaker: supervision.NewBreaker(sys.cfg.BanBackoff, ratelimit.MaxWait)}
 	s.machine = fsm.NewSupervisor(func(e fsm.SupervisorEvent, from, to fsm.SupervisorState) {
 		sys.supState.Store(int64(to))
@@ -263,10 +261,7 @@ func (s *supervisor) submit(ctx actor.Context, c *Call, seen ratelimit.Headers) 
 	}
 	routeKey := c.Route.Key()
 	key := routeKey
-	if k, ok := s.aliases[routeKey]; ok {
-		key = k
-	} else if k, ok := s.sys.store.Alias(routeKey); ok {
-		s.aliases[routeKey] = k
+	if k, ok := s.sys.store.Alias(routeKey); ok { // the route's hash, learned earlier
 		key = k
 	}
 	ch := s.children[key]
@@ -274,7 +269,7 @@ func (s *supervisor) submit(ctx actor.Context, c *Call, seen ratelimit.Headers) 
 		s.spawned++
 		// The producer returns the same instance on every restart, so the
 		// bucket's state outlives a crash of its Receive.
-		b := newBucket(s.sys, key, routeKey, c.Route.HiddenSublimit)
+		b := newBucket(s.sys, key, routeKey, c.Route)
 		props := actor.PropsFromProducer(func() actor.Actor { return b },
 			actor.WithReceiverMiddleware(s.sys.receiveMiddleware()...),
 			actor.WithSenderMiddleware(s.sys.senderMiddleware()...))
@@ -446,8 +441,9 @@ func (s *supervisor) holdForBan(now time.Time) {
 
 func (s *supervisor) learned(ctx actor.Context, m *learnedMsg) {
 	from := ctx.Sender()
-	s.aliases[m.routeKey] = m.bucketKey
-	s.sys.store.SetAlias(m.routeKey, m.bucketKey)
+	if !m.perToken { // webhook and interaction tokens are short-lived: not worth remembering
+		s.sys.store.SetAlias(m.routeKey, m.bucketKey)
+	}
 	cur := s.children[m.routeKey]
 	if owner, ok := s.children[m.bucketKey]; ok && owner.pid != from {
 		// Another route with the same hash got there first: the newcomer
