@@ -276,28 +276,33 @@ func (s *benchSwapStore) Delete(k string)                        { s.p.Load().De
 func (s *benchSwapStore) Alias(k string) (string, bool)          { return s.p.Load().Alias(k) }
 func (s *benchSwapStore) SetAlias(k, v string)                   { s.p.Load().SetAlias(k, v) }
 
-// benchHeap returns HeapInuse and HeapAlloc after full collections, once
-// the live heap has stopped shrinking (a limiter closed just before may
-// still be reachable for a few milliseconds from its last goroutines or
-// timers); it gives up after 3 s.
+// benchHeap returns HeapInuse and HeapAlloc after two full collections.
 func benchHeap() (inuse, alloc uint64) {
-	read := func() (uint64, uint64) {
-		runtime.GC()
-		runtime.GC()
-		var m runtime.MemStats
-		runtime.ReadMemStats(&m)
-		return m.HeapInuse, m.HeapAlloc
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapInuse, m.HeapAlloc
+}
+
+// benchHeapBefore is HeapAlloc just before the latest limiter of
+// BenchmarkBucketMemory was created.
+var benchHeapBefore uint64
+
+// benchWaitFreed waits, at most 10 s, until the heap is back near
+// benchHeapBefore: a closed limiter sometimes stays reachable for a few
+// seconds after Close with none of its goroutines left (see
+// docs/benchmarks.md), and if it were freed between a baseline and the
+// measurement after it, the difference would be meaningless.
+func benchWaitFreed() {
+	if benchHeapBefore == 0 {
+		return
 	}
-	inuse, alloc = read()
-	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); {
-		time.Sleep(20 * time.Millisecond)
-		in2, al2 := read()
-		if al2+alloc/100 >= alloc { // shrank by less than 1%: stable
-			return in2, al2
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if _, alloc := benchHeap(); alloc <= benchHeapBefore+benchHeapBefore/10+2<<20 {
+			return
 		}
-		inuse, alloc = in2, al2
 	}
-	return inuse, alloc
 }
 
 func benchPerBucket(after, before uint64, n int) float64 {
@@ -378,6 +383,8 @@ func benchBucketMemory(b *testing.B, live bool, n int) {
 	b.ResetTimer()
 	for range b.N {
 		b.StopTimer()
+		benchWaitFreed()
+		_, benchHeapBefore = benchHeap()
 		store := newBenchSwapStore()
 		lim, err := sluice.New(sluice.Options{
 			BaseURL: base, Token: testToken, TLSConfig: tlsConf,
