@@ -294,3 +294,34 @@ func TestIdleBucketsStop(t *testing.T) {
 	assert.Equal(t, "connected", snap.State)
 	_ = errors.New
 }
+
+func TestSendDuringCloseAlwaysGetsAnOutcome(t *testing.T) {
+	srv, err := sluicetest.NewServer(sluicetest.Options{})
+	require.NoError(t, err)
+	defer srv.Close()
+	lim, err := sluice.New(sluice.Options{BaseURL: srv.APIBase(), Token: testToken, TLSConfig: srv.ClientTLSConfig()})
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	futures := make(chan *sluice.Future, 800)
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 100 {
+				futures <- lim.Send(context.Background(), req("GET", fmt.Sprintf("/channels/%d/messages/%d", g, i), ""))
+			}
+		}()
+	}
+	require.NoError(t, lim.Close(context.Background()))
+	wg.Wait()
+	close(futures)
+	n := 0
+	for f := range futures {
+		<-f.Done() // every request ends, sent or refused
+		if _, err := f.Await(context.Background()); err != nil {
+			assert.ErrorIs(t, err, sluice.ErrClosed)
+		}
+		n++
+	}
+	assert.Equal(t, 800, n)
+}

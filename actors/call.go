@@ -103,7 +103,7 @@ func (c *Call) runOnDone() {
 func (c *Call) Done() <-chan struct{} { return c.done }
 
 // waits returns where the call's time went so far.
-func (c *Call) waits(time.Time) (bucket, global, network time.Duration) {
+func (c *Call) waits() (bucket, global, network time.Duration) {
 	return time.Duration(c.waitBucket.Load()), time.Duration(c.waitGlobal.Load()), time.Duration(c.waitNetwork.Load())
 }
 

@@ -59,7 +59,6 @@ type resultMsg struct {
 	resp *http.Response // body fully read and replaced by a buffer
 	body []byte
 	err  error
-	conn *transport.Conn
 }
 
 // globalHitMsg: bucket -> supervisor. A global 429 asked to wait.

@@ -33,7 +33,6 @@ type supervisor struct {
 	// pending holds dispatches waiting for the connection or the global
 	// limit, in arrival order.
 	pending []*dispatchMsg
-	running int // requests handed to workers and not yet finished
 
 	closing     error // set by closeMsg: new submits fail with it
 	stopped     bool  // set on Stopping: later messages are not acted on
@@ -140,7 +139,6 @@ func (s *supervisor) receive(ctx actor.Context) {
 		s.pending = append(s.pending, m)
 		s.flush(ctx)
 	case *workDoneMsg:
-		s.running--
 		s.sys.running.Add(-1)
 		if m.call == s.probe {
 			s.probe = nil
@@ -229,7 +227,7 @@ func (s *supervisor) receive(ctx actor.Context) {
 		now := s.sys.now()
 		snap := supervisorSnapshot{snap: Snapshot{
 			Time: now, State: s.machine.Current().String(), Breaker: s.breaker.State(now).String(),
-			Pending: len(s.pending), Running: s.running,
+			Pending: len(s.pending), Running: int(s.sys.running.Load()),
 		}}
 		if w, ok := s.sys.global.(interface{ Count(time.Time) int }); ok {
 			snap.snap.GlobalUsed = w.Count(now)
@@ -363,7 +361,6 @@ func (s *supervisor) send(d *dispatchMsg) {
 		d.call.Complete(nil, ErrClosed)
 		return
 	}
-	s.running++
 	s.sys.running.Add(1)
 }
 

@@ -114,6 +114,7 @@ type System struct {
 	// stopped: every call gets exactly one outcome.
 	live     sync.Map
 	closed   atomic.Bool
+	subMu    sync.RWMutex // orders Submit's calls.Add before Close's calls.Wait
 	ids      atomic.Uint64
 	pending  atomic.Int64 // calls without an outcome
 	running  atomic.Int64 // requests on the wire (kept by the supervisor)
@@ -182,12 +183,21 @@ func (s *System) Now() time.Time { return s.now() }
 // Submit hands c to the supervisor. After Close began, c fails with
 // ErrClosed at once.
 func (s *System) Submit(c *Call) {
+	// Close sets closed under subMu's write lock before it waits on calls,
+	// so no Add can race with that Wait.
+	s.subMu.RLock()
+	if s.closed.Load() {
+		s.subMu.RUnlock()
+		c.Complete(nil, ErrClosed)
+		return
+	}
 	s.calls.Add(1)
+	s.subMu.RUnlock()
 	n := s.pending.Add(1)
 	s.live.Store(c.ID, c)
 	s.tel.start(c)
 	c.arm(func() {
-		s.tel.finish(c, s.now())
+		s.tel.finish(c)
 		s.live.Delete(c.ID)
 		s.pending.Add(-1)
 		s.calls.Done()
@@ -295,7 +305,9 @@ func sortBuckets(s Snapshot) Snapshot {
 func (s *System) Close(ctx context.Context) error {
 	var err error
 	s.stop.Do(func() {
+		s.subMu.Lock()
 		s.closed.Store(true)
+		s.subMu.Unlock()
 		s.root.Send(s.sup, &closeMsg{err: ErrClosed})
 		allDone := make(chan struct{})
 		go func() { s.calls.Wait(); close(allDone) }()
@@ -379,7 +391,7 @@ func (s *System) work(conn *transport.Conn, d *dispatchMsg, sup *actor.PID) {
 	req, err := s.prepare(ctx, c)
 	if err != nil {
 		s.root.Send(sup, &workDoneMsg{call: c, notSent: true})
-		s.root.Send(d.bucket, &resultMsg{call: c, err: err, conn: conn})
+		s.root.Send(d.bucket, &resultMsg{call: c, err: err})
 		return
 	}
 	resp, err := conn.RoundTrip(req)
@@ -396,7 +408,7 @@ func (s *System) work(conn *transport.Conn, d *dispatchMsg, sup *actor.PID) {
 	}
 	s.root.Send(sup, done)
 	if err != nil {
-		s.root.Send(d.bucket, &resultMsg{call: c, err: err, conn: conn})
+		s.root.Send(d.bucket, &resultMsg{call: c, err: err})
 		return
 	}
 	s.root.Send(d.bucket, &headersMsg{call: c, status: resp.StatusCode, header: resp.Header, at: s.now()})
@@ -404,12 +416,12 @@ func (s *System) work(conn *transport.Conn, d *dispatchMsg, sup *actor.PID) {
 	resp.Body.Close()
 	err = connectionError(ctx, err)
 	if err != nil {
-		s.root.Send(d.bucket, &resultMsg{call: c, err: err, conn: conn})
+		s.root.Send(d.bucket, &resultMsg{call: c, err: err})
 		return
 	}
 	resp.Body = io.NopCloser(bytes.NewReader(body))
 	resp.ContentLength = int64(len(body))
-	s.root.Send(d.bucket, &resultMsg{call: c, resp: resp, body: body, conn: conn})
+	s.root.Send(d.bucket, &resultMsg{call: c, resp: resp, body: body})
 }
 
 // prepare builds the request for one attempt: the target URL on the base,

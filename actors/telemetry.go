@@ -149,12 +149,12 @@ func (t *telemetry) transition(machine, event string) {
 
 // finish ends the request's span and records where its time went. It runs
 // once, when the call gets its outcome.
-func (t *telemetry) finish(c *Call, now time.Time) {
+func (t *telemetry) finish(c *Call) {
 	if t == nil {
 		return
 	}
 	resp, err := c.Result()
-	bucketWait, globalWait, network := c.waits(now)
+	bucketWait, globalWait, network := c.waits()
 	if t.meter != nil {
 		outcome := "error"
 		if err == nil && resp != nil {
