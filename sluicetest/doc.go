@@ -32,8 +32,9 @@
 //     429 answers in 10 minutes ban the IP, which then gets Cloudflare's
 //     HTML 429 without rate-limit headers.
 //   - Faults: latency with jitter, 5xx without rate-limit headers, abrupt
-//     connection close, HTTP/2 GOAWAY, and an external consumer eating the
-//     global limit at a chosen time.
+//     connection close, HTTP/2 GOAWAY, an external consumer eating the
+//     global limit at a chosen time, and bucket windows that reopen later
+//     than their headers announced (Faults.LateReset).
 //
 // # Inner workings
 //

@@ -33,6 +33,10 @@ type Config struct {
 	// that resends a request that may have been processed shows up there.
 	// It keeps a hash of every request, so it is off by default.
 	TrackDuplicates bool
+	// LateReset makes every bucket window reopen this long after the reset
+	// its headers announced (Faults.LateReset; Engine.SetLateReset changes
+	// it later). Zero or negative means on time.
+	LateReset time.Duration
 }
 
 // Request is what the engine needs to know of one HTTP request.
@@ -68,6 +72,10 @@ type Decision struct {
 	// Injected is true for a global 429 caused by the simulated external
 	// consumer rather than by the client.
 	Injected bool
+	// Late is true for an answer given in a bucket window's late interval
+	// (Faults.LateReset): after the reset the window's headers announced,
+	// before the window really reopens.
+	Late bool
 }
 
 // Engine is the simulator's rules engine: it decides the answer to each
@@ -94,11 +102,16 @@ type Engine struct {
 	seen      map[[32]byte]bool      // request hashes, with TrackDuplicates
 	stats     counters
 	timeline  int
+	lateReset time.Duration
 }
 
 type bucketState struct {
-	win   fixedWindow
-	stats BucketStats
+	win fixedWindow
+	// onTime replays the requests of win's late interval against the
+	// window an on-time Discord would have opened at its announced reset:
+	// a late 429 it would have admitted is excused (Stats.LateResetExcused).
+	onTime fixedWindow
+	stats  BucketStats
 }
 
 type sublimitState struct {
@@ -129,6 +142,8 @@ type counters struct {
 	goAways        int
 	maxBucket      int
 	maxGlobal      int
+	lateReset      int
+	lateExcused    int
 	lastBanExpires time.Time
 }
 
@@ -160,6 +175,7 @@ func NewEngine(start time.Time, cfg Config) (*Engine, error) {
 		invalid:   map[string]*slidingLog{},
 		bans:      map[string]time.Time{},
 		timeline:  cfg.TimelineLimit,
+		lateReset: max(cfg.LateReset, 0),
 	}
 	if e.timeline == 0 {
 		e.timeline = 10000
@@ -195,6 +211,17 @@ func (e *Engine) ExhaustGlobal(from, until time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.outages = append(e.outages, outage{from, until})
+}
+
+// SetLateReset makes every bucket window reopen d after the reset its
+// headers announce, from the next request on; zero or negative means on
+// time. It applies to windows already open too: their real end moves to
+// their announced reset plus d (a window that has already reopened stays
+// reopened). See Faults.LateReset.
+func (e *Engine) SetLateReset(d time.Duration) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.lateReset = max(d, 0)
 }
 
 // identity names who a request counts against, without the token itself.
@@ -312,7 +339,8 @@ func (e *Engine) decide(now time.Time, req Request) Decision {
 	b := e.buckets[key]
 	if b == nil {
 		b = &bucketState{
-			win: fixedWindow{limit: rule.Limit, length: rule.Window.D()},
+			win:    fixedWindow{limit: rule.Limit, length: rule.Window.D()},
+			onTime: fixedWindow{limit: rule.Limit, length: rule.Window.D()},
 			stats: BucketStats{
 				Key: key, Hash: rule.Bucket, Major: major, Identity: who,
 				Limit: rule.Limit, Window: rule.Window,
@@ -321,7 +349,17 @@ func (e *Engine) decide(now time.Time, req Request) Decision {
 		e.buckets[key] = b
 	}
 	b.stats.addRule(rule.Name)
-	b.win.roll(now)
+	b.win.late = e.lateReset
+	if b.win.roll(now) {
+		b.onTime.open, b.onTime.count = false, 0
+	}
+	// In the late interval the client was told the window had reset; what
+	// would an on-time Discord have done with this request?
+	late, onTimeAdmits := b.win.inLate(now), false
+	if late {
+		b.onTime.roll(now)
+		onTimeAdmits, _ = b.onTime.take(now)
+	}
 	admitted, opened := b.win.take(now)
 	if opened {
 		b.stats.Windows++
@@ -332,6 +370,15 @@ func (e *Engine) decide(now time.Time, req Request) Decision {
 		b.stats.RateLimited++
 		wait := b.win.resetAfter(now)
 		d := rateLimited(h, "user", wait, false, 0)
+		if late {
+			d.Late = true
+			b.stats.LateReset429s++
+			e.stats.lateReset++
+			if onTimeAdmits {
+				b.stats.LateResetExcused++
+				e.stats.lateExcused++
+			}
+		}
 		e.record(b, now, rule, d, b.win.remaining())
 		return named(d, rule)
 	}
@@ -344,6 +391,7 @@ func (e *Engine) decide(now time.Time, req Request) Decision {
 	}
 
 	if d, limited := e.checkSublimits(now, rule, key, req.Body, h); limited {
+		d.Late = late
 		e.record(b, now, rule, d, b.win.remaining())
 		return named(d, rule)
 	}
@@ -352,12 +400,13 @@ func (e *Engine) decide(now time.Time, req Request) Decision {
 		if e.majors[name] && e.forbidden[v] {
 			d := jsonError(http.StatusForbidden, "Missing Access", 50001)
 			mergeHeader(d.Header, h)
+			d.Late = late
 			e.record(b, now, rule, d, b.win.remaining())
 			return named(d, rule)
 		}
 	}
 
-	d := Decision{Status: rule.Status, Header: h}
+	d := Decision{Status: rule.Status, Header: h, Late: late}
 	if rule.Status != http.StatusNoContent {
 		d.Header.Set("Content-Type", "application/json")
 		d.Body = e.successBody(now, rule, params, req.Body)
@@ -488,7 +537,7 @@ func (e *Engine) record(b *bucketState, now time.Time, rule *compiledRule, d Dec
 		return
 	}
 	b.stats.Timeline = append(b.stats.Timeline, Event{
-		At: now.Sub(e.start), Rule: rule.Name, Status: d.Status, Scope: d.Scope, Remaining: remaining,
+		At: now.Sub(e.start), Rule: rule.Name, Status: d.Status, Scope: d.Scope, Remaining: remaining, Late: d.Late,
 	})
 }
 
@@ -527,6 +576,8 @@ func (e *Engine) Stats() Stats {
 		GoAways:          c.goAways,
 		MaxBucketWindow:  c.maxBucket,
 		MaxGlobalWindow:  c.maxGlobal,
+		LateReset429s:    c.lateReset,
+		LateResetExcused: c.lateExcused,
 		GlobalLimit:      e.rules.GlobalLimit,
 		GlobalWindow:     e.rules.GlobalWindow,
 		InvalidLimit:     e.rules.InvalidLimit,
@@ -560,7 +611,8 @@ func (e *Engine) Stats() Stats {
 }
 
 // Reset forgets every bucket, window, ban and count, as if the engine had
-// just been created at now. The rules and scheduled outages stay.
+// just been created at now. The rules, scheduled outages and LateReset
+// stay.
 func (e *Engine) Reset(now time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()

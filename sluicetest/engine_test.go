@@ -503,3 +503,260 @@ func TestTrackDuplicates(t *testing.T) {
 	plain.do(0, "GET", "/api/v10/channels/1")
 	assert.Empty(t, plain.e.Stats().Duplicates)
 }
+
+func lateSim(t *testing.T, limit int, late time.Duration) *sim {
+	t.Helper()
+	return newSim(t, rl(limit, time.Second, Rule{Name: "r", Method: "GET", Route: "/channels/{channel_id}", Bucket: "h"}),
+		Config{LateReset: late})
+}
+
+// resetAt is the X-RateLimit-Reset value for the instant t0+at.
+func resetAt(at time.Duration) string {
+	return fmt.Sprintf("%.3f", float64(t0.Add(at).UnixMilli())/1000)
+}
+
+func TestLateResetZeroReopensOnTime(t *testing.T) {
+	for _, late := range []time.Duration{0, -time.Second} {
+		s := lateSim(t, 2, late)
+		require.Equal(t, 200, s.do(ms(100), "GET", "/api/v10/channels/7").Status)
+		require.Equal(t, 200, s.do(ms(200), "GET", "/api/v10/channels/7").Status)
+		assert.Equal(t, 429, s.do(ms(1100)-1, "GET", "/api/v10/channels/7").Status)
+		d := s.do(ms(1100), "GET", "/api/v10/channels/7")
+		require.Equal(t, 200, d.Status, "late=%s: the window reopens at the announced reset", late)
+		assert.False(t, d.Late)
+		assert.Equal(t, "1.000", d.Header.Get("X-RateLimit-Reset-After"))
+		st := s.e.Stats()
+		assert.Zero(t, st.LateReset429s)
+		assert.Zero(t, st.LateResetExcused)
+		assert.Equal(t, 1, st.RateLimited["user"])
+		assert.Equal(t, 2, st.Buckets[0].Windows)
+	}
+}
+
+func TestLateResetAnswers429UntilTheRealReopening(t *testing.T) {
+	s := lateSim(t, 2, ms(300))
+	const p = "/api/v10/channels/7"
+	require.Equal(t, 200, s.do(ms(100), "GET", p).Status)
+	d := s.do(ms(200), "GET", p)
+	require.Equal(t, 200, d.Status)
+	assert.Equal(t, "0.900", d.Header.Get("X-RateLimit-Reset-After"), "the headers announce the on-time reset")
+	assert.Equal(t, resetAt(ms(1100)), d.Header.Get("X-RateLimit-Reset"))
+	assert.False(t, d.Late)
+
+	// Before the announced reset: an ordinary 429, announcing the on-time reset.
+	d = s.do(ms(350), "GET", p)
+	require.Equal(t, 429, d.Status)
+	assert.False(t, d.Late)
+	assert.Equal(t, "0.750", d.Header.Get("X-RateLimit-Reset-After"))
+	assert.JSONEq(t, `{"message":"You are being rate limited.","retry_after":0.75,"global":false}`, string(d.Body))
+
+	// At the announced reset the window is still exhausted for 300 ms.
+	d = s.do(ms(1100), "GET", p)
+	require.Equal(t, 429, d.Status)
+	assert.True(t, d.Late)
+	assert.Equal(t, "user", d.Scope)
+	assert.Equal(t, "user", d.Header.Get("X-RateLimit-Scope"))
+	assert.Equal(t, "0", d.Header.Get("X-RateLimit-Remaining"))
+	assert.Equal(t, "2", d.Header.Get("X-RateLimit-Limit"))
+	assert.Equal(t, "0.300", d.Header.Get("X-RateLimit-Reset-After"), "the time left until the real reopening")
+	assert.Equal(t, resetAt(ms(1400)), d.Header.Get("X-RateLimit-Reset"))
+	assert.Equal(t, "1", d.Header.Get("Retry-After"))
+	assert.Empty(t, d.Header.Get("X-RateLimit-Global"))
+	assert.JSONEq(t, `{"message":"You are being rate limited.","retry_after":0.3,"global":false}`, string(d.Body))
+
+	d = s.do(ms(1250), "GET", p)
+	require.Equal(t, 429, d.Status)
+	assert.JSONEq(t, `{"message":"You are being rate limited.","retry_after":0.15,"global":false}`, string(d.Body))
+	// A third request in the late interval: more than the window an on-time
+	// Discord would have opened at 1100 ms admits, so not excused.
+	d = s.do(ms(1400)-1, "GET", p)
+	require.Equal(t, 429, d.Status)
+	assert.Equal(t, "0.001", d.Header.Get("X-RateLimit-Reset-After"), "rounded up")
+
+	// The window really reopens at announced + late; the new window starts
+	// with that request.
+	d = s.do(ms(1400), "GET", p)
+	require.Equal(t, 200, d.Status)
+	assert.False(t, d.Late)
+	assert.Equal(t, "1", d.Header.Get("X-RateLimit-Remaining"))
+	assert.Equal(t, "1.000", d.Header.Get("X-RateLimit-Reset-After"))
+	assert.Equal(t, resetAt(ms(2400)), d.Header.Get("X-RateLimit-Reset"))
+	require.Equal(t, 200, s.do(ms(1500), "GET", p).Status)
+	d = s.do(ms(2400), "GET", p)
+	require.Equal(t, 429, d.Status, "every window reopens late")
+	assert.True(t, d.Late)
+	assert.Equal(t, "0.300", d.Header.Get("X-RateLimit-Reset-After"))
+
+	// After the real end (2700 ms) the bucket stays empty until the next
+	// request, which opens the next window: 3000 ms to 4000 ms (+300).
+	d = s.do(ms(3000), "GET", p)
+	require.Equal(t, 200, d.Status)
+	assert.Equal(t, "1.000", d.Header.Get("X-RateLimit-Reset-After"))
+	assert.Equal(t, resetAt(ms(4000)), d.Header.Get("X-RateLimit-Reset"))
+	d = s.do(ms(3999), "GET", p)
+	require.Equal(t, 200, d.Status, "still in the window that opened at 3000 ms")
+	assert.Equal(t, "0.001", d.Header.Get("X-RateLimit-Reset-After"))
+	d = s.do(ms(4000), "GET", p)
+	require.Equal(t, 429, d.Status)
+	assert.True(t, d.Late)
+	assert.Equal(t, resetAt(ms(4300)), d.Header.Get("X-RateLimit-Reset"))
+
+	st := s.e.Stats()
+	assert.Equal(t, 12, st.Requests)
+	assert.Equal(t, 6, st.RateLimited["user"], "late 429s are user 429s")
+	assert.Equal(t, 5, st.LateReset429s)
+	assert.Equal(t, 4, st.LateResetExcused)
+	assert.Equal(t, 6, st.Invalid, "late 429s count toward the invalid-request limit")
+	require.Len(t, st.Buckets, 1)
+	b := st.Buckets[0]
+	assert.Equal(t, 12, b.Requests)
+	assert.Equal(t, 6, b.Admitted)
+	assert.Equal(t, 6, b.RateLimited)
+	assert.Equal(t, 5, b.LateReset429s)
+	assert.Equal(t, 4, b.LateResetExcused)
+	assert.Equal(t, 3, b.Windows, "windows opened at 100, 1400 and 3000 ms")
+	assert.Equal(t, 2, b.MaxAdmitted)
+	var late []time.Duration
+	for _, ev := range b.Timeline {
+		if ev.Late {
+			late = append(late, ev.At)
+		}
+	}
+	assert.Equal(t, []time.Duration{ms(1100), ms(1250), ms(1400) - 1, ms(2400), ms(4000)}, late)
+	v := st.Violations()
+	require.Len(t, v, 1)
+	assert.Equal(t, "2 user-scope 429s (bucket limits exceeded), 1 of them in late-reset intervals beyond what an on-time window would have admitted", v[0],
+		"the 429 at 350 ms and the third late request at 1400 ms - 1 ns")
+	assert.Contains(t, st.Summary(), "late_reset_429s=5 excused=4")
+}
+
+func TestLateResetRequestsAfterTheAnnouncedResetAreNotViolations(t *testing.T) {
+	// A client that trusts the headers: it spends the window, sends a full
+	// window's worth at the announced reset, gets late 429s, and retries
+	// after their retry_after.
+	s := lateSim(t, 2, ms(300))
+	const p = "/api/v10/channels/7"
+	for i := 0; i < 2; i++ {
+		require.Equal(t, 200, s.do(0, "GET", p).Status)
+	}
+	var retry time.Duration
+	for i := 0; i < 2; i++ {
+		d := s.do(time.Second, "GET", p)
+		require.Equal(t, 429, d.Status)
+		var body rateLimitBody
+		require.NoError(t, json.Unmarshal(d.Body, &body))
+		retry = time.Duration(body.RetryAfter * float64(time.Second))
+	}
+	require.Equal(t, ms(300), retry)
+	for i := 0; i < 2; i++ {
+		require.Equal(t, 200, s.do(time.Second+retry, "GET", p).Status)
+	}
+	st := s.e.Stats()
+	assert.Equal(t, 2, st.RateLimited["user"])
+	assert.Equal(t, 2, st.LateReset429s)
+	assert.Equal(t, 2, st.LateResetExcused)
+	assert.Empty(t, st.Violations(), "the headers said the window was over")
+	var tb fakeTB
+	assert.True(t, AssertNoViolations(&tb, st))
+
+	// Ignoring the late 429's retry_after once an on-time window would be
+	// spent too is the client's fault.
+	require.Equal(t, 200, s.do(time.Second+retry, "GET", "/api/v10/channels/8").Status)
+	require.Equal(t, 200, s.do(time.Second+retry, "GET", "/api/v10/channels/8").Status)
+	for i := 0; i < 3; i++ {
+		require.Equal(t, 429, s.do(2*time.Second+retry, "GET", "/api/v10/channels/8").Status)
+	}
+	st = s.e.Stats()
+	assert.Equal(t, 5, st.LateReset429s)
+	assert.Equal(t, 4, st.LateResetExcused)
+	assert.Equal(t, []string{"1 user-scope 429s (bucket limits exceeded), 1 of them in late-reset intervals beyond what an on-time window would have admitted"}, st.Violations())
+}
+
+func TestLateResetAdmitsIntoTheOldWindowWhileItHasRoom(t *testing.T) {
+	s := lateSim(t, 3, ms(300))
+	const p = "/api/v10/channels/7"
+	require.Equal(t, 200, s.do(0, "GET", p).Status)
+	d := s.do(time.Second, "GET", p)
+	require.Equal(t, 200, d.Status, "the old window still has room")
+	assert.True(t, d.Late)
+	assert.Equal(t, "1", d.Header.Get("X-RateLimit-Remaining"), "counted in the old window")
+	assert.Equal(t, "0.300", d.Header.Get("X-RateLimit-Reset-After"))
+	assert.Equal(t, resetAt(ms(1300)), d.Header.Get("X-RateLimit-Reset"))
+	require.Equal(t, 200, s.do(ms(1100), "GET", p).Status)
+	d = s.do(ms(1200), "GET", p)
+	require.Equal(t, 429, d.Status)
+	assert.Equal(t, "0.100", d.Header.Get("X-RateLimit-Reset-After"))
+	// The fourth request of the late interval is one more than an on-time
+	// window opened at 1000 ms would have admitted.
+	require.Equal(t, 429, s.do(ms(1250), "GET", p).Status)
+	d = s.do(ms(1300), "GET", p)
+	require.Equal(t, 200, d.Status)
+	assert.Equal(t, "2", d.Header.Get("X-RateLimit-Remaining"))
+	st := s.e.Stats()
+	assert.Equal(t, 2, st.LateReset429s)
+	assert.Equal(t, 1, st.LateResetExcused)
+	assert.Equal(t, 2, st.Buckets[0].Windows)
+	assert.Equal(t, 3, st.Buckets[0].MaxAdmitted)
+	assert.Len(t, st.Violations(), 1)
+}
+
+func TestLateResetLongerThanTheWindow(t *testing.T) {
+	// An on-time Discord would have opened two windows in a 1.5 s late
+	// interval; requests that fit them are excused.
+	s := lateSim(t, 1, ms(1500))
+	const p = "/api/v10/channels/7"
+	require.Equal(t, 200, s.do(0, "GET", p).Status)
+	d := s.do(time.Second, "GET", p)
+	require.Equal(t, 429, d.Status)
+	assert.Equal(t, "1.500", d.Header.Get("X-RateLimit-Reset-After"))
+	require.Equal(t, 429, s.do(2*time.Second, "GET", p).Status)
+	require.Equal(t, 429, s.do(2*time.Second, "GET", p).Status)
+	require.Equal(t, 200, s.do(ms(2500), "GET", p).Status)
+	st := s.e.Stats()
+	assert.Equal(t, 3, st.LateReset429s)
+	assert.Equal(t, 2, st.LateResetExcused)
+}
+
+func TestSetLateResetAppliesAtOnce(t *testing.T) {
+	s := lateSim(t, 1, 0)
+	const p = "/api/v10/channels/7"
+	require.Equal(t, 200, s.do(0, "GET", p).Status)
+	s.e.SetLateReset(ms(300)) // the open window reopens late too
+	d := s.do(time.Second, "GET", p)
+	require.Equal(t, 429, d.Status)
+	assert.True(t, d.Late)
+	assert.Equal(t, "0.300", d.Header.Get("X-RateLimit-Reset-After"))
+	s.e.SetLateReset(0) // back on time: the window has reopened
+	d = s.do(ms(1100), "GET", p)
+	require.Equal(t, 200, d.Status)
+	assert.Equal(t, "1.000", d.Header.Get("X-RateLimit-Reset-After"))
+	s.e.SetLateReset(-time.Second) // negative means on time
+	require.Equal(t, 200, s.do(ms(2100), "GET", p).Status)
+	s.e.SetLateReset(ms(300))
+	s.e.Reset(t0.Add(ms(3000))) // Reset keeps the fault
+	require.Equal(t, 200, s.do(ms(3000), "GET", p).Status)
+	assert.Equal(t, 429, s.do(ms(4000), "GET", p).Status)
+	assert.Equal(t, 200, s.do(ms(4300), "GET", p).Status)
+	assert.Equal(t, 1, s.e.Stats().LateReset429s)
+}
+
+func TestLateResetLeavesSublimitsAlone(t *testing.T) {
+	rs := DefaultRules().Scaled(0.001) // rename sublimit: 2 per 600 ms
+	s := newSim(t, rs, Config{LateReset: ms(300)})
+	rename := withBody(`{"name":"general"}`)
+	require.Equal(t, 200, s.do(ms(0), "PATCH", "/api/v10/channels/9", rename).Status)
+	require.Equal(t, 200, s.do(ms(10), "PATCH", "/api/v10/channels/9", rename).Status)
+	// The bucket (5 per 5 ms) is in its late interval from 5 to 305 ms; the
+	// hidden sublimit is not announced by any header and keeps its own,
+	// on-time window (0 to 600 ms).
+	d := s.do(ms(20), "PATCH", "/api/v10/channels/9", rename)
+	require.Equal(t, "shared", d.Scope)
+	assert.True(t, d.Late)
+	var body rateLimitBody
+	require.NoError(t, json.Unmarshal(d.Body, &body))
+	assert.InDelta(t, 0.58, body.RetryAfter, 1e-9, "the sublimit's reset is not delayed")
+	assert.Equal(t, 200, s.do(ms(600), "PATCH", "/api/v10/channels/9", rename).Status)
+	st := s.e.Stats()
+	assert.Zero(t, st.LateReset429s, "only user-scope 429s are late-reset 429s")
+	assert.Equal(t, 1, st.RateLimited["shared"])
+}

@@ -73,6 +73,21 @@ type Faults struct {
 	// ExternalGlobal schedules another consumer of the bot's token eating
 	// the whole global limit.
 	ExternalGlobal []GlobalOutage `json:"external_global,omitempty"`
+	// LateReset makes every bucket window reopen this long after the reset
+	// its headers announced, as real Discord is reported to do (clients add
+	// 250-400 ms by hand): X-RateLimit-Reset / Reset-After keep announcing
+	// the on-time reset, but a request that arrives between the announced
+	// reset and the real one still finds the old window exhausted and is
+	// answered with a user-scope 429 whose retry_after / Retry-After /
+	// X-RateLimit-Reset-After tell the time left until the real reopening.
+	// (If the old window still has room, the request is admitted into it,
+	// with the same honest Reset-After.) The next request after the real
+	// reopening opens a new window. Such 429s are counted in
+	// Stats.LateReset429s and, when a window opened at the announced reset
+	// would have admitted them, excused from Violations
+	// (Stats.LateResetExcused). Sublimits and the global limit are not
+	// affected. SetFaults changes it at once, for open windows too.
+	LateReset time.Duration `json:"late_reset,omitempty"`
 }
 
 // GlobalOutage is a period during which the global limit is exhausted by
@@ -272,6 +287,7 @@ func (s *Server) setFaults(now time.Time, f Faults) {
 	s.mu.Lock()
 	s.faults = f
 	s.mu.Unlock()
+	s.engine.SetLateReset(f.LateReset)
 	for _, o := range f.ExternalGlobal {
 		from := now.Add(o.After)
 		s.engine.ExhaustGlobal(from, from.Add(o.For))

@@ -243,3 +243,66 @@ func TestServerDropConnectionsAndClose(t *testing.T) {
 	require.Error(t, <-errc)
 	require.NoError(t, s.Close(), "Close is idempotent")
 }
+
+func TestServerLateReset(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	s := start(t, sluicetest.Options{Clock: clock, Faults: sluicetest.Faults{LateReset: 300 * time.Millisecond}})
+	c := s.Client()
+	gw := s.APIBase() + "/gateway/bot" // 2 per 5 s
+	for i := 0; i < 2; i++ {
+		resp, _ := get(t, c, "GET", gw, "Bot t", "")
+		require.Equal(t, 200, resp.StatusCode)
+		assert.Equal(t, "5.000", resp.Header.Get("X-RateLimit-Reset-After"), "the on-time reset is announced")
+		assert.Equal(t, "1893456005.000", resp.Header.Get("X-RateLimit-Reset"))
+	}
+	advance(5 * time.Second) // the announced reset
+	resp, body := get(t, c, "GET", gw, "Bot t", "")
+	require.Equal(t, 429, resp.StatusCode)
+	assert.Equal(t, 2, resp.ProtoMajor)
+	assert.Equal(t, "user", resp.Header.Get("X-RateLimit-Scope"))
+	assert.Equal(t, "0", resp.Header.Get("X-RateLimit-Remaining"))
+	assert.Equal(t, "0.300", resp.Header.Get("X-RateLimit-Reset-After"))
+	assert.Equal(t, "1893456005.300", resp.Header.Get("X-RateLimit-Reset"))
+	assert.Equal(t, "1", resp.Header.Get("Retry-After"))
+	assert.JSONEq(t, `{"message":"You are being rate limited.","retry_after":0.3,"global":false}`, body)
+	advance(300 * time.Millisecond) // the real reopening
+	resp, _ = get(t, c, "GET", gw, "Bot t", "")
+	require.Equal(t, 200, resp.StatusCode)
+	assert.Equal(t, "5.000", resp.Header.Get("X-RateLimit-Reset-After"))
+
+	resp, body = get(t, c, "GET", s.URL+"/_sluice/stats?timeline=0", "", "")
+	require.Equal(t, 200, resp.StatusCode)
+	var st sluicetest.Stats
+	require.NoError(t, json.Unmarshal([]byte(body), &st))
+	assert.Equal(t, 1, st.RateLimited["user"])
+	assert.Equal(t, 1, st.LateReset429s)
+	assert.Equal(t, 1, st.LateResetExcused)
+	require.Len(t, st.Buckets, 1)
+	assert.Equal(t, 1, st.Buckets[0].LateReset429s)
+	assert.Equal(t, 1, st.Buckets[0].LateResetExcused)
+	assert.True(t, s.AssertNoViolations(t), "the client trusted the headers")
+
+	// SetFaults turns it off and on at run time.
+	s.SetFaults(sluicetest.Faults{})
+	get(t, c, "GET", gw, "Bot t", "") // spends the window that opened at 5.3 s
+	advance(5 * time.Second)
+	resp, _ = get(t, c, "GET", gw, "Bot t", "")
+	assert.Equal(t, 200, resp.StatusCode, "on time again")
+	s.SetFaults(sluicetest.Faults{LateReset: time.Second})
+	get(t, c, "GET", gw, "Bot t", "")
+	advance(5 * time.Second)
+	resp, _ = get(t, c, "GET", gw, "Bot t", "")
+	require.Equal(t, 429, resp.StatusCode)
+	assert.Equal(t, "1.000", resp.Header.Get("X-RateLimit-Reset-After"))
+	assert.Equal(t, 2, s.Stats().LateReset429s)
+
+	b, err := json.Marshal(sluicetest.Faults{LateReset: 300 * time.Millisecond})
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"late_reset":300000000}`, string(b))
+	var f sluicetest.Faults
+	require.NoError(t, json.Unmarshal(b, &f))
+	assert.Equal(t, 300*time.Millisecond, f.LateReset)
+}

@@ -29,6 +29,18 @@ type Stats struct {
 	Banned int `json:"banned"`
 	// Bans counts the times an IP was banned.
 	Bans int `json:"bans"`
+	// LateReset429s is how many of RateLimited["user"] were answered in a
+	// bucket window's late interval (Faults.LateReset): after the reset
+	// the window's headers announced, before it really reopened. They are
+	// also counted in Invalid, as Discord would.
+	LateReset429s int `json:"late_reset_429s"`
+	// LateResetExcused is how many of LateReset429s were not the client's
+	// fault: a Discord that reset on time would have admitted them (they
+	// fitted the limit of a window opened at the announced reset). Late
+	// 429s beyond that, for instance a retry sent before the retry_after
+	// of a late 429 had passed once that window was used up, are
+	// violations like any user 429.
+	LateResetExcused int `json:"late_reset_excused"`
 	// Invalid counts 401, 403 and 429 answers except shared-scope 429s and
 	// ban pages: what Discord's invalid-request limit counts.
 	Invalid int `json:"invalid"`
@@ -75,6 +87,11 @@ type BucketStats struct {
 	Requests    int `json:"requests"`
 	Admitted    int `json:"admitted"`
 	RateLimited int `json:"rate_limited"`
+	// LateReset429s of RateLimited were answered in a window's late
+	// interval, and LateResetExcused of those are not the client's fault
+	// (see Stats.LateReset429s and Stats.LateResetExcused).
+	LateReset429s    int `json:"late_reset_429s"`
+	LateResetExcused int `json:"late_reset_excused"`
 	// Windows is the number of windows opened.
 	Windows int `json:"windows"`
 	// MaxAdmitted is the most requests admitted in one window (<= Limit).
@@ -96,6 +113,9 @@ type Event struct {
 	Scope string `json:"scope,omitempty"`
 	// Remaining is the bucket's remaining count after the request.
 	Remaining int `json:"remaining"`
+	// Late marks an answer given in the window's late interval
+	// (Faults.LateReset).
+	Late bool `json:"late,omitempty"`
 }
 
 // SublimitStats is the accounting of one hidden sublimit of one bucket.
@@ -135,14 +155,18 @@ func (b *BucketStats) addRule(name string) {
 	b.Rules = append(b.Rules, name)
 }
 
-// Violations lists every way the client broke the rules: user-scope 429s,
-// global 429s it caused (injected ones excluded), more than one shared 429
-// in a hidden sublimit's window, and bans. Empty means the client never
-// exceeded a limit it could have known.
+// Violations lists every way the client broke the rules: user-scope 429s
+// (excused late-reset ones excluded), global 429s it caused (injected ones
+// excluded), more than one shared 429 in a hidden sublimit's window, and
+// bans. Empty means the client never exceeded a limit it could have known.
 func (s Stats) Violations() []string {
 	var v []string
-	if n := s.RateLimited["user"]; n > 0 {
-		v = append(v, fmt.Sprintf("%d user-scope 429s (bucket limits exceeded)", n))
+	if n := s.RateLimited["user"] - s.LateResetExcused; n > 0 {
+		msg := fmt.Sprintf("%d user-scope 429s (bucket limits exceeded)", n)
+		if late := s.LateReset429s - s.LateResetExcused; late > 0 {
+			msg += fmt.Sprintf(", %d of them in late-reset intervals beyond what an on-time window would have admitted", late)
+		}
+		v = append(v, msg)
 	}
 	if n := s.RateLimited["global"] - s.InjectedGlobal; n > 0 {
 		v = append(v, fmt.Sprintf("%d global 429s caused by the client (global limit %d per %s exceeded)", n, s.GlobalLimit, s.GlobalWindow))
@@ -183,7 +207,11 @@ func (s Stats) Summary() string {
 		}
 		fmt.Fprintf(&b, "%s=%d", k, s.RateLimited[k])
 	}
-	fmt.Fprintf(&b, "} injected_global=%d 5xx=%d dropped=%d goaways=%d max_bucket_window=%d max_global_window=%d/%d buckets=%d",
+	b.WriteByte('}')
+	if s.LateReset429s > 0 {
+		fmt.Fprintf(&b, " late_reset_429s=%d excused=%d", s.LateReset429s, s.LateResetExcused)
+	}
+	fmt.Fprintf(&b, " injected_global=%d 5xx=%d dropped=%d goaways=%d max_bucket_window=%d max_global_window=%d/%d buckets=%d",
 		s.InjectedGlobal, s.ServerErrors, s.Dropped, s.GoAways, s.MaxBucketWindow, s.MaxGlobalWindow, s.GlobalLimit, len(s.Buckets))
 	return b.String()
 }

@@ -4,21 +4,36 @@ import "time"
 
 // fixedWindow is one bucket's (or sublimit's) counter. A window opens with
 // the first request into an empty bucket and admits limit requests until
-// start+length; the next request after that opens a new window.
+// start+length+late; the next request after that opens a new window. Its
+// headers announce the reset at start+length: late (Faults.LateReset, zero
+// for sublimits) is how long after that announced reset the window really
+// ends. Between the two the window is in its late interval: still open,
+// with the count it had.
 type fixedWindow struct {
 	limit  int
 	length time.Duration
+	late   time.Duration // set before roll; never negative
 	open   bool
 	start  time.Time
 	count  int // requests admitted in the open window; 0 <= count <= limit
 }
 
-// roll closes the window if it has ended and reports whether it did.
+// announced is the reset the open window's headers announce.
+func (w *fixedWindow) announced() time.Time { return w.start.Add(w.length) }
+
+// roll closes the window if it has really ended (late after its announced
+// reset) and reports whether it did.
 func (w *fixedWindow) roll(now time.Time) (closed bool) {
-	if w.open && !now.Before(w.start.Add(w.length)) {
+	if w.open && !now.Before(w.announced().Add(w.late)) {
 		w.open, w.count, closed = false, 0, true
 	}
 	return closed
+}
+
+// inLate reports whether now, at or after the last roll, falls in the open
+// window's late interval: its announced reset has passed, its real end not.
+func (w *fixedWindow) inLate(now time.Time) bool {
+	return w.open && !now.Before(w.announced())
 }
 
 // take admits one request if the window has room, opening it if empty.
@@ -36,13 +51,17 @@ func (w *fixedWindow) take(now time.Time) (admitted, opened bool) {
 
 func (w *fixedWindow) remaining() int { return w.limit - w.count }
 
-// resetAfter is the time until the open window ends (the full length when
-// no window is open).
+// resetAfter is the time until the open window's announced reset (the full
+// length when no window is open). In the late interval, when the announced
+// reset has passed, it is the time left until the real end.
 func (w *fixedWindow) resetAfter(now time.Time) time.Duration {
 	if !w.open {
 		return w.length
 	}
-	return w.start.Add(w.length).Sub(now)
+	if w.inLate(now) {
+		return w.announced().Add(w.late).Sub(now)
+	}
+	return w.announced().Sub(now)
 }
 
 // slidingLog admits at most limit events in any interval of length window:
