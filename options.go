@@ -14,7 +14,8 @@ import (
 // DefaultBaseURL is the API base used when Options.BaseURL is empty.
 const DefaultBaseURL = "https://discord.com/api/v10"
 
-// Version is this library's version, sent in the default User-Agent.
+// Version is this library's version, sent in the default User-Agent and
+// printed by the sluice command's "version"; it is the only version string.
 const Version = "0.1.0"
 
 // Options configure a Limiter. Every field is optional; the comment on each

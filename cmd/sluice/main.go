@@ -4,7 +4,7 @@
 //
 //	sluice demo [flags]       drive a realistic load through Sluice against the simulator, live
 //	sluice simulate [flags]   serve the simulated Discord API (see -h)
-//	sluice version            print the version
+//	sluice version            print the version (sluice.Version, the library's)
 //
 // Every subcommand stops cleanly on SIGINT or SIGTERM.
 package main
@@ -18,10 +18,9 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-)
 
-// version is set with -ldflags "-X main.version=..." in releases.
-var version = "devel"
+	"github.com/sluicehq/sluice"
+)
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -58,7 +57,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "simulate":
 		return simulate(ctx, args[1:], stdout, stderr)
 	case "version":
-		fmt.Fprintln(stdout, "sluice", version)
+		fmt.Fprintln(stdout, "sluice", sluice.Version) // one version: the library's, also in the User-Agent
 		return nil
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)

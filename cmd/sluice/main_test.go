@@ -14,6 +14,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice"
 )
 
 // startSimulate runs "sluice simulate" with args and returns the API base
@@ -92,7 +94,7 @@ func TestSimulateFlagsAndCommands(t *testing.T) {
 	assert.Contains(t, out.String(), "create_message")
 	out.Reset()
 	require.NoError(t, run(context.Background(), []string{"version"}, &out, io.Discard))
-	assert.Contains(t, out.String(), "sluice ")
+	assert.Equal(t, "sluice "+sluice.Version+"\n", out.String())
 	assert.Error(t, run(context.Background(), []string{"nope"}, io.Discard, io.Discard))
 	assert.Error(t, run(context.Background(), nil, io.Discard, io.Discard))
 	assert.Error(t, run(context.Background(), []string{"simulate", "-scale", "0"}, io.Discard, io.Discard))
