@@ -88,9 +88,10 @@ func TestTracePioneerRequest(t *testing.T) {
 	require.NoError(t, err)
 	settle(t, h)
 	id := requestID(t, rec, "/channels/42")
-	assert.Equal(t, []string{"submit", "dispatch", "work_done:200"}, rec.steps("supervisor", "receive", id))
-	assert.Equal(t, []string{"enqueue", "headers:200", "result:200"}, rec.steps("bucket", "receive", id))
-	assert.Equal(t, []string{"dispatch"}, rec.steps("bucket", "send", id))
+	// Three messages carry a request: submit, enqueue, result.
+	assert.Equal(t, []string{"submit"}, rec.steps("supervisor", "receive", id))
+	assert.Equal(t, []string{"enqueue", "result:200"}, rec.steps("bucket", "receive", id))
+	assert.Empty(t, rec.steps("bucket", "send", id), "the bucket actor sends its requests itself")
 	assert.Equal(t, []string{"discovered:initial->open"}, rec.steps("bucket", "transition", 0))
 	assert.Equal(t, []string{"dial:disconnected->connecting", "up:connecting->connected"}, rec.steps("supervisor", "transition", 0))
 	for _, e := range rec.all() {
@@ -99,14 +100,16 @@ func TestTracePioneerRequest(t *testing.T) {
 			assert.Equal(t, "initial", e.StateAfter, "the pioneer is out; the bucket is still unknown")
 			assert.Contains(t, e.Bucket, "/channels/{channel_id}")
 		}
-		if e.Kind == "receive" && e.Message == "headers" {
+		if e.Kind == "receive" && e.Message == "result" {
 			assert.Equal(t, "initial", e.StateBefore)
 			assert.Equal(t, "open", e.StateAfter)
 		}
 	}
 }
 
-func TestTracePipelinedBurst(t *testing.T) {
+// TestTraceThreeMessagesPerRequest counts the actor messages each request
+// of a pipelined burst crosses on the hot path.
+func TestTraceThreeMessagesPerRequest(t *testing.T) {
 	rs := rules(5, time.Second, [2]string{"POST", "/channels/{channel_id}/messages"})
 	h, rec := tracedHarness(t, sluicetest.Options{Rules: rs}, sluice.Options{})
 	var reqs []*http.Request
@@ -117,26 +120,50 @@ func TestTracePipelinedBurst(t *testing.T) {
 		require.NoError(t, r.Err)
 	}
 	settle(t, h)
-	// In the bucket's own order (each received message, then what it
-	// caused): the pioneer is dispatched alone; its headers reveal the
-	// bucket (transition) and its hash, which the supervisor confirms
-	// (owner); then the other four go at once.
+	perRequest := map[uint64][]string{}
+	for _, e := range rec.all() {
+		if e.Kind == "receive" && e.RequestID != 0 {
+			perRequest[e.RequestID] = append(perRequest[e.RequestID], e.Message)
+		}
+	}
+	require.Len(t, perRequest, 5)
+	for id, msgs := range perRequest {
+		assert.Equal(t, []string{"submit", "enqueue", "result"}, msgs, "request %d", id)
+	}
+}
+
+func TestTracePipelinedBurst(t *testing.T) {
+	rs := rules(5, time.Second, [2]string{"POST", "/channels/{channel_id}/messages"})
+	h, rec := tracedHarness(t, sluicetest.Options{Rules: rs, Faults: sluicetest.Faults{Latency: 50 * time.Millisecond}}, sluice.Options{})
+	var reqs []*http.Request
+	for i := range 5 {
+		reqs = append(reqs, req("POST", "/channels/9/messages", fmt.Sprintf(`{"content":"%d"}`, i)))
+	}
+	for _, r := range h.lim.DoBatch(context.Background(), reqs) {
+		require.NoError(t, r.Err)
+	}
+	settle(t, h)
+	// In the bucket's own order: the five enqueues (the pioneer goes at
+	// the first), the pioneer's result reveals the bucket, and the other
+	// four go at once: their results come after, all in the exhausted bucket.
 	var order []string
 	for _, e := range rec.all() {
 		if e.Actor != "bucket" {
 			continue
 		}
 		switch {
-		case e.Kind == "send" && e.Message == "dispatch":
-			order = append(order, "dispatch")
 		case e.Kind == "transition" && e.Event == "discovered":
 			order = append(order, "discovered")
-		case e.Kind == "receive" && (e.Message == "headers" || e.Message == "owner") && len(order) < 8:
-			order = append(order, e.Message)
+		case e.Kind == "receive" && e.Message == "result":
+			order = append(order, "result:"+e.StateBefore)
 		}
 	}
-	require.GreaterOrEqual(t, len(order), 8)
-	assert.Equal(t, []string{"dispatch", "headers", "discovered", "owner", "dispatch", "dispatch", "dispatch", "dispatch"}, order[:8])
+	assert.Equal(t, []string{"result:initial", "discovered", "result:exhausted", "result:exhausted", "result:exhausted", "result:exhausted"}, order,
+		"the four left the bucket exhausted (5 of 5 spent) before any of them was answered")
+	// The four went together: the simulator saw them within one latency.
+	ev := h.srv.Stats().Buckets[0].Timeline
+	require.Len(t, ev, 5)
+	assert.Less(t, ev[4].At-ev[1].At, 50*time.Millisecond, "pipelined, not one per round trip")
 }
 
 func TestTraceGlobal429(t *testing.T) {
@@ -147,11 +174,12 @@ func TestTraceGlobal429(t *testing.T) {
 	assert.Equal(t, 200, resp.StatusCode)
 	settle(t, h)
 	id := requestID(t, rec, "/channels/5")
-	assert.Equal(t, []string{"enqueue", "headers:429", "result:429", "headers:200", "result:200"}, rec.steps("bucket", "receive", id))
-	assert.Equal(t, []string{"submit", "dispatch", "work_done:429", "dispatch", "work_done:200"}, rec.steps("supervisor", "receive", id))
+	assert.Equal(t, []string{"enqueue", "result:429", "result:200"}, rec.steps("bucket", "receive", id),
+		"the pause starts before the bucket hears of the 429: one 429, then the retry after the pause")
+	assert.Equal(t, []string{"submit"}, rec.steps("supervisor", "receive", id))
 	assert.Equal(t, []string{"dial:disconnected->connecting", "up:connecting->connected",
 		"global_hit:connected->global_limit", "global_clear:global_limit->connected"}, rec.steps("supervisor", "transition", 0))
-	assert.Contains(t, rec.steps("bucket", "send", 0), "global_hit")
+	assert.Contains(t, rec.steps("supervisor", "receive", 0), "global_hit")
 }
 
 func TestTraceConnectionDeath(t *testing.T) {
@@ -238,8 +266,6 @@ func Example_trace() {
 	}
 	// Output:
 	// receive    enqueue   GET /channels/42 initial -> initial
-	// send       dispatch  GET /channels/42 initial ->
-	// receive    headers   GET /channels/42 initial -> open
+	// receive    result    GET /channels/42 initial -> open
 	// transition discovered          initial -> open
-	// receive    result    GET /channels/42 open -> open
 }

@@ -1,11 +1,11 @@
 package actors
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -18,103 +18,109 @@ import (
 	"github.com/sluicehq/sluice/transport"
 )
 
-// bucket is the actor of one real bucket: a route key until the pioneer's
-// headers reveal the hash, then hash + major parameters. It owns the queue
-// and decides, from the bucket state, when each request may go.
+// bucket is the actor of one major-parameter value (a channel, a guild, a
+// webhook, an interaction, or none): it owns every rate-limit bucket
+// (lane) of it, their queues, their pioneers and their reset timers, and
+// sends their requests itself. Discord's buckets are hash + major
+// parameters, so two routes can share a bucket only if they share their
+// major parameters: every merge, hold and pioneer decision is local to one
+// actor, with no message.
 type bucket struct {
 	sys      *System
 	self     *actor.PID
-	key      string // the key the supervisor knows this actor by
-	routeKey string // the route that created it
-	machine  *fsm.Bucket
-
-	// state is the bucket's limits; it lives in the store between actor
-	// lives so a restarted or re-spawned actor keeps them.
-	state ratelimit.Bucket
-	// window is the longest Reset-After seen: the window length used to
-	// predict waits.
-	window time.Duration
-
-	// queue holds calls not yet dispatched, FIFO. Finished calls (context
-	// ended) are skipped lazily.
-	queue []*Call
-	// running: admitted by state.Take and dispatched (handed to the
-	// supervisor or the wire), no response headers yet. inflight: headers
-	// received and observed, body streaming.
-	// Invariants: a call is in at most one of queue, running, inflight;
-	// every call in running is reported to state exactly once (Observe or
-	// Refund) when it leaves running; len(running) == state.InFlight().
-	// While the bucket is unknown, state.Take admits one pioneer at a time.
-	running  map[uint64]*Call
-	inflight map[uint64]*Call
-	// unobserved holds the headers of in-flight 429s without bucket
-	// headers, reported to state once the body shows their kind.
-	unobserved map[uint64]ratelimit.Headers
-
-	// retries wait for their backoff (5xx, lost connection) without
-	// holding the queue; due ones go back to its front, in order.
-	retries []*Call
-
-	// serial sends one request at a time: set for routes with hidden
-	// sublimits (channel name and topic edits) and after any shared or
-	// sublimit 429, so at most one request meets an unseen limit.
-	serial bool
-	// perToken buckets (webhook and interaction tokens) are not saved to the
-	// store: they are many and short-lived.
+	key      string // the major parameters: the key the supervisor knows it by
 	perToken bool
 
-	received       uint64 // enqueueMsgs from the supervisor
-	awaitingOwner  bool   // learned a hash; waits for the supervisor's answer
-	lastHeaders    ratelimit.Headers
-	held           int   // slots held for siblings (see ownerMsg)
-	firstRemaining int   // Remaining in the headers that made the bucket known
-	retired        bool  // another actor owns our hash: new calls go back to the supervisor
-	draining       error // set on Close
-	idleSent       bool
-	timers         timers
+	// lanes are the buckets of this major, unknown routes included (few:
+	// one per route family used on a channel). Served round-robin from
+	// next, so no lane waits behind another's backlog.
+	lanes []*lane
+	next  int
+
+	// Admission (see gate and supervisor.ring). Invariants: wanting is set
+	// from a wantMsg until its grantMsg; grants are global-window slots
+	// reserved for this actor, spent before any other and cancelled when
+	// nothing can use them; probe is set from the grant of the ban
+	// breaker's probe until that one request is sent.
+	grants   int
+	wanting  bool
+	wantPath time.Duration // the backlog last told with want
+	probe    bool
+
+	// pioneers counts requests of lanes whose limit is unknown on the wire;
+	// firstOut is set while one of them is a first pioneer (a template never
+	// answered), which goes alone.
+	pioneers int
+	firstOut bool
+
+	received uint64 // enqueueMsgs from the supervisor
+	draining error  // set on Close
+	idleSent bool
+	timers   timers
 
 	// current is the message being handled; it is cleared when the handler
 	// returns normally, so after a panic it names the message that failed.
 	// The actor's producer hands the same *bucket to every incarnation, so
-	// a restart keeps the queue, the maps and the limits.
+	// a restart keeps the lanes.
 	current any
 	tbuf    traceBuf
 	crashes *supervision.Intensity
 	broken  error // set past the restart intensity
 }
 
-func newBucket(sys *System, key, routeKey string, route routes.Route) *bucket {
-	b := &bucket{
-		sys: sys, key: key, routeKey: routeKey, serial: route.HiddenSublimit, perToken: route.PerToken,
-	}
-	if st, ok := sys.store.Load(key); ok {
-		b.state = st
-	}
-	b.machine = fsm.NewBucket(func(e fsm.BucketEvent, from, to fsm.BucketState) {
-		sys.transition(b, b.self, e.String(), from.String(), to.String())
-	})
-	if b.state.Known {
-		b.fire(fsm.Discovered)
-	}
-	return b
-}
-
-func (b *bucket) fire(e fsm.BucketEvent) {
-	if b.machine.Can(e) {
-		_ = b.machine.Fire(context.Background(), e)
-	}
+func newBucket(sys *System, key string, perToken bool) *bucket {
+	return &bucket{sys: sys, key: key, perToken: perToken}
 }
 
 func (b *bucket) traceName() string      { return "bucket" }
-func (b *bucket) traceState() string     { return b.machine.Current().String() }
-func (b *bucket) traceKey() string       { return b.key }
 func (b *bucket) traceBuffer() *traceBuf { return &b.tbuf }
+
+// traceState and traceKey describe the lane a message concerns (the
+// actor's major parameters for the others).
+func (b *bucket) traceState(msg any) string {
+	if l := b.laneOf(msg); l != nil {
+		return l.machine.Current().String()
+	}
+	if _, ok := msg.(*enqueueMsg); ok {
+		return fsm.Initial.String()
+	}
+	return ""
+}
+
+func (b *bucket) traceKey(msg any) string {
+	if l := b.laneOf(msg); l != nil {
+		return l.key
+	}
+	if m, ok := msg.(*enqueueMsg); ok && len(m.calls) == 1 {
+		return b.keyFor(m.calls[0].Route)
+	}
+	return b.key
+}
+
+func (b *bucket) laneOf(msg any) *lane {
+	var c *Call
+	switch m := msg.(type) {
+	case *enqueueMsg:
+		if len(m.calls) == 1 {
+			c = m.calls[0]
+		}
+	case *resultMsg:
+		c = m.call
+	}
+	if c == nil {
+		return nil
+	}
+	if c.lane != nil {
+		return c.lane.resolve()
+	}
+	return b.find(b.keyFor(c.Route))
+}
 
 // Receive handles one message at a time.
 func (b *bucket) Receive(ctx actor.Context) {
 	msg := ctx.Message()
 	if _, ok := msg.(*actor.Restarting); ok {
-		b.recoverCrash()
+		b.recoverCrash(ctx)
 		return
 	}
 	b.current = msg
@@ -128,7 +134,7 @@ func (b *bucket) Receive(ctx actor.Context) {
 // recoverCrash runs in the restarting incarnation: the calls carried by the
 // message that panicked get ErrActorCrashed, and their bookkeeping is
 // undone; everything else stays.
-func (b *bucket) recoverCrash() {
+func (b *bucket) recoverCrash(ctx actor.Context) {
 	m := b.current
 	b.current = nil
 	now := b.sys.now()
@@ -136,7 +142,7 @@ func (b *bucket) recoverCrash() {
 		b.crashes = supervision.NewIntensity(maxCrashes, crashWindow)
 	}
 	recent, exceeded := b.crashes.Crash(now)
-	b.sys.log.Error("sluice: bucket actor crashed; restarting it with its queue and limits",
+	b.sys.log.Error("sluice: bucket actor crashed; restarting it with its queues and limits",
 		slog.String("bucket", b.key), slog.String("message", fmt.Sprintf("%T", m)), slog.Int("recent_crashes", recent))
 	if exceeded && b.broken == nil {
 		b.broken = fmt.Errorf("%w: %d crashes within %s; the bucket's actor is stopping", ErrActorCrashed, recent, crashWindow)
@@ -144,15 +150,9 @@ func (b *bucket) recoverCrash() {
 		b.failQueued(b.broken)
 	}
 	fail := func(c *Call) {
-		if _, ok := b.running[c.ID]; ok {
-			delete(b.running, c.ID)
-			b.state.Observe(now, c.sentAt, ratelimit.Headers{})
+		if c.lane != nil {
+			b.release(ctx, c, now, ratelimit.Headers{}, false)
 		}
-		if hh, ok := b.unobserved[c.ID]; ok {
-			delete(b.unobserved, c.ID)
-			b.state.Observe(now, c.sentAt, hh)
-		}
-		delete(b.inflight, c.ID)
 		c.Complete(nil, fmt.Errorf("%w while handling %s", ErrActorCrashed, c.Route.Redacted()))
 	}
 	switch m := m.(type) {
@@ -160,12 +160,10 @@ func (b *bucket) recoverCrash() {
 		for _, c := range m.calls {
 			fail(c)
 		}
-	case *headersMsg:
-		fail(m.call)
 	case *resultMsg:
 		fail(m.call)
-	case *notSentMsg:
-		fail(m.call)
+	case *grantMsg:
+		b.wanting = false
 	}
 }
 
@@ -180,24 +178,26 @@ func (b *bucket) receive(ctx actor.Context, msg any) {
 		b.pump(ctx) // after a restart (timers stay armed): carry on
 	case *enqueueMsg:
 		b.received++
-		if m.seen.Has.Remaining {
-			// A route that shares our hash hands over what its pioneer saw.
-			now := b.sys.now()
-			if b.held > 0 {
-				b.held--
-				if m.seen.Remaining > b.firstRemaining {
-					// Its pioneer reached the server before ours: our first
-					// headers counted it already, so its hold is released.
-					b.state.Unhold(now, 1)
-				}
-			}
-			b.state.Lower(now, m.seen)
-		}
 		b.idleSent = false
 		for _, c := range m.calls {
-			b.enqueue(ctx, c)
+			b.enqueue(c)
 		}
 		b.pump(ctx)
+	case *resultMsg:
+		b.result(ctx, m)
+		b.pump(ctx)
+	case *grantMsg:
+		b.wanting = false
+		if m.err != nil {
+			b.failQueued(m.err)
+		}
+		b.grants += m.slots
+		b.probe = b.probe || m.probe
+		b.pump(ctx)
+		if b.probe { // nothing could use it
+			b.probe = false
+			ctx.Send(b.sys.sup, &probeDoneMsg{abandoned: true})
+		}
 	case *wakeMsg:
 		kind := timerWake
 		if m.retry {
@@ -206,89 +206,90 @@ func (b *bucket) receive(ctx actor.Context, msg any) {
 		if b.timers.current(kind, m.gen) {
 			b.pump(ctx)
 		}
-	case *headersMsg:
-		b.headers(ctx, m)
-	case *resultMsg:
-		b.result(ctx, m)
-	case *notSentMsg:
-		if _, ok := b.running[m.call.ID]; ok {
-			delete(b.running, m.call.ID)
-			b.state.Refund(b.sys.now())
-		}
-		if m.err != nil {
-			m.call.Complete(nil, m.err)
-		} else if !m.call.Finished() {
-			b.requeueFront(m.call, b.sys.now())
-		}
-		b.pump(ctx)
-	case *ownerMsg:
-		b.awaitingOwner = false
-		b.key = m.key
-		if m.siblings > 0 && !m.retired {
-			// Unknown routes with our major parameters may share our hash:
-			// each may spend one request of this window before it learns.
-			b.state.Hold(b.sys.now(), m.siblings)
-			b.held = m.siblings
-		}
-		if m.retired {
-			b.retired = true
-			ctx.Send(b.sys.sup, &submitMsg{calls: b.queue, seen: b.lastHeaders})
-			b.queue = nil
-		}
-		b.pump(ctx)
 	case *bucketSnapshotMsg:
 		now := b.sys.now()
-		m.reply <- BucketSnapshot{
-			Key: b.key, State: b.machine.Current().String(), Known: b.state.Known,
-			Limit: b.state.Limit, Remaining: b.state.Remaining,
-			ResetIn: max(0, b.state.ResetAt.Sub(now)), PausedFor: max(0, b.state.PausedUntil.Sub(now)),
-			Queued: len(b.queue), Retrying: len(b.retries), Running: len(b.running), InFlight: len(b.inflight),
-			Serial: b.serial,
+		out := make([]BucketSnapshot, 0, len(b.lanes))
+		for _, l := range b.lanes {
+			st := &l.state
+			out = append(out, BucketSnapshot{
+				Key: l.key, State: l.machine.Current().String(), Known: st.Known,
+				Limit: st.Limit, Remaining: st.Remaining,
+				ResetIn: max(0, st.ResetAt.Sub(now)), PausedFor: max(0, st.PausedUntil.Sub(now)),
+				Margin: margin(st, now), Queued: len(l.queue), Retrying: len(l.retries), Running: l.running,
+				Serial: l.serial,
+			})
 		}
+		m.reply <- out
 	case *drainMsg:
 		b.draining = m.err
 		b.failQueued(m.err)
 		b.maybeIdle(ctx)
 	case *actor.Stopping:
 		b.timers.stopAll()
-		b.save()
+		b.saveAll()
 		err := ErrClosed
 		if b.broken != nil {
 			err = b.broken
 		}
 		b.failQueued(err)
-		for _, c := range b.running {
-			c.Complete(nil, err)
-		}
-		for _, c := range b.inflight {
-			c.Complete(nil, err)
-		}
-		b.queue = nil
+		b.cancelGrants()
 	}
 }
 
-func (b *bucket) enqueue(ctx actor.Context, c *Call) {
+// keyFor is the lane key of route: its bucket once its template's hash is
+// known (learned by any route of the template, on any channel), else the
+// route itself.
+func (b *bucket) keyFor(r routes.Route) string {
+	if hash, ok := b.sys.store.Alias(r.Method + " " + r.Template); ok && hash != "" {
+		return routes.BucketKey(hash, r.Major)
+	}
+	return r.Key()
+}
+
+func (b *bucket) find(key string) *lane {
+	for _, l := range b.lanes {
+		if l.key == key {
+			return l
+		}
+	}
+	return nil
+}
+
+// laneFor returns the lane of route, creating it.
+func (b *bucket) laneFor(r routes.Route) *lane {
+	template := r.Method + " " + r.Template
+	hash, known := b.sys.store.Alias(template)
+	key := r.Key()
+	if known && hash != "" {
+		key = routes.BucketKey(hash, r.Major)
+	}
+	if l := b.find(key); l != nil {
+		return l
+	}
+	l := newLane(b, key, template, key == r.Key(), !known, r)
+	b.lanes = append(b.lanes, l)
+	return l
+}
+
+func (b *bucket) enqueue(c *Call) {
 	if c.Finished() {
 		return
 	}
-	if b.retired {
-		ctx.Send(b.sys.sup, &submitMsg{calls: []*Call{c}})
-		return
-	}
-	if b.draining != nil {
+	switch {
+	case b.draining != nil:
 		c.Complete(nil, b.draining)
 		return
-	}
-	if b.broken != nil {
+	case b.broken != nil:
 		c.Complete(nil, b.broken)
 		return
 	}
-	if max := b.sys.cfg.MaxQueue; max > 0 && len(b.queue) >= max {
-		c.Complete(nil, fmt.Errorf("%w: %d requests queued for %s", ErrQueueFull, len(b.queue), c.Route.Redacted()))
+	l := b.laneFor(c.Route)
+	if max := b.sys.cfg.MaxQueue; max > 0 && len(l.queue) >= max {
+		c.Complete(nil, fmt.Errorf("%w: %d requests queued for %s", ErrQueueFull, len(l.queue), c.Route.Redacted()))
 		return
 	}
 	now := b.sys.now()
-	if wait := b.predictWait(now, len(b.queue)); wait > 0 {
+	if wait := l.predictWait(now, len(l.queue)); wait > 0 {
 		limit := b.sys.cfg.MaxWait
 		if dl, ok := c.Ctx.Deadline(); ok && (limit == 0 || dl.Sub(now) < limit) {
 			limit = dl.Sub(now)
@@ -299,188 +300,328 @@ func (b *bucket) enqueue(ctx actor.Context, c *Call) {
 		}
 	}
 	c.queuedAt = now
-	b.sys.tel.event(c, "queued", attribute.String("sluice.bucket", b.key))
-	b.queue = append(b.queue, c)
+	b.sys.tel.event(c, "queued", attribute.String("sluice.bucket", l.key))
+	l.queue = append(l.queue, c)
 }
 
-// predictWait estimates when the request at queue position pos would be
-// sent: the job queue's estimate, nextWindowStart + floor(waiting/perWindow)*window.
-func (b *bucket) predictWait(now time.Time, pos int) time.Duration {
-	if !b.state.Known || b.state.Limit <= 0 {
-		return 0
+// ready reports whether l's head may go now as far as the buckets are
+// concerned; otherwise wait is when to look again (0: an answer will
+// wake the actor). The lane's state machine decides: an unknown (initial)
+// bucket sends one pioneer at a time, and a first pioneer goes alone and
+// only with a slot held in every known bucket of the actor.
+func (b *bucket) ready(l *lane, now time.Time) (bool, time.Duration) {
+	l.sync(now)
+	switch l.machine.Current() {
+	case fsm.Initial:
+		if l.first {
+			if b.pioneers > 0 {
+				return false, 0
+			}
+			for _, k := range b.lanes {
+				if k != l && k.state.Known {
+					if ok, wait := peek(k.state, now); !ok {
+						return false, wait
+					}
+				}
+			}
+		} else if b.firstOut {
+			return false, 0
+		}
+	default:
+		if l.serial && l.running > 0 {
+			return false, 0
+		}
 	}
-	var first time.Duration
-	remaining := b.state.Remaining
-	if now.Before(b.state.ResetAt) {
-		first = b.state.ResetAt.Sub(now)
-	} else {
-		remaining = b.state.Limit
-	}
-	if pause := b.state.PausedUntil.Sub(now); pause > first {
-		first, remaining = pause, b.state.Limit
-	}
-	if pos < remaining {
-		return 0
-	}
-	window := b.window
-	if window <= 0 {
-		window = first
-	}
-	return first + time.Duration((pos-remaining)/b.state.Limit)*window
+	return peek(l.state, now)
 }
 
-// pump dispatches queued calls while the bucket allows. It is the only
-// place that takes from the bucket.
+// admit reports whether a request may go now as far as the connection, the
+// ban breaker and the global window are concerned, reserving its global
+// slot (global) when it needs one.
+func (b *bucket) admit(g *gate, c *Call, now time.Time) (ok, global bool) {
+	if g == nil || g.conn == nil || (g.hold && !b.probe) {
+		return false, false
+	}
+	if c.Route.GlobalExempt {
+		return true, false
+	}
+	if b.grants > 0 {
+		b.grants--
+		return true, true
+	}
+	if b.wanting || b.probe || b.sys.waiting.Load() > 0 {
+		return false, false // others wait for the global window: take our turn
+	}
+	if ok, _ := b.sys.global.Reserve(now); ok {
+		return true, true
+	}
+	return false, false
+}
+
+// pump sends queued requests while their buckets and admission allow, one
+// lane at a time in turn. It is the only place that takes from a bucket.
 func (b *bucket) pump(ctx actor.Context) {
-	if b.awaitingOwner || b.retired {
-		return
-	}
 	now := b.sys.now()
-	if err := b.sys.refusal(now); err != nil {
-		b.failQueued(err)
-		return
-	}
 	if b.broken != nil {
 		b.failQueued(b.broken)
 		b.maybeIdle(ctx)
 		return
 	}
-	b.dueRetries(now)
-	for len(b.queue) > 0 {
-		c := b.queue[0]
-		if c.Finished() {
-			b.queue[0] = nil
-			b.queue = b.queue[1:]
-			continue
+	if err := b.sys.refusal(now); err != nil {
+		b.failQueued(err)
+		b.cancelGrants()
+		b.maybeIdle(ctx)
+		return
+	}
+	var wake time.Duration
+	for _, l := range b.lanes {
+		if w := b.dueRetries(l, now); w > 0 && (wake == 0 || w < wake) {
+			wake = w
 		}
-		if b.serial && len(b.running)+len(b.inflight) > 0 {
-			return // the response in flight will pump again
-		}
-		ok, wait := b.state.Take(now)
-		if !ok {
-			switch {
-			case now.Before(b.state.PausedUntil):
-				b.fire(fsm.RateLimited)
-			case b.state.Known:
-				b.fire(fsm.Drained)
+	}
+	if wake > 0 {
+		b.timers.after(timerRetry, wake, func(gen uint64) any { return &wakeMsg{gen: gen, retry: true} })
+	}
+	g := b.sys.gate.Load()
+	wake = 0
+	held := false
+	for progress := true; progress; {
+		progress = false
+		n := len(b.lanes)
+		for i := range n {
+			l := b.lanes[(b.next+i)%n]
+			c := l.head()
+			if c == nil {
+				continue
 			}
-			b.timers.after(timerWake, wait, func(gen uint64) any { return &wakeMsg{gen: gen} })
-			return
+			ok, wait := b.ready(l, now)
+			if !ok {
+				if wait > 0 && (wake == 0 || wait < wake) {
+					wake = wait
+				}
+				continue
+			}
+			admitted, global := b.admit(g, c, now)
+			if !admitted {
+				held = true
+				if c.readyAt.IsZero() {
+					c.readyAt = now
+				}
+				continue
+			}
+			b.dispatch(ctx, l, c, g.conn, global, now)
+			progress = true
 		}
-		if b.state.Known {
-			b.fire(fsm.Wake)
-			b.fire(fsm.Reset)
+		if n > 0 {
+			b.next = (b.next + 1) % n
 		}
-		b.queue[0] = nil
-		b.queue = b.queue[1:]
-		if b.running == nil {
-			b.running = make(map[uint64]*Call, 1)
-		}
-		b.running[c.ID] = c
-		c.dispatchAt = now
-		c.waitBucket.Add(int64(now.Sub(c.queuedAt)))
-		b.sys.tel.event(c, "dispatched")
-		ctx.Send(b.sys.sup, &dispatchMsg{call: c, bucket: b.self})
+	}
+	for _, l := range b.lanes {
+		l.sync(now)
+	}
+	if held {
+		b.askAdmission(ctx, now)
+	} else {
+		b.cancelGrants()
+	}
+	if wake > 0 {
+		b.timers.after(timerWake, wake, func(gen uint64) any { return &wakeMsg{gen: gen} })
 	}
 	b.maybeIdle(ctx)
-	b.compact()
 }
 
-func (b *bucket) headers(ctx actor.Context, m *headersMsg) {
-	c := m.call
-	if _, ok := b.running[c.ID]; !ok {
+// askAdmission tells the supervisor how many requests wait for admission
+// (once until its answer).
+func (b *bucket) askAdmission(ctx actor.Context, now time.Time) {
+	want, global, path := 0, false, time.Duration(0)
+	for _, l := range b.lanes {
+		c := l.head()
+		if c == nil {
+			continue
+		}
+		if ok, _ := b.ready(l, now); !ok {
+			continue
+		}
+		n := 1
+		if l.state.Known && !l.serial {
+			n = max(1, min(len(l.queue), l.state.Remaining))
+		}
+		want += n
+		global = global || !c.Route.GlobalExempt
+		path = max(path, l.backlog(now))
+	}
+	if want == 0 {
 		return
 	}
-	delete(b.running, c.ID)
-	if b.inflight == nil {
-		b.inflight = make(map[uint64]*Call, 1)
+	if b.wanting && path < 2*b.wantPath+time.Second {
+		return // asked already; only a much longer backlog is worth telling
 	}
-	b.inflight[c.ID] = c
+	b.wanting, b.wantPath = true, path
+	ctx.Send(b.sys.sup, &wantMsg{key: b.key, want: want, global: global, path: path})
+}
+
+// cancelGrants gives back global slots reserved for us that nothing can
+// use now.
+func (b *bucket) cancelGrants() {
+	if b.grants == 0 {
+		return
+	}
 	now := b.sys.now()
-	b.sys.tel.event(c, "headers", attribute.Int("http.response.status_code", m.status))
-	h, err := ratelimit.ParseHeaders(m.header, now)
-	if err != nil {
-		b.sys.log.Warn("sluice: malformed rate-limit headers", slog.String("route", c.Route.Redacted()), slog.String("error", err.Error()))
+	for ; b.grants > 0; b.grants-- {
+		b.sys.global.Cancel(now)
 	}
-	if m.status == 429 && !h.Has.Remaining {
-		// Probably a global 429 or a ban, which the bucket did not count;
-		// the body (in resultMsg) decides between Refund and Observe.
-		if b.unobserved == nil {
-			b.unobserved = make(map[uint64]ratelimit.Headers, 1)
-		}
-		b.unobserved[c.ID] = h
-		b.pump(ctx)
-		return
+	if b.sys.waiting.Load() > 0 {
+		b.sys.root.Send(b.sys.sup, &freedMsg{})
 	}
-	wasKnown := b.state.Known
-	b.state.Observe(now, c.sentAt, h)
-	b.lastHeaders = h
-	if h.Has.ResetAfter && h.ResetAfter > b.window && m.status != 429 {
-		b.window = h.ResetAfter
-	}
-	if !wasKnown && b.state.Known {
-		b.firstRemaining = h.Remaining
-		b.fire(fsm.Discovered)
-	}
-	if h.Has.Bucket && h.Bucket != "" && b.key == b.routeKey && !b.awaitingOwner {
-		if bucketKey := routes.BucketKey(h.Bucket, c.Route.Major); bucketKey != b.key {
-			b.awaitingOwner = true
-			ctx.Request(b.sys.sup, &learnedMsg{routeKey: b.routeKey, bucketKey: bucketKey, perToken: c.Route.PerToken})
+}
+
+// dispatch takes c's slot from its lane (and, for a first pioneer, one from
+// every known lane) and puts c on the wire.
+func (b *bucket) dispatch(ctx actor.Context, l *lane, c *Call, conn *transport.Conn, global bool, now time.Time) {
+	l.pop()
+	l.state.Take(now)
+	if !l.state.Known {
+		b.pioneers++
+		c.pioneer = true
+		if l.first {
+			b.firstOut = true
+			c.first = true
+			for _, k := range b.lanes {
+				if k != l && k.state.Known {
+					k.state.Take(now) // a hold: reported when the pioneer is answered
+					c.holds = append(c.holds, k)
+				}
+			}
 		}
 	}
-	b.pump(ctx)
+	l.running++
+	c.lane = l
+	c.global = global
+	c.probe = b.probe
+	b.probe = false
+	c.sentAt = now
+	if c.readyAt.IsZero() {
+		c.waitBucket.Add(int64(now.Sub(c.queuedAt)))
+	} else {
+		c.waitBucket.Add(int64(c.readyAt.Sub(c.queuedAt)))
+		c.waitGlobal.Add(int64(now.Sub(c.readyAt)))
+		c.readyAt = time.Time{}
+	}
+	c.sends.Add(1)
+	b.sys.tel.event(c, "dispatched")
+	b.sys.tel.event(c, "sent")
+	b.sys.running.Add(1)
+	self := b.self
+	if !b.sys.goWork(func() { b.sys.work(conn, c, self) }) {
+		b.release(ctx, c, now, ratelimit.Headers{}, true)
+		c.Complete(nil, ErrClosed)
+	}
+}
+
+// release ends c's attempt in the bookkeeping: its lane's count (Observe
+// with h, or Refund when it was not counted), the holds of a pioneer, the
+// pioneer count and its global slot.
+func (b *bucket) release(ctx actor.Context, c *Call, at time.Time, h ratelimit.Headers, uncounted bool) *lane {
+	l := c.lane.resolve()
+	c.lane = nil
+	l.running--
+	b.sys.running.Add(-1)
+	if c.pioneer {
+		c.pioneer = false
+		b.pioneers--
+		if c.first {
+			c.first = false
+			b.firstOut = false
+		}
+	}
+	if uncounted {
+		l.state.Refund(at)
+	} else {
+		l.state.Observe(at, c.sentAt, h)
+	}
+	target := ""
+	if h.Has.Bucket && h.Bucket != "" {
+		target = routes.BucketKey(h.Bucket, c.Route.Major)
+	}
+	for _, k := range c.holds {
+		k = k.resolve()
+		switch {
+		case uncounted:
+			k.state.Refund(at)
+		case target == k.key:
+			k.state.Observe(at, c.sentAt, h) // it was this bucket's request after all
+		case target != "":
+			k.state.Refund(at) // another bucket counted it
+		default:
+			k.state.Observe(at, c.sentAt, ratelimit.Headers{}) // unknown: keep it charged
+		}
+	}
+	c.holds = nil
+	if c.global {
+		c.global = false
+		if uncounted {
+			b.sys.global.Cancel(at)
+		} else {
+			b.sys.global.Settle(b.sys.clock.CountedAt(c.sentAt, at, h))
+		}
+		if b.sys.waiting.Load() > 0 {
+			ctx.Send(b.sys.sup, &freedMsg{})
+		}
+	}
+	return l
 }
 
 func (b *bucket) result(ctx actor.Context, m *resultMsg) {
 	c := m.call
-	_, unreported := b.running[c.ID]
-	if hh, ok := b.unobserved[c.ID]; ok && m.err != nil {
-		// The body of a 429 never arrived: report what the headers said.
-		delete(b.unobserved, c.ID)
-		b.state.Observe(b.sys.now(), c.sentAt, hh)
+	if c.lane == nil {
+		return // not on the wire for us (already released)
 	}
-	delete(b.running, c.ID)
-	delete(b.inflight, c.ID)
-	now := b.sys.now()
-	c.waitNetwork.Add(int64(now.Sub(c.sentAt)))
-	if m.err != nil {
-		if unreported {
-			// No headers came back. A request that never reached the
-			// server gives its slot back; one that may have reached it
-			// only releases its slot (no information).
-			if transport.Classify(m.err) == transport.NotSent {
-				b.state.Refund(now)
-			} else {
-				b.state.Observe(now, c.sentAt, ratelimit.Headers{})
-			}
+	c.waitNetwork.Add(int64(m.at.Sub(c.sentAt)))
+	h := m.headers
+	answered := m.resp != nil || h.Has.RateLimit
+	if answered {
+		b.sys.clock.Observe(c.sentAt, h)
+		b.sys.clock.Annotate(&h)
+	}
+	var ns *notSentError
+	notSent := m.err != nil && (transport.Classify(m.err) == transport.NotSent || errors.As(m.err, &ns))
+	status := 0
+	if m.resp != nil {
+		status = m.resp.StatusCode
+		b.sys.tel.event(c, "headers", attribute.Int("http.response.status_code", status))
+	}
+	v := m.verdict
+	uncounted := notSent || (status == http.StatusTooManyRequests && !h.Has.Remaining &&
+		(v.Kind == ratelimit.GlobalLimit || v.Kind == ratelimit.CloudflareBan))
+	l := b.release(ctx, c, m.at, h, uncounted)
+	if answered {
+		b.learn(l, c, h, status)
+		if h.Has.ResetAfter && h.ResetAfter > l.window && status != http.StatusTooManyRequests {
+			l.window = h.ResetAfter
 		}
-		b.failed(ctx, c, m)
-		b.pump(ctx)
+	}
+	l = l.resolve()
+	if c.probe {
+		c.probe = false
+		ctx.Send(b.sys.sup, &probeDoneMsg{status: status, rateLimit: h.Has.RateLimit})
+	}
+	if m.err != nil {
+		b.failed(l, c, m.err, notSent)
 		return
 	}
-	status := m.resp.StatusCode
-	h, _ := ratelimit.ParseHeaders(m.resp.Header, now)
-	v := ratelimit.Classify(status, h, m.body)
-	if hh, ok := b.unobserved[c.ID]; ok {
-		delete(b.unobserved, c.ID)
-		if v.Kind == ratelimit.GlobalLimit || v.Kind == ratelimit.CloudflareBan {
-			b.state.Refund(now) // refused before the bucket: not counted there
-		} else {
-			b.state.Observe(now, c.sentAt, hh)
-		}
-	}
+	now := b.sys.now()
 	if ratelimit.CountsAsInvalid(status, v) {
 		b.sys.countInvalid(now)
 	}
 	scope := ""
-	if status == 429 {
-		scope = v.Kind.String()
+	if status == http.StatusTooManyRequests {
+		scope = v.Kind.Scope()
 	}
 	b.sys.tel.response(status, scope)
 	switch {
-	case status == 429:
-		b.limited(ctx, c, v, now)
-	case status == 401 && c.Req.Header.Get("Authorization") == "" && b.sys.cfg.Authorization != "":
+	case status == http.StatusTooManyRequests:
+		b.limited(ctx, l, c, v, m)
+	case status == http.StatusUnauthorized && c.Req.Header.Get("Authorization") == "" && b.sys.cfg.Authorization != "":
 		// Our token was rejected: every later request would be a 401 too.
 		if b.sys.badToken.CompareAndSwap(false, true) {
 			b.sys.log.Error("sluice: the API rejected the token (401); failing every request from now on")
@@ -488,30 +629,64 @@ func (b *bucket) result(ctx actor.Context, m *resultMsg) {
 		c.Complete(m.resp, nil)
 	case status >= 500 && !h.Has.RateLimit && c.safe() && c.errAttempts < b.sys.cfg.MaxErrorRetries:
 		b.sys.log.Warn("sluice: retrying after a server error", slog.Int("status", status), slog.String("route", c.Route.Redacted()))
-		b.retryLater(now, c)
+		b.retryLater(l, now, c)
 	default:
 		c.Complete(m.resp, nil)
 	}
-	b.pump(ctx)
+}
+
+// learn records what an answer tells about l's route: its template's hash
+// (for every channel), and which bucket it is. A lane keyed by its route
+// that learns its bucket takes that bucket's key, or merges into the lane
+// that already has it: one owner per real bucket.
+func (b *bucket) learn(l *lane, c *Call, h ratelimit.Headers, status int) {
+	if status != 0 && status < 500 && status != http.StatusTooManyRequests || h.Has.Bucket {
+		l.first = false
+	}
+	if !h.Has.Bucket || h.Bucket == "" || !l.routeKeyed {
+		return
+	}
+	b.sys.store.SetAlias(l.template, h.Bucket)
+	target := routes.BucketKey(h.Bucket, c.Route.Major)
+	owner := b.find(target)
+	if owner == nil {
+		l.key, l.routeKeyed = target, false
+		return
+	}
+	// Another route of this major got there first: hand the work over once.
+	owner.state.Absorb(&l.state)
+	owner.queue = mergeQueues(owner.queue, l.queue)
+	owner.retries = append(owner.retries, l.retries...)
+	owner.running += l.running
+	owner.serial = owner.serial || l.serial
+	owner.window = max(owner.window, l.window)
+	l.queue, l.retries, l.running = nil, nil, 0
+	l.mergedInto = owner
+	for i, x := range b.lanes {
+		if x == l {
+			b.lanes = append(b.lanes[:i], b.lanes[i+1:]...)
+			break
+		}
+	}
 }
 
 // limited handles a 429 by its shape.
-func (b *bucket) limited(ctx actor.Context, c *Call, v ratelimit.Verdict, now time.Time) {
-	scope := v.Kind.String()
+func (b *bucket) limited(ctx actor.Context, l *lane, c *Call, v ratelimit.Verdict, m *resultMsg) {
+	scope := v.Kind.Scope()
+	at := m.at
 	switch v.Kind {
 	case ratelimit.CloudflareBan:
 		ctx.Send(b.sys.sup, &banMsg{wait: v.Wait})
-		c.Complete(nil, &RateLimitError{Scope: "ban", RetryAfter: v.Wait, Attempts: c.attempts + 1, Bucket: c.Route.Redacted()})
+		c.Complete(nil, &RateLimitError{Scope: scope, RetryAfter: v.Wait, Attempts: c.attempts + 1, Bucket: c.Route.Redacted()})
 		return
 	case ratelimit.GlobalLimit:
-		ctx.Send(b.sys.sup, &globalHitMsg{wait: v.Wait})
+		// The worker paused the global window already (globalSent).
 	case ratelimit.SharedLimit, ratelimit.Sublimit:
-		b.serial = true // a limit no header shows: no more pipelining here
-		b.state.Pause(now.Add(v.Wait))
-		b.fire(fsm.RateLimited)
-	default: // user: pause this bucket only
-		b.state.Pause(now.Add(v.Wait))
-		b.fire(fsm.RateLimited)
+		l.serial = true // a limit no header shows: no more pipelining here
+		l.state.Pause(at.Add(v.Wait))
+	default: // user: pause this bucket only; a window reopened late teaches the margin
+		lateReopen(&l.state, at, c.sentAt, v.Wait)
+		l.state.Pause(at.Add(v.Wait))
 	}
 	b.sys.log.Warn("sluice: 429", slog.String("scope", scope), slog.String("route", c.Route.Redacted()), slog.Duration("retry_after", v.Wait))
 	c.attempts++
@@ -519,61 +694,57 @@ func (b *bucket) limited(ctx actor.Context, c *Call, v ratelimit.Verdict, now ti
 		c.Complete(nil, &RateLimitError{Scope: scope, RetryAfter: v.Wait, Attempts: c.attempts, Bucket: c.Route.Redacted()})
 		return
 	}
-	b.requeueFront(c, now)
+	requeueFront(l, c, b.sys.now())
 }
 
 // failed handles a request that got no complete response.
-func (b *bucket) failed(ctx actor.Context, c *Call, m *resultMsg) {
+func (b *bucket) failed(l *lane, c *Call, err error, notSent bool) {
 	if c.Finished() {
 		return
 	}
-	if c.Ctx.Err() != nil {
+	var ns *notSentError
+	switch {
+	case c.Ctx.Err() != nil:
 		c.Complete(nil, ctxError(c.Ctx))
-		return
-	}
-	if errors.Is(m.err, ErrResponseTooLarge) {
-		c.Complete(nil, m.err)
-		return
-	}
-	switch transport.Classify(m.err) {
-	case transport.NotSent:
-		// Never reached the server: it goes again when the supervisor has
-		// a connection.
-		b.requeueFront(c, b.sys.now())
-	default:
+	case errors.Is(err, ErrResponseTooLarge), errors.As(err, &ns):
+		c.Complete(nil, err)
+	case notSent:
+		// Never reached the server: it goes again once admitted (on a new
+		// connection if this one is gone).
+		requeueFront(l, c, b.sys.now())
+	case c.safe() && c.errAttempts < b.sys.cfg.MaxErrorRetries:
 		// It may have been processed: only a request that is safe to
 		// repeat is sent again.
-		if c.safe() && c.errAttempts < b.sys.cfg.MaxErrorRetries {
-			b.sys.log.Warn("sluice: retrying after a transport error", slog.String("route", c.Route.Redacted()), slog.String("error", m.err.Error()))
-			b.retryLater(b.sys.now(), c)
-			return
-		}
-		c.Complete(nil, fmt.Errorf("sluice: %s: %w", c.Route.Redacted(), m.err))
+		b.sys.log.Warn("sluice: retrying after a transport error", slog.String("route", c.Route.Redacted()), slog.String("error", err.Error()))
+		b.retryLater(l, b.sys.now(), c)
+	default:
+		c.Complete(nil, fmt.Errorf("sluice: %s: %w", c.Route.Redacted(), err))
 	}
 }
 
-// requeueFront puts c back at the head of the queue: it was in line first.
-func (b *bucket) requeueFront(c *Call, now time.Time) {
+// requeueFront puts c back at the head of l's queue: it was in line first.
+func requeueFront(l *lane, c *Call, now time.Time) {
 	c.queuedAt = now
-	b.queue = append([]*Call{c}, b.queue...)
+	l.queue = append([]*Call{c}, l.queue...)
 }
 
 // retryLater sends c again after a backoff, without holding the queue.
-func (b *bucket) retryLater(now time.Time, c *Call) {
+func (b *bucket) retryLater(l *lane, now time.Time, c *Call) {
 	c.notBefore = now.Add(b.sys.cfg.RetryBackoff.Delay(c.errAttempts, rand.Float64))
 	c.errAttempts++
-	b.retries = append(b.retries, c)
+	l.retries = append(l.retries, c)
 }
 
-// dueRetries moves the retries whose backoff is over to the front of the
-// queue, in the order they failed, and arms a timer for the next one.
-func (b *bucket) dueRetries(now time.Time) {
-	if len(b.retries) == 0 {
-		return
+// dueRetries moves l's retries whose backoff is over to the front of its
+// queue, in the order they failed, and returns the wait for the next one
+// (0: none).
+func (b *bucket) dueRetries(l *lane, now time.Time) time.Duration {
+	if len(l.retries) == 0 {
+		return 0
 	}
 	var due, keep []*Call
 	var next time.Time
-	for _, c := range b.retries {
+	for _, c := range l.retries {
 		switch {
 		case c.Finished():
 		case !now.Before(c.notBefore):
@@ -585,72 +756,85 @@ func (b *bucket) dueRetries(now time.Time) {
 			}
 		}
 	}
-	b.retries = keep
+	l.retries = keep
 	if len(due) > 0 {
 		for _, c := range due {
 			c.queuedAt = now
 			b.sys.tel.event(c, "retry")
 		}
-		b.queue = append(due, b.queue...)
+		l.queue = append(due, l.queue...)
 	}
-	if !next.IsZero() {
-		b.timers.after(timerRetry, next.Sub(now), func(gen uint64) any { return &wakeMsg{gen: gen, retry: true} })
+	if next.IsZero() {
+		return 0
 	}
+	return max(time.Nanosecond, next.Sub(now))
 }
 
-// failQueued fails every call waiting in the queue or for a retry.
+// failQueued fails every call waiting in a queue or for a retry.
 func (b *bucket) failQueued(err error) {
-	for _, c := range b.queue {
-		c.Complete(nil, err)
-	}
-	for _, c := range b.retries {
-		c.Complete(nil, err)
-	}
-	b.queue, b.retries = nil, nil
-}
-
-// compact drops the maps that emptied: a bucket between requests keeps
-// nothing it does not need (memory per live bucket is a measured target).
-func (b *bucket) compact() {
-	if len(b.running) == 0 {
-		b.running = nil
-	}
-	if len(b.inflight) == 0 {
-		b.inflight = nil
-	}
-	if len(b.unobserved) == 0 {
-		b.unobserved = nil
-	}
-	if len(b.queue) == 0 {
-		b.queue = nil
+	for _, l := range b.lanes {
+		for _, c := range l.queue {
+			c.Complete(nil, err)
+		}
+		for _, c := range l.retries {
+			c.Complete(nil, err)
+		}
+		l.queue, l.retries = nil, nil
 	}
 }
 
-// maybeIdle tells the supervisor when the bucket has nothing to do and its
-// window is over, so the actor can stop and memory follows the working set.
+// maybeIdle drops the lanes that have nothing to do (their learned limits
+// go to the store), and tells the supervisor when none is left, so the
+// actor can stop and memory follows the working set.
 func (b *bucket) maybeIdle(ctx actor.Context) {
-	if len(b.queue) > 0 || len(b.retries) > 0 || len(b.running) > 0 || len(b.inflight) > 0 || b.awaitingOwner || b.idleSent {
+	if b.awaiting() || b.idleSent {
 		return
 	}
 	now := b.sys.now()
-	end := b.state.ResetAt
-	if b.state.PausedUntil.After(end) {
-		end = b.state.PausedUntil
+	var wake time.Duration
+	keep := b.lanes[:0]
+	for _, l := range b.lanes {
+		idle, wait := l.idle(now, b.sys.cfg.IdleAfter)
+		if !idle {
+			keep = append(keep, l)
+			if wait > 0 && (wake == 0 || wait < wake) {
+				wake = wait
+			}
+			continue
+		}
+		l.fire(fsm.Reset)
+		l.fire(fsm.Quiet)
+		b.save(l)
 	}
-	end = end.Add(b.sys.cfg.IdleAfter)
-	if now.Before(end) {
-		b.timers.after(timerWake, end.Sub(now), func(gen uint64) any { return &wakeMsg{gen: gen} })
+	for i := len(keep); i < len(b.lanes); i++ {
+		b.lanes[i] = nil
+	}
+	b.lanes = keep
+	if b.next >= len(b.lanes) {
+		b.next = 0
+	}
+	if len(b.lanes) > 0 {
+		if wake > 0 {
+			b.timers.after(timerWake, wake, func(gen uint64) any { return &wakeMsg{gen: gen} })
+		}
 		return
 	}
-	b.fire(fsm.Reset) // the window (or pause) is over
-	b.fire(fsm.Quiet)
-	b.save()
 	b.idleSent = true
 	ctx.Request(b.sys.sup, &idleMsg{key: b.key, received: b.received})
 }
 
-func (b *bucket) save() {
-	if b.state.Known && !b.perToken {
-		b.sys.store.Save(b.key, b.state)
+// awaiting reports whether the actor waits for a message that must find it
+// alive: an admission answer, or held global slots to give back.
+func (b *bucket) awaiting() bool { return b.wanting || b.grants > 0 || b.pioneers > 0 }
+
+func (b *bucket) save(l *lane) {
+	if l.state.Known && !l.perToken && !l.routeKeyed {
+		b.sys.store.Save(l.key, l.state)
+	}
+}
+
+func (b *bucket) saveAll() {
+	for _, l := range b.lanes {
+		b.save(l)
 	}
 }

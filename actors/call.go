@@ -33,14 +33,19 @@ type Call struct {
 	// Submitted is when the call was submitted (limiter clock).
 	Submitted time.Time
 
-	// Owned by the holding actor.
+	// Owned by the bucket actor that holds the call.
 	attempts    int        // 429 retries so far
 	errAttempts int        // retries after a 5xx or a lost connection
 	notBefore   time.Time  // a retry waits until then
 	sentAt      time.Time  // when the current attempt was handed to the wire
-	globalAt    time.Time  // when its global slot was reserved; zero if exempt
 	queuedAt    time.Time  // when it last joined its bucket's queue
-	dispatchAt  time.Time  // when its bucket last dispatched it
+	readyAt     time.Time  // when its bucket would have sent it but admission held it
+	lane        *lane      // the bucket that admitted the current attempt (nil: not on the wire)
+	holds       []*lane    // known buckets holding a slot for this pioneer (see lane.go)
+	global      bool       // the attempt holds a global-window slot
+	pioneer     bool       // the attempt is a pioneer: its bucket's limit was unknown
+	first       bool       // a first pioneer: its template had never been answered
+	probe       bool       // the attempt is the ban breaker's probe
 	span        trace.Span // nil without a TracerProvider; set before submission
 
 	// Read by the outcome hook, which may run on another goroutine.

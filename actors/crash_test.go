@@ -70,7 +70,7 @@ func TestCrashingBucketLosesNothingElse(t *testing.T) {
 	var headers atomic.Int64
 	var panics atomic.Int64
 	hook := func(m any) {
-		if _, ok := m.(*headersMsg); ok && headers.Add(1)%25 == 0 {
+		if _, ok := m.(*resultMsg); ok && headers.Add(1)%25 == 0 {
 			panics.Add(1)
 			panic("injected bug")
 		}
@@ -93,7 +93,7 @@ func TestCrashingBucketLosesNothingElse(t *testing.T) {
 			counts[fmt.Sprint(err)]++
 		}
 	}
-	t.Logf("300 requests, a panic every 25th headers message (%d panics): %v", panics.Load(), counts)
+	t.Logf("300 requests, a panic every 25th result message (%d panics): %v", panics.Load(), counts)
 	assert.Equal(t, int(panics.Load()), counts["crashed"], "only the request in the failing message is lost")
 	assert.Equal(t, 300-counts["crashed"], counts["ok"], "every other request completes")
 	assert.Empty(t, srv.Stats().Violations(), "restarted actors keep their limits")
@@ -104,7 +104,7 @@ func TestRestartIntensityIsBounded(t *testing.T) {
 	crash.Store(true)
 	var crashes atomic.Int64
 	hook := func(m any) {
-		if h, ok := m.(*headersMsg); ok && crash.Load() && strings.Contains(h.call.Route.Major, "666") {
+		if h, ok := m.(*resultMsg); ok && crash.Load() && strings.Contains(h.call.Route.Major, "666") {
 			crashes.Add(1)
 			panic("always")
 		}

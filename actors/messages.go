@@ -12,90 +12,82 @@ import (
 
 // Messages between the public API, the supervisor, the bucket actors and
 // the worker goroutines. Every message is a pointer to a struct; none is
-// shared after sending.
+// shared after sending. The hot path of a request is three messages:
+// submit (caller → supervisor), enqueue (supervisor → bucket) and result
+// (worker → bucket); everything else happens only when something waits
+// (admission), fails or changes.
 
-// submitMsg: API -> supervisor, a new call to route to its bucket; or
-// retired bucket -> supervisor, its queue to route to the bucket that owns
-// its hash, with the headers its pioneer saw.
+// submitMsg: API -> supervisor, new calls to route to the bucket actor of
+// their major parameters.
 type submitMsg struct {
 	calls []*Call
-	seen  ratelimit.Headers
 }
 
 // enqueueMsg: supervisor -> bucket. Only the supervisor sends it, and it
 // counts what it sends (see idleMsg).
 type enqueueMsg struct {
 	calls []*Call
-	seen  ratelimit.Headers
 }
 
-// dispatchMsg: bucket -> supervisor. The bucket granted the call a slot;
-// the supervisor sends it when connected and the global limit allows.
-type dispatchMsg struct {
-	call   *Call
-	bucket *actor.PID
-}
-
-// notSentMsg: supervisor -> bucket. The call never reached the wire
-// (cancelled, closing, or the connection refused it before sending): its
-// bucket slot is refunded and, unless finished, it goes back to the front.
-type notSentMsg struct {
-	call *Call
-	err  error // why; nil when it only waits for a new connection
-}
-
-// headersMsg: worker -> bucket. Response headers arrived; the body follows.
-type headersMsg struct {
-	call   *Call
-	status int
-	header http.Header
-	at     time.Time
-}
-
-// resultMsg: worker -> bucket. The attempt is over: a full response or an
-// error.
+// resultMsg: worker -> bucket. The attempt is over: the answer, parsed and
+// classified once by the worker, or the error that ended it.
 type resultMsg struct {
 	call *Call
-	resp *http.Response // body fully read and replaced by a buffer
-	body []byte
-	err  error
+	// at is when the response headers arrived (or the attempt failed): the
+	// time every window computed from this answer starts from.
+	at      time.Time
+	resp    *http.Response // body fully read and replaced by a buffer
+	headers ratelimit.Headers
+	verdict ratelimit.Verdict
+	// globalSent is set when the worker already paused the global window
+	// for a global 429 and told the supervisor.
+	globalSent bool
+	err        error
 }
 
-// globalHitMsg: bucket -> supervisor. A global 429 asked to wait.
-type globalHitMsg struct{ wait time.Duration }
+// wantMsg: bucket -> supervisor. The bucket has want requests ready to go
+// but admission is held: no connection, a global pause, a ban, the global
+// window full, or other buckets already waiting for it. The supervisor
+// queues the bucket (once) and answers with a grantMsg in round-robin order.
+type wantMsg struct {
+	key    string // the bucket actor's key (its major parameters)
+	want   int    // requests ready to go
+	global bool   // they need global-window slots (not exempt)
+	// path is how long the actor's longest queue needs at its bucket's own
+	// pace: the longer, the sooner it is served (see supervisor.admit).
+	path time.Duration
+}
 
-// banMsg: bucket -> supervisor. A Cloudflare-style ban: stop everything
-// for wait.
+// grantMsg: supervisor -> bucket, answering wantMsg. slots global-window
+// slots are reserved for the bucket (it cancels those it cannot use);
+// exempt requests need none. probe marks the one request the ban breaker
+// lets through. err, when set, fails the bucket's queue (no connection
+// could be made).
+type grantMsg struct {
+	slots int
+	probe bool
+	err   error
+}
+
+// freedMsg: bucket -> supervisor, sent only while buckets wait for
+// admission: a global slot was settled or given back, so the supervisor
+// recomputes when the next one frees.
+type freedMsg struct{}
+
+// globalHitMsg: worker -> supervisor. A global 429 paused the global
+// window until then (the worker blocked it already).
+type globalHitMsg struct{ until time.Time }
+
+// banMsg: bucket -> supervisor. A Cloudflare-style ban: stop everything.
 type banMsg struct{ wait time.Duration }
 
-// learnedMsg: bucket -> supervisor. The pioneer revealed the bucket hash.
-type learnedMsg struct {
-	routeKey  string
-	bucketKey string
-	perToken  bool // keyed by a webhook or interaction token
-}
-
-// ownerMsg: supervisor -> bucket, answering learnedMsg. retired is set
-// when another actor owns the hash already: the bucket hands its queue back
-// to the supervisor and stops once its requests in flight are answered.
-type ownerMsg struct {
-	retired bool
-	key     string // the bucket key the receiver is now known by
-	// siblings is the number of other routes with the same major
-	// parameters whose hash is still unknown: they may share this bucket.
-	siblings int
-}
-
-// workDoneMsg: worker -> supervisor. The request was answered (headers
-// arrived) or failed; notSent says it provably never reached the server.
-type workDoneMsg struct {
-	call    *Call
-	notSent bool
-	// status and rateLimitHeaders describe the answer (status 0: none);
-	// the ban breaker reads them to judge its probe.
-	status           int
-	rateLimitHeaders bool
-	uncounted        bool // a global 429 or a ban: the API counted nothing
+// probeDoneMsg: bucket -> supervisor. The ban breaker's probe was answered
+// (status, and whether it carried rate-limit headers), failed (status 0),
+// or could not be sent (abandoned).
+type probeDoneMsg struct {
+	status    int
+	rateLimit bool
+	abandoned bool
 }
 
 // idleMsg: bucket -> supervisor. Nothing queued, running or limited; the
@@ -144,8 +136,9 @@ type supervisorSnapshot struct {
 	buckets []*actor.PID
 }
 
-// bucketSnapshotMsg asks a bucket actor for its BucketSnapshot.
-type bucketSnapshotMsg struct{ reply chan BucketSnapshot }
+// bucketSnapshotMsg asks a bucket actor for the BucketSnapshots of its
+// buckets.
+type bucketSnapshotMsg struct{ reply chan []BucketSnapshot }
 
 // Snapshot is the limiter's state at one moment, stable enough to render.
 type Snapshot struct {
@@ -156,21 +149,25 @@ type Snapshot struct {
 	State string
 	// Breaker is the ban breaker's state: closed, open or half_open.
 	Breaker string
-	// Pending is the number of dispatches held back by the supervisor
-	// (waiting for the connection or the global limit).
+	// Pending is the number of requests ready to go but waiting for
+	// admission (the connection, the global limit or a ban), as the
+	// waiting buckets last reported.
 	Pending int
+	// Waiting is the number of bucket actors waiting for admission.
+	Waiting int
 	// Running is the number of requests on the wire.
 	Running int
 	// GlobalUsed is the number of global-limit slots held now (requests in
 	// flight and answered within the window).
 	GlobalUsed int
-	// Buckets are the live bucket actors, sorted by key.
+	// Buckets are the live buckets, sorted by key.
 	Buckets []BucketSnapshot
 }
 
-// BucketSnapshot is one bucket actor's state.
+// BucketSnapshot is one bucket's state.
 type BucketSnapshot struct {
-	// Key is the bucket's key (no token: tokens are hashed).
+	// Key is the bucket's key (no token: tokens are hashed): the route
+	// while its hash is unknown, then hash and major parameters.
 	Key string
 	// State is the bucket machine's state: initial, open, exhausted,
 	// limited or idle.
@@ -183,12 +180,14 @@ type BucketSnapshot struct {
 	ResetIn time.Duration
 	// PausedFor is the time left of a 429's pause (0 when none).
 	PausedFor time.Duration
+	// Margin is the reopening margin added to the resets the bucket
+	// predicts (raised when the server reopened a window late).
+	Margin time.Duration
 	// Queued requests wait for the bucket; Retrying ones wait for a
 	// backoff after a 5xx or a lost connection.
 	Queued, Retrying int
-	// Running requests are dispatched and unanswered; InFlight ones have
-	// their headers and are reading their body.
-	Running, InFlight int
+	// Running requests are on the wire, unanswered.
+	Running int
 	// Serial is set when the bucket sends one request at a time (hidden
 	// sublimits).
 	Serial bool

@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"container/heap"
 	"context"
 	"fmt"
 	"log/slog"
@@ -15,7 +16,8 @@ import (
 	"github.com/sluicehq/sluice/transport"
 )
 
-// supervisor owns the HTTP/2 connection, the global limit and the bucket
+// supervisor owns the HTTP/2 connection, the global limit's pauses, the ban
+// breaker, the queue of buckets waiting for admission, and the bucket
 // actors. Its state machine is fsm.Supervisor; its Receive is the only code
 // that fires it.
 type supervisor struct {
@@ -24,15 +26,19 @@ type supervisor struct {
 	machine *fsm.Supervisor
 
 	// conn is the live connection; nil unless Connected or GlobalLimit.
-	// Invariant: conn != nil  <=>  machine is connected or global_limit.
+	// Invariant: conn != nil  <=>  machine is connected or global_limit;
+	// sys.gate always holds the conn and hold last published (publish).
 	conn *transport.Conn
-	// children maps a bucket key (route key until the hash is learned) to
-	// its actor. Invariant: at most one actor per key; the supervisor is
-	// the only sender of enqueueMsg to actors in this map.
+	// children maps a major-parameter string to its bucket actor.
+	// Invariant: at most one actor per key; the supervisor is the only
+	// sender of enqueueMsg.
 	children map[string]*child
-	// pending holds dispatches waiting for the connection or the global
-	// limit, in arrival order.
-	pending []*dispatchMsg
+	// ring holds the children waiting for admission, each at most once
+	// (child.waiting), served in the order of their virtual deadline (see
+	// admit), so a hot bucket never waits behind a thousand cold ones'
+	// backlog, nor they behind it for ever.
+	// Invariant: ring.Len() == sys.waiting.
+	ring admissionQueue
 
 	closing     error // set by closeMsg: new submits fail with it
 	stopped     bool  // set on Stopping: later messages are not acted on
@@ -40,9 +46,15 @@ type supervisor struct {
 	globalUntil time.Time
 
 	// breaker holds every request, exempt ones too (a Cloudflare ban is per
-	// IP), then lets one probe through; probe is that request.
+	// IP), then lets one probe through; probing is set while it is out.
 	breaker *supervision.Breaker
-	probe   *Call
+	probing bool
+
+	// pacer spreads the global slots handed out from the admission queue
+	// evenly over the window, so they free evenly too and a bucket that
+	// joins the queue is served within a slot's time, not at the next
+	// burst (see pacer).
+	pacer pacer
 
 	tbuf    traceBuf
 	current any // the message being handled; still set after a panic (see Receive)
@@ -51,22 +63,46 @@ type supervisor struct {
 }
 
 type child struct {
+	key       string
 	pid       *actor.PID
 	forwarded uint64 // enqueueMsgs sent by the supervisor
-	major     string // the route's major parameters
-	learned   bool   // keyed by its bucket hash (else by its route)
+	waiting   bool   // in ring
+	want      int    // requests the bucket reported ready (while waiting)
+	global    bool   // they need global slots
+	deadline  time.Time
+	index     int // in ring
 }
 
-// maxDialFailures is how many dials in a row may fail before the
-// dispatches waiting for a connection are failed with the dial error.
+// gate is what the supervisor publishes for the bucket actors: the
+// connection to send on and whether every request must ask it first. A
+// fresh value is stored each time (never mutated); only the supervisor
+// stores it.
+type gate struct {
+	conn *transport.Conn // nil: no connection
+	hold bool            // a ban (or its probe) holds every request
+}
+
+// pathWeight is how many times more a bucket's remaining backlog (its
+// queue at its own pace) counts than the time it has waited, when the
+// admission queue orders buckets. The longest backlog bounds the whole
+// load's completion; waiting time keeps short backlogs from starving when
+// the global limit cannot serve everyone.
+const pathWeight = 8
+
+// maxDialFailures is how many dials in a row may fail before the buckets
+// waiting for a connection fail their queues with the dial error.
 const maxDialFailures = 3
 
 func newSupervisor(sys *System) actor.Actor {
 	s := &supervisor{sys: sys, children: map[string]*child{},
 		breaker: supervision.NewBreaker(sys.cfg.BanBackoff, ratelimit.MaxWait)}
+	if w, ok := sys.global.(interface{ Limit() (int, time.Duration) }); ok {
+		n, per := w.Limit()
+		s.pacer = pacer{burst: float64(n), every: per / time.Duration(n), tokens: float64(n)}
+	}
 	s.machine = fsm.NewSupervisor(func(e fsm.SupervisorEvent, from, to fsm.SupervisorState) {
 		sys.supState.Store(int64(to))
-		sys.transition(s, s.self, e.String(), from.String(), to.String())
+		sys.transition(s, s.self, "", e.String(), from.String(), to.String())
 	})
 	return s
 }
@@ -78,8 +114,8 @@ func (s *supervisor) fire(e fsm.SupervisorEvent) {
 }
 
 func (s *supervisor) traceName() string      { return "supervisor" }
-func (s *supervisor) traceState() string     { return s.machine.Current().String() }
-func (s *supervisor) traceKey() string       { return "" }
+func (s *supervisor) traceState(any) string  { return s.machine.Current().String() }
+func (s *supervisor) traceKey(any) string    { return "" }
 func (s *supervisor) traceBuffer() *traceBuf { return &s.tbuf }
 
 // Receive handles one message at a time. The supervisor runs under a
@@ -110,8 +146,11 @@ func (s *supervisor) recoverCrash(ctx actor.Context) {
 		for _, c := range m.calls {
 			c.Complete(nil, fmt.Errorf("%w: the supervisor failed while routing %s", ErrActorCrashed, c.Route.Redacted()))
 		}
-	case *dispatchMsg:
-		ctx.Send(m.bucket, &notSentMsg{call: m.call, err: fmt.Errorf("%w: the supervisor failed while dispatching", ErrActorCrashed)})
+	case *wantMsg:
+		// The bucket waits for an answer: let it look again.
+		if ch := s.children[m.key]; ch != nil {
+			ctx.Send(ch.pid, &grantMsg{})
+		}
 	}
 }
 
@@ -126,48 +165,18 @@ func (s *supervisor) receive(ctx actor.Context) {
 	case *actor.Started:
 		s.self = ctx.Self()
 		s.timers = timers{sys: s.sys, pid: s.self}
+		s.publish()
 		s.dial()
 	case *submitMsg:
 		for _, c := range m.calls {
-			s.submit(ctx, c, m.seen)
+			s.submit(ctx, c)
 		}
-	case *dispatchMsg:
-		if s.closing != nil {
-			ctx.Send(m.bucket, &notSentMsg{call: m.call, err: s.closing})
-			return
-		}
-		s.pending = append(s.pending, m)
-		s.flush(ctx)
-	case *workDoneMsg:
-		s.sys.running.Add(-1)
-		if m.call == s.probe {
-			s.probe = nil
-			now := s.sys.now()
-			switch {
-			case m.status == 429 && !m.rateLimitHeaders:
-				s.breaker.Probed(now, true)
-				s.holdForBan(now)
-			case m.status != 0:
-				s.sys.log.Info("sluice: the ban probe passed; resuming")
-				s.breaker.Probed(now, false)
-			default:
-				s.breaker.Abandon() // no answer: says nothing about the ban
-			}
-			defer s.flush(ctx)
-		}
-		if !m.call.globalAt.IsZero() {
-			m.call.globalAt = time.Time{}
-			if m.notSent || m.uncounted {
-				s.sys.global.Cancel(s.sys.now())
-			} else {
-				// The server counted it no later than now: its global
-				// slot is held for one period from here.
-				s.sys.global.Settle(s.sys.now())
-			}
-			if len(s.pending) > 0 {
-				s.flush(ctx) // the wait to the next free slot is now known
-			}
-		}
+	case *wantMsg:
+		s.want(ctx, m)
+	case *freedMsg:
+		s.admit(ctx)
+	case *probeDoneMsg:
+		s.probeDone(ctx, m)
 	case *dialedMsg:
 		s.dialed(ctx, m)
 	case *connDownMsg:
@@ -179,13 +188,14 @@ func (s *supervisor) receive(ctx actor.Context) {
 		s.conn.Close()
 		s.conn = nil
 		s.fire(fsm.Down)
+		s.publish()
 		s.dial()
 	case *redialMsg:
 		if s.timers.current(timerRedial, m.gen) && s.machine.Current() == fsm.Disconnected {
 			s.dial()
 		}
 	case *globalHitMsg:
-		s.globalHit(m.wait)
+		s.globalHit(m.until)
 	case *banMsg:
 		// A Cloudflare ban carries no Retry-After; the breaker's own
 		// backoff decides when to probe.
@@ -202,13 +212,11 @@ func (s *supervisor) receive(ctx actor.Context) {
 		if s.machine.Current() == fsm.GlobalLimit {
 			s.fire(fsm.GlobalClear)
 		}
-		s.flush(ctx)
+		s.admit(ctx)
 	case *globalRetryMsg:
 		if s.timers.current(timerRetry, m.gen) {
-			s.flush(ctx)
+			s.admit(ctx)
 		}
-	case *learnedMsg:
-		s.learned(ctx, m)
 	case *idleMsg:
 		s.idle(ctx, m)
 	case *closeMsg:
@@ -221,14 +229,18 @@ func (s *supervisor) receive(ctx actor.Context) {
 		for key, ch := range s.children {
 			if ch.pid.Equal(m.Who) {
 				delete(s.children, key)
+				s.unring(ch)
 			}
 		}
 	case *snapshotMsg:
 		now := s.sys.now()
 		snap := supervisorSnapshot{snap: Snapshot{
 			Time: now, State: s.machine.Current().String(), Breaker: s.breaker.State(now).String(),
-			Pending: len(s.pending), Running: int(s.sys.running.Load()),
+			Waiting: s.ring.Len(), Running: int(s.sys.running.Load()),
 		}}
+		for _, ch := range s.ring {
+			snap.snap.Pending += ch.want
+		}
 		if w, ok := s.sys.global.(interface{ Count(time.Time) int }); ok {
 			snap.snap.GlobalUsed = w.Count(now)
 		}
@@ -239,17 +251,26 @@ func (s *supervisor) receive(ctx actor.Context) {
 	case *actor.Stopping:
 		s.stopped = true
 		s.timers.stopAll()
-		for _, d := range s.pending {
-			d.call.Complete(nil, ErrClosed)
-		}
-		s.pending = nil
+		s.clearRing()
 		if s.conn != nil {
 			s.conn.Close()
 		}
+		s.conn = nil
+		s.publish()
 	}
 }
 
-func (s *supervisor) submit(ctx actor.Context, c *Call, seen ratelimit.Headers) {
+// publish stores the gate the bucket actors read.
+func (s *supervisor) publish() {
+	hold := s.closing != nil || s.probing || s.breaker.State(s.sys.now()) != supervision.Closed
+	s.sys.gate.Store(&gate{conn: s.conn, hold: hold})
+}
+
+// submit routes c to the bucket actor of its major parameters, spawning it
+// if needed. Every bucket Discord can share lives in one actor: buckets
+// are hash + major parameters, so routes that may share one always share
+// their major parameters.
+func (s *supervisor) submit(ctx actor.Context, c *Call) {
 	if s.closing != nil {
 		c.Complete(nil, s.closing)
 		return
@@ -257,17 +278,13 @@ func (s *supervisor) submit(ctx actor.Context, c *Call, seen ratelimit.Headers) 
 	if c.Finished() {
 		return
 	}
-	routeKey := c.Route.Key()
-	key := routeKey
-	if k, ok := s.sys.store.Alias(routeKey); ok { // the route's hash, learned earlier
-		key = k
-	}
+	key := c.Route.Major
 	ch := s.children[key]
 	if ch == nil {
 		s.spawned++
 		// The producer returns the same instance on every restart, so the
 		// bucket's state outlives a crash of its Receive.
-		b := newBucket(s.sys, key, routeKey, c.Route)
+		b := newBucket(s.sys, key, c.Route.PerToken)
 		props := actor.PropsFromProducer(func() actor.Actor { return b },
 			actor.WithReceiverMiddleware(s.sys.receiveMiddleware()...),
 			actor.WithSenderMiddleware(s.sys.senderMiddleware()...))
@@ -276,92 +293,232 @@ func (s *supervisor) submit(ctx actor.Context, c *Call, seen ratelimit.Headers) 
 			c.Complete(nil, err)
 			return
 		}
-		ch = &child{pid: pid, major: c.Route.Major, learned: key != routeKey}
+		ch = &child{key: key, pid: pid}
 		s.children[key] = ch
 		s.sys.buckets.Add(1)
 	}
 	ch.forwarded++
-	ctx.Send(ch.pid, &enqueueMsg{calls: []*Call{c}, seen: seen})
+	ctx.Send(ch.pid, &enqueueMsg{calls: []*Call{c}})
 }
 
-// flush sends pending dispatches in order while the connection and the
-// global limit allow. Global-exempt requests (interaction callbacks) pass
-// while the global limit holds the others back.
-func (s *supervisor) flush(ctx actor.Context) {
+// want queues a bucket for admission (once; its latest report wins) and
+// serves the queue.
+func (s *supervisor) want(ctx actor.Context, m *wantMsg) {
+	ch := s.children[m.key]
+	if ch == nil || s.closing != nil {
+		return // stopped meanwhile, or closing: drainMsg fails its queue
+	}
+	ch.want, ch.global = m.want, m.global
+	// The virtual deadline: when the bucket joined, less pathWeight times
+	// how long its queue still needs at its own pace. The bucket whose
+	// backlog is longest (a hot channel) goes first, so its bucket windows
+	// are not wasted while cold channels, each with little to send, take
+	// the rest of the global window; a bucket that keeps waiting gains on
+	// later ones, so none starves.
+	deadline := s.sys.now().Add(-pathWeight * m.path)
+
+	if !ch.waiting {
+		ch.waiting = true
+		ch.deadline = deadline
+		heap.Push(&s.ring, ch)
+	} else if deadline.Before(ch.deadline) {
+		ch.deadline = deadline
+		heap.Fix(&s.ring, ch.index)
+	}
+	s.sys.waiting.Store(int32(s.ring.Len()))
+	s.admit(ctx)
+}
+
+// admit serves the buckets waiting for admission, earliest virtual
+// deadline first, while the connection, the ban breaker and the global
+// window allow; each gets as many global slots as it has requests ready
+// (at most its bucket's remaining count, so no bucket takes more than its
+// own limit allows), in one grantMsg.
+func (s *supervisor) admit(ctx actor.Context) {
+	if s.ring.Len() == 0 || s.conn == nil || s.closing != nil {
+		return
+	}
 	now := s.sys.now()
-	if err := s.sys.refusal(now); err != nil {
-		for _, d := range s.pending {
-			ctx.Send(d.bucket, &notSentMsg{call: d.call, err: err})
-		}
-		s.pending = nil
-		return
-	}
-	if len(s.pending) == 0 {
-		return
-	}
-	probing := false
 	if s.breaker.State(now) != supervision.Closed {
 		ok, probe, _ := s.breaker.Allow(now)
 		if !ok {
-			return // the globalClear timer (or the probe's answer) flushes again
+			return // the globalClear timer (or the probe's answer) admits again
 		}
-		probing = probe
+		if probe {
+			ch := s.ring[0]
+			slots := 0
+			if ch.global {
+				if ok, wait := s.sys.global.Reserve(now); !ok {
+					s.breaker.Abandon()
+					s.timers.after(timerRetry, wait, func(gen uint64) any { return &globalRetryMsg{gen} })
+					return
+				}
+				slots = 1
+			}
+			s.unring(ch)
+			s.probing = true
+			s.publish()
+			ctx.Send(ch.pid, &grantMsg{slots: slots, probe: true})
+			return
+		}
 	}
-	kept := s.pending[:0]
-	blocked := false
-	for i, d := range s.pending {
-		if d.call.Finished() {
-			ctx.Send(d.bucket, &notSentMsg{call: d.call})
-			continue
-		}
-		if s.conn == nil {
-			kept = append(kept, s.pending[i:]...)
+	paused := s.machine.Current() == fsm.GlobalLimit // globalClear admits again
+	var held []*child                                // waiting for the global window
+	for s.ring.Len() > 0 {
+		if paused {
+			s.admitExempt(ctx)
 			break
 		}
-		d.call.globalAt = time.Time{}
-		if !d.call.Route.GlobalExempt {
-			if blocked || s.machine.Current() == fsm.GlobalLimit {
-				kept = append(kept, d)
-				continue
+		ch := heap.Pop(&s.ring).(*child)
+		if !ch.global { // exempt: needs no global slot
+			ch.waiting = false
+			ctx.Send(ch.pid, &grantMsg{})
+			continue
+		}
+		slots := 0
+		for !paused && slots < ch.want {
+			if wait := s.pacer.take(now); wait > 0 {
+				paused = true
+				s.timers.after(timerRetry, wait, func(gen uint64) any { return &globalRetryMsg{gen} })
+				break
 			}
 			ok, wait := s.sys.global.Reserve(now)
 			if !ok {
-				blocked = true
+				paused = true
 				s.timers.after(timerRetry, wait, func(gen uint64) any { return &globalRetryMsg{gen} })
-				kept = append(kept, d)
-				continue
+				break
 			}
-			d.call.globalAt = now
+			slots++
 		}
-		s.send(d)
-		if probing {
-			s.probe = d.call // the breaker is half-open: this one goes alone
-			kept = append(kept, s.pending[i+1:]...)
-			break
+		if slots > 0 {
+			ch.waiting = false
+			ctx.Send(ch.pid, &grantMsg{slots: slots})
+			continue
 		}
+		held = append(held, ch)
 	}
-	if probing && s.probe == nil {
-		s.breaker.Abandon() // nothing went out to probe with
+	for _, ch := range held {
+		heap.Push(&s.ring, ch)
 	}
-	for i := len(kept); i < len(s.pending); i++ {
-		s.pending[i] = nil
-	}
-	s.pending = kept
+	s.sys.waiting.Store(int32(s.ring.Len()))
 }
 
-func (s *supervisor) send(d *dispatchMsg) {
-	now := s.sys.now()
-	c := d.call
-	c.sentAt = now
-	c.waitGlobal.Add(int64(now.Sub(c.dispatchAt)))
-	c.sends.Add(1)
-	s.sys.tel.event(c, "sent")
-	conn := s.conn
-	if !s.sys.goWork(func() { s.sys.work(conn, d, s.self) }) {
-		d.call.Complete(nil, ErrClosed)
+// admitExempt answers the waiting buckets that need no global slot
+// (interaction callbacks) while the global window is closed.
+func (s *supervisor) admitExempt(ctx actor.Context) {
+	var exempt []*child
+	for _, ch := range s.ring {
+		if !ch.global {
+			exempt = append(exempt, ch)
+		}
+	}
+	for _, ch := range exempt {
+		s.unring(ch)
+		ctx.Send(ch.pid, &grantMsg{})
+	}
+}
+
+// unring removes ch from the admission queue.
+func (s *supervisor) unring(ch *child) {
+	if !ch.waiting {
 		return
 	}
-	s.sys.running.Add(1)
+	ch.waiting = false
+	heap.Remove(&s.ring, ch.index)
+	s.sys.waiting.Store(int32(s.ring.Len()))
+}
+
+// clearRing empties the admission queue.
+func (s *supervisor) clearRing() {
+	for _, ch := range s.ring {
+		ch.waiting = false
+	}
+	s.ring = nil
+	s.sys.waiting.Store(0)
+}
+
+// pacer is a token bucket with the global limit's rate and burst: the
+// admission queue hands out at most its tokens. Left alone, a sliding
+// window that was filled in one burst frees in one burst a period later,
+// and a bucket joining the queue just after waits for the next one (a hot
+// channel then gets one bucket window per period); paced, the frees
+// spread out. Its burst lets a limiter idle for a period use the whole
+// window at once, so the long-run rate and the burst are the window's own.
+// The zero value (no Limit known) never waits.
+type pacer struct {
+	burst  float64
+	every  time.Duration // one token per every
+	tokens float64
+	last   time.Time
+}
+
+// take spends a token at now, or returns how long until one accrues.
+func (p *pacer) take(now time.Time) time.Duration {
+	if p.every <= 0 {
+		return 0
+	}
+	if !p.last.IsZero() && now.After(p.last) {
+		p.tokens = min(p.burst, p.tokens+float64(now.Sub(p.last))/float64(p.every))
+	}
+	p.last = later(p.last, now)
+	if p.tokens < 1 {
+		return max(time.Microsecond, time.Duration((1-p.tokens)*float64(p.every)))
+	}
+	p.tokens--
+	return 0
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// admissionQueue is a min-heap of waiting children by virtual deadline
+// (container/heap), ties in arrival order.
+type admissionQueue []*child
+
+func (q admissionQueue) Len() int { return len(q) }
+func (q admissionQueue) Less(i, j int) bool {
+	return q[i].deadline.Before(q[j].deadline)
+}
+func (q admissionQueue) Swap(i, j int) {
+	q[i], q[j] = q[j], q[i]
+	q[i].index, q[j].index = i, j
+}
+func (q *admissionQueue) Push(x any) {
+	ch := x.(*child)
+	ch.index = len(*q)
+	*q = append(*q, ch)
+}
+func (q *admissionQueue) Pop() any {
+	old := *q
+	ch := old[len(old)-1]
+	old[len(old)-1] = nil
+	*q = old[:len(old)-1]
+	ch.index = -1
+	return ch
+}
+
+func (s *supervisor) probeDone(ctx actor.Context, m *probeDoneMsg) {
+	if !s.probing {
+		return
+	}
+	s.probing = false
+	now := s.sys.now()
+	switch {
+	case m.abandoned || m.status == 0:
+		s.breaker.Abandon() // no answer: says nothing about the ban
+	case m.status == 429 && !m.rateLimit:
+		s.breaker.Probed(now, true)
+		s.holdForBan(now)
+	default:
+		s.sys.log.Info("sluice: the ban probe passed; resuming")
+		s.breaker.Probed(now, false)
+	}
+	s.publish()
+	s.admit(ctx)
 }
 
 func (s *supervisor) dial() {
@@ -384,10 +541,10 @@ func (s *supervisor) dialed(ctx actor.Context, m *dialedMsg) {
 		s.sys.log.Warn("sluice: connecting failed", slog.Int("attempt", s.dialFails), slog.String("error", m.err.Error()))
 		if s.dialFails >= maxDialFailures {
 			// Nothing can be sent: fail what waits rather than hang it.
-			for _, d := range s.pending {
-				ctx.Send(d.bucket, &notSentMsg{call: d.call, err: m.err})
+			for _, ch := range s.ring {
+				ctx.Send(ch.pid, &grantMsg{err: m.err})
 			}
-			s.pending = nil
+			s.clearRing()
 		}
 		delay := s.sys.cfg.Backoff.Delay(s.dialFails, rand.Float64)
 		s.timers.after(timerRedial, delay, func(gen uint64) any { return &redialMsg{gen} })
@@ -403,6 +560,7 @@ func (s *supervisor) dialed(ctx actor.Context, m *dialedMsg) {
 	if now := s.sys.now(); now.Before(s.globalUntil) {
 		s.fire(fsm.GlobalHit)
 	}
+	s.publish()
 	conn := m.conn
 	s.sys.goWork(func() {
 		select {
@@ -411,15 +569,17 @@ func (s *supervisor) dialed(ctx actor.Context, m *dialedMsg) {
 		case <-s.sys.hardCtx.Done():
 		}
 	})
-	s.flush(ctx)
+	s.admit(ctx)
 }
 
-func (s *supervisor) globalHit(wait time.Duration) {
+// globalHit pauses every non-exempt request until then: a global 429 (or a
+// ban's hold). Requests wait in their buckets' queues, not here.
+func (s *supervisor) globalHit(until time.Time) {
 	now := s.sys.now()
-	until := now.Add(wait)
-	if until.After(s.globalUntil) {
-		s.globalUntil = until
+	if !until.After(s.globalUntil) {
+		return // already paused at least that long
 	}
+	s.globalUntil = until
 	s.sys.global.Block(s.globalUntil)
 	switch s.machine.Current() {
 	case fsm.Connected, fsm.GlobalLimit:
@@ -428,56 +588,27 @@ func (s *supervisor) globalHit(wait time.Duration) {
 	s.timers.after(timerGlobal, s.globalUntil.Sub(now), func(gen uint64) any { return &globalClearMsg{gen} })
 }
 
-// holdForBan arms the timer that flushes once the breaker's backoff ends,
-// and pauses the global window (and the machine) for as long.
+// holdForBan publishes the hold and arms the timer that admits again once
+// the breaker's backoff ends (pausing the global window for as long).
 func (s *supervisor) holdForBan(now time.Time) {
+	s.publish()
 	if _, _, wait := s.breaker.Allow(now); wait > 0 {
-		s.globalHit(wait)
+		s.globalHit(now.Add(wait))
 	}
-}
-
-func (s *supervisor) learned(ctx actor.Context, m *learnedMsg) {
-	from := ctx.Sender()
-	if !m.perToken { // webhook and interaction tokens are short-lived: not worth remembering
-		s.sys.store.SetAlias(m.routeKey, m.bucketKey)
-	}
-	cur := s.children[m.routeKey]
-	if owner, ok := s.children[m.bucketKey]; ok && owner.pid != from {
-		// Another route with the same hash got there first: the newcomer
-		// hands its queue over and retires once its requests finish.
-		if cur != nil && cur.pid.Equal(from) {
-			delete(s.children, m.routeKey)
-		}
-		ctx.Respond(&ownerMsg{retired: true, key: m.bucketKey})
-		return
-	}
-	siblings := 0
-	if cur != nil && cur.pid.Equal(from) {
-		cur.learned = true
-		if m.routeKey != m.bucketKey {
-			delete(s.children, m.routeKey)
-			s.children[m.bucketKey] = cur
-		}
-		for _, ch := range s.children {
-			if !ch.learned && ch.major == cur.major {
-				siblings++
-			}
-		}
-	}
-	ctx.Respond(&ownerMsg{key: m.bucketKey, siblings: siblings})
 }
 
 func (s *supervisor) idle(ctx actor.Context, m *idleMsg) {
 	from := ctx.Sender()
 	ch := s.children[m.key]
 	if ch == nil || !ch.pid.Equal(from) {
-		ctx.Poison(from) // retired after a merge: nothing else is sent to it
+		ctx.Poison(from) // not ours any more: nothing else is sent to it
 		return
 	}
 	if ch.forwarded != m.received {
 		return // an enqueue is on its way; the bucket will report again
 	}
 	delete(s.children, m.key)
+	s.unring(ch)
 	ctx.Poison(from)
 }
 
@@ -486,10 +617,8 @@ func (s *supervisor) close(ctx actor.Context, err error) {
 		return
 	}
 	s.closing = err
-	for _, d := range s.pending {
-		ctx.Send(d.bucket, &notSentMsg{call: d.call, err: err})
-	}
-	s.pending = nil
+	s.clearRing()
+	s.publish()
 	for _, ch := range s.children {
 		ctx.Send(ch.pid, &drainMsg{err: err})
 	}

@@ -112,13 +112,21 @@ type System struct {
 	// protoactor drops user messages still in a mailbox when an actor
 	// stops, so Close answers whatever is left here once every actor has
 	// stopped: every call gets exactly one outcome.
-	live     sync.Map
-	closed   atomic.Bool
-	subMu    sync.RWMutex // orders Submit's calls.Add before Close's calls.Wait
-	ids      atomic.Uint64
-	pending  atomic.Int64 // calls without an outcome
-	running  atomic.Int64 // requests on the wire (kept by the supervisor)
-	buckets  atomic.Int64 // live bucket actors (kept by the supervisor)
+	live    sync.Map
+	closed  atomic.Bool
+	subMu   sync.RWMutex // orders Submit's calls.Add before Close's calls.Wait
+	ids     atomic.Uint64
+	pending atomic.Int64 // calls without an outcome
+	running atomic.Int64 // requests on the wire (kept by the bucket actors)
+	buckets atomic.Int64 // live bucket actors (kept by the supervisor)
+	// gate and waiting are published by the supervisor for the bucket
+	// actors (see supervisor.publish and supervisor.ring); only the
+	// supervisor stores them.
+	gate    atomic.Pointer[gate]
+	waiting atomic.Int32
+	// clock learns the server's clock from every answer (see
+	// ratelimit.ServerClock); safe for concurrent use.
+	clock    serverClock
 	supState atomic.Int64 // the supervisor's fsm.SupervisorState
 	tel      *telemetry   // nil: no OpenTelemetry
 	badToken atomic.Bool  // a 401 to the configured token: later calls fail fast
@@ -273,7 +281,7 @@ func (s *System) Snapshot(ctx context.Context) (Snapshot, error) {
 	if len(sup.buckets) == 0 {
 		return snap, nil
 	}
-	replies := make(chan BucketSnapshot, len(sup.buckets))
+	replies := make(chan []BucketSnapshot, len(sup.buckets))
 	for _, pid := range sup.buckets {
 		s.root.Send(pid, &bucketSnapshotMsg{reply: replies})
 	}
@@ -284,7 +292,7 @@ func (s *System) Snapshot(ctx context.Context) (Snapshot, error) {
 	for range sup.buckets {
 		select {
 		case b := <-replies:
-			snap.Buckets = append(snap.Buckets, b)
+			snap.Buckets = append(snap.Buckets, b...)
 		case <-t.C:
 			return sortBuckets(snap), nil
 		case <-ctx.Done():
@@ -379,10 +387,12 @@ func (s *System) worker(f func()) {
 	}
 }
 
-// work sends one request on conn and reports to the bucket: headers as soon
-// as they arrive, then the result with the whole body.
-func (s *System) work(conn *transport.Conn, d *dispatchMsg, sup *actor.PID) {
-	c := d.call
+// work sends one attempt of c on conn and reports to its bucket actor in
+// one resultMsg: the answer parsed and classified here, once, with the time
+// its headers arrived. A global 429 blocks the shared global window here,
+// before any actor hears of it, so no request follows it into the outage;
+// the supervisor is told too, for its state machine and its timer.
+func (s *System) work(conn *transport.Conn, c *Call, bucket *actor.PID) {
 	ctx, cancel := context.WithCancel(c.Ctx)
 	defer cancel()
 	stop := context.AfterFunc(s.hardCtx, cancel)
@@ -390,39 +400,49 @@ func (s *System) work(conn *transport.Conn, d *dispatchMsg, sup *actor.PID) {
 
 	req, err := s.prepare(ctx, c)
 	if err != nil {
-		s.root.Send(sup, &workDoneMsg{call: c, notSent: true})
-		s.root.Send(d.bucket, &resultMsg{call: c, err: err})
+		s.root.Send(bucket, &resultMsg{call: c, at: s.now(), err: &notSentError{err}})
 		return
 	}
 	resp, err := conn.RoundTrip(req)
-	err = connectionError(ctx, err)
-	done := &workDoneMsg{call: c, notSent: err != nil && transport.Classify(err) == transport.NotSent}
-	if err == nil {
-		done.status = resp.StatusCode
-		done.rateLimitHeaders = hasRateLimitHeaders(resp.Header)
-		// A global 429 (or a ban) was refused before anything counted it:
-		// its global slot is given back rather than held for a period.
-		done.uncounted = resp.StatusCode == 429 && (!done.rateLimitHeaders ||
-			strings.EqualFold(resp.Header.Get("X-RateLimit-Global"), "true") ||
-			strings.EqualFold(resp.Header.Get("X-RateLimit-Scope"), "global"))
-	}
-	s.root.Send(sup, done)
+	at := s.now()
 	if err != nil {
-		s.root.Send(d.bucket, &resultMsg{call: c, err: err})
+		s.root.Send(bucket, &resultMsg{call: c, at: at, err: connectionError(ctx, err)})
 		return
 	}
-	s.root.Send(d.bucket, &headersMsg{call: c, status: resp.StatusCode, header: resp.Header, at: s.now()})
+	m := &resultMsg{call: c, at: at}
+	h, herr := ratelimit.ParseHeaders(resp.Header, at)
+	if herr != nil {
+		s.log.Warn("sluice: malformed rate-limit headers", slog.String("route", c.Route.Redacted()), slog.String("error", herr.Error()))
+	}
+	m.headers = h
 	body, err := readBody(resp.Body, s.cfg.MaxResponseBytes)
 	resp.Body.Close()
-	err = connectionError(ctx, err)
-	if err != nil {
-		s.root.Send(d.bucket, &resultMsg{call: c, err: err})
+	if err = connectionError(ctx, err); err != nil {
+		m.err = err
+		s.root.Send(bucket, m)
 		return
+	}
+	m.verdict = ratelimit.Classify(resp.StatusCode, h, body)
+	if m.verdict.Kind == ratelimit.GlobalLimit {
+		// Pause every request at once: the shared window refuses
+		// reservations from now on, before any actor hears of it.
+		until := at.Add(m.verdict.Wait)
+		s.global.Block(until)
+		s.root.Send(s.sup, &globalHitMsg{until: until})
+		m.globalSent = true
 	}
 	resp.Body = io.NopCloser(bytes.NewReader(body))
 	resp.ContentLength = int64(len(body))
-	s.root.Send(d.bucket, &resultMsg{call: c, resp: resp, body: body})
+	m.resp = resp
+	s.root.Send(bucket, m)
 }
+
+// notSentError marks a request that failed before anything reached the
+// wire (its body could not be rebuilt): it is not resent.
+type notSentError struct{ err error }
+
+func (e *notSentError) Error() string { return e.err.Error() }
+func (e *notSentError) Unwrap() error { return e.err }
 
 // prepare builds the request for one attempt: the target URL on the base,
 // a fresh body, and the default headers.
@@ -470,15 +490,6 @@ func connectionError(ctx context.Context, err error) error {
 		return &transport.ConnectionDiedError{Reason: err, Sent: true}
 	}
 	return err
-}
-
-func hasRateLimitHeaders(h http.Header) bool {
-	for k := range h {
-		if len(k) > 12 && strings.EqualFold(k[:12], "X-Ratelimit-") {
-			return true
-		}
-	}
-	return false
 }
 
 func joinPath(base, p string) string {

@@ -49,8 +49,11 @@ type TraceEvent struct {
 // they are in and the key they are known by.
 type tracer interface {
 	traceName() string
-	traceState() string
-	traceKey() string
+	// traceState and traceKey describe what msg concerns: the
+	// supervisor's state, or the state and key of the bucket a request
+	// is in.
+	traceState(msg any) string
+	traceKey(msg any) string
 	traceBuffer() *traceBuf
 }
 
@@ -88,11 +91,7 @@ func (m *enqueueMsg) traceCall() *Call {
 	}
 	return nil
 }
-func (m *dispatchMsg) traceCall() *Call { return m.call }
-func (m *notSentMsg) traceCall() *Call  { return m.call }
-func (m *headersMsg) traceCall() *Call  { return m.call }
-func (m *resultMsg) traceCall() *Call   { return m.call }
-func (m *workDoneMsg) traceCall() *Call { return m.call }
+func (m *resultMsg) traceCall() *Call { return m.call }
 
 // flow describes one message type: its name in traces, who sends it to
 // whom, and what it means. It is the single source for the trace's message
@@ -107,19 +106,17 @@ type flow struct {
 // messageFlows lists every message the actors exchange, in the order a
 // request meets them.
 var messageFlows = []flow{
-	{(*submitMsg)(nil), "submit", "caller", "supervisor", "a new request (or a retired bucket's queue)"},
-	{(*enqueueMsg)(nil), "enqueue", "supervisor", "bucket", "requests for the bucket, counted"},
-	{(*dispatchMsg)(nil), "dispatch", "bucket", "supervisor", "the bucket granted a slot"},
-	{(*notSentMsg)(nil), "not_sent", "supervisor", "bucket", "never sent: refund, requeue or fail"},
-	{(*headersMsg)(nil), "headers", "worker", "bucket", "the response headers"},
-	{(*resultMsg)(nil), "result", "worker", "bucket", "the whole response, or the error"},
-	{(*workDoneMsg)(nil), "work_done", "worker", "supervisor", "answered: settle the global slot"},
-	{(*learnedMsg)(nil), "learned", "bucket", "supervisor", "the pioneer revealed the hash"},
-	{(*ownerMsg)(nil), "owner", "supervisor", "bucket", "keep the queue, or hand it back"},
-	{(*globalHitMsg)(nil), "global_hit", "bucket", "supervisor", "a global 429"},
+	{(*submitMsg)(nil), "submit", "caller", "supervisor", "a new request: routed to the actor of its major parameters (1 of 3 per request)"},
+	{(*enqueueMsg)(nil), "enqueue", "supervisor", "bucket", "requests for the actor, counted (2 of 3)"},
+	{(*resultMsg)(nil), "result", "worker", "bucket", "the answer, parsed and classified once, or the error (3 of 3)"},
+	{(*wantMsg)(nil), "want", "bucket", "supervisor", "requests ready, admission held: queue me"},
+	{(*grantMsg)(nil), "grant", "supervisor", "bucket", "your turn: global slots reserved (or the ban probe)"},
+	{(*freedMsg)(nil), "freed", "bucket", "supervisor", "a global slot settled or given back while others wait"},
+	{(*globalHitMsg)(nil), "global_hit", "worker", "supervisor", "a global 429, from its headers"},
 	{(*banMsg)(nil), "ban", "bucket", "supervisor", "a Cloudflare ban"},
+	{(*probeDoneMsg)(nil), "probe_done", "bucket", "supervisor", "the ban probe's answer"},
 	{(*idleMsg)(nil), "idle", "bucket", "supervisor", "nothing to do: may I stop?"},
-	{(*drainMsg)(nil), "drain", "supervisor", "bucket", "Close: fail the queue"},
+	{(*drainMsg)(nil), "drain", "supervisor", "bucket", "Close: fail the queues"},
 	{(*wakeMsg)(nil), "wake", "timer", "bucket", "a reset or retry timer"},
 	{(*dialedMsg)(nil), "dialed", "dialer", "supervisor", "a connection, or why not"},
 	{(*connDownMsg)(nil), "conn_down", "watcher", "supervisor", "the connection died"},
@@ -239,15 +236,8 @@ func describe(e *TraceEvent, msg any) {
 			e.Route = c.Route.String()
 		}
 	}
-	switch m := msg.(type) {
-	case *headersMsg:
-		e.Status = m.status
-	case *resultMsg:
-		if m.resp != nil {
-			e.Status = m.resp.StatusCode
-		}
-	case *workDoneMsg:
-		e.Status = m.status
+	if m, ok := msg.(*resultMsg); ok && m.resp != nil {
+		e.Status = m.resp.StatusCode
 	}
 }
 
@@ -263,7 +253,7 @@ func (s *System) receiveMiddleware() []actor.ReceiverMiddleware {
 			t, _ := c.Actor().(tracer)
 			var buf *traceBuf
 			if t != nil {
-				e.Actor, e.StateBefore, e.Bucket = t.traceName(), t.traceState(), t.traceKey()
+				e.Actor, e.StateBefore, e.Bucket = t.traceName(), t.traceState(env.Message), t.traceKey(env.Message)
 				buf = t.traceBuffer()
 				buf.active = true
 			}
@@ -273,7 +263,7 @@ func (s *System) receiveMiddleware() []actor.ReceiverMiddleware {
 			e.Took = time.Since(began)
 			e.Time = s.now()
 			if t != nil {
-				e.StateAfter, e.Bucket = t.traceState(), t.traceKey()
+				e.StateAfter, e.Bucket = t.traceState(env.Message), t.traceKey(env.Message)
 			}
 			s.emit(e)
 			if buf != nil {
@@ -298,7 +288,7 @@ func (s *System) senderMiddleware() []actor.SenderMiddleware {
 			e := TraceEvent{Kind: "send", Time: s.now(), ActorID: c.Self().GetId(), To: target.GetId()}
 			t, _ := c.Actor().(tracer)
 			if t != nil {
-				e.Actor, e.StateBefore, e.Bucket = t.traceName(), t.traceState(), t.traceKey()
+				e.Actor, e.StateBefore, e.Bucket = t.traceName(), t.traceState(env.Message), t.traceKey(env.Message)
 			}
 			describe(&e, env.Message)
 			s.emitFrom(t, e)
@@ -307,8 +297,9 @@ func (s *System) senderMiddleware() []actor.SenderMiddleware {
 	}}
 }
 
-// transition emits a state machine transition.
-func (s *System) transition(t tracer, pid *actor.PID, event, from, to string) {
+// transition emits a state machine transition of t's machine for the
+// bucket key (empty for the supervisor).
+func (s *System) transition(t tracer, pid *actor.PID, key, event, from, to string) {
 	s.tel.transition(t.traceName(), event)
 	if !s.tracing() {
 		return
@@ -317,6 +308,6 @@ func (s *System) transition(t tracer, pid *actor.PID, event, from, to string) {
 	if pid != nil {
 		id = pid.GetId()
 	}
-	s.emitFrom(t, TraceEvent{Kind: "transition", Time: s.now(), Actor: t.traceName(), ActorID: id, Bucket: t.traceKey(),
+	s.emitFrom(t, TraceEvent{Kind: "transition", Time: s.now(), Actor: t.traceName(), ActorID: id, Bucket: key,
 		Event: event, StateBefore: from, StateAfter: to})
 }

@@ -69,6 +69,25 @@ func (k Kind) String() string {
 	return "Kind(" + strconv.Itoa(int(k)) + ")"
 }
 
+// Scope returns the name users see for a 429 of this kind, in errors,
+// logs and metrics: "user", "global", "shared", "sublimit" or "ban" ("" for
+// OK).
+func (k Kind) Scope() string {
+	switch k {
+	case UserLimit:
+		return "user"
+	case GlobalLimit:
+		return "global"
+	case SharedLimit:
+		return "shared"
+	case Sublimit:
+		return "sublimit"
+	case CloudflareBan:
+		return "ban"
+	}
+	return ""
+}
+
 // Verdict is the outcome of [Classify].
 type Verdict struct {
 	// Kind is the class of the response.

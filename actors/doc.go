@@ -1,0 +1,93 @@
+// Package actors is the limiter's core: a supervisor actor and one bucket
+// actor per major-parameter value, on github.com/asynkron/protoactor-go,
+// each state a github.com/looplab/fsm machine (package fsm) that decides.
+// Package sluice is its public face; this package is not meant to be used
+// on its own.
+//
+// # Who owns what
+//
+// The supervisor owns the HTTP/2 connection (states disconnected,
+// connecting, connected, global_limit), the global limit's pauses, the
+// Cloudflare-ban breaker, the admission queue (see below) and the bucket
+// actors, keyed by major parameters ("channel_id=123", "guild_id=9",
+// "webhook_id=1;webhook_token=<hash>", or "" for routes without one).
+//
+// A bucket actor owns every rate-limit bucket of its major parameters: a
+// lane per bucket (lane.go) with its FIFO queue, its retries, its count
+// (ratelimit.Bucket) and its machine (initial, open, exhausted, limited,
+// idle). Discord's buckets are a hash plus the major parameters, so routes
+// that may share a bucket always share their major parameters: merging two
+// routes into one bucket, holding slots for a pioneer that may land in a
+// known bucket, and electing one pioneer are decisions inside one actor,
+// taken between two messages, never a protocol between actors. The actor
+// sends its requests itself: it takes the bucket slot and the global slot
+// together, and hands the request to a worker goroutine on the connection
+// the supervisor published.
+//
+// # A request's messages
+//
+// The hot path is three messages: submit (caller → supervisor), enqueue
+// (supervisor → bucket actor), result (worker → bucket actor). The worker
+// parses and classifies the answer once (ratelimit.ParseHeaders,
+// ratelimit.Classify) and ships the verdict with the time the headers
+// arrived; a global 429 recognised from the headers also goes to the
+// supervisor at once, before the body is read. Other messages flow only
+// when something waits or changes: want/grant for admission, freed when a
+// global slot frees while others wait, idle when an actor may stop, and the
+// supervisor's own timers and connection events. docs/architecture.md draws
+// the flow from messageFlows.
+//
+// # Routing
+//
+// A route's bucket hash is learned per route template and method
+// ("POST /channels/{channel_id}/messages"), never per channel: the store's
+// aliases. A request whose template is known goes straight to the lane
+// routes.BucketKey(hash, major); an unknown one goes to a lane keyed by its
+// route, whose machine stays initial: it sends one pioneer at a time. A
+// first pioneer (its template never answered) may land in any bucket of the
+// actor, so it goes alone, only when every known lane can spare a slot, and
+// takes one from each (a hold); its answer reports each hold exactly once:
+// Observe in the bucket it turned out to be, Refund in the others. When the
+// answer names a bucket another lane already has, the route's lane merges
+// into it once (queues in submission order, in-flight counts, limits) and
+// answers still on the wire follow lane.mergedInto.
+//
+// # Admission
+//
+// A request needs its bucket's slot, the connection, no ban, and (unless
+// it is an interaction callback) a slot of the global window. The
+// supervisor publishes the connection and the ban hold (gate); a bucket
+// actor reserves global slots itself while nobody waits. When one cannot,
+// it sends want with the number of requests it has ready and stops asking;
+// the supervisor queues each waiting actor once (ring) and serves the queue
+// round-robin, one global slot per actor per turn, answering each with one
+// grant of reserved slots. While any actor waits, none reserves on its own,
+// so a hot channel waits its turn behind a round of cold ones, not behind
+// their backlog, and waiting for the global window never spends a bucket
+// window: the bucket slot is taken only when the global slot is in hand.
+//
+// # Time
+//
+// Every decision reads the limiter's clock; windows start from the time an
+// answer's headers arrived. The worker's timestamp and the server clock
+// the answers reveal (ratelimit.ServerClock: X-RateLimit-Reset minus
+// Reset-After is the server's time when it counted the request) reopen a
+// bucket when the server does, within an adaptive margin, and release a
+// global slot one period after the server counted its request rather than
+// after its answer arrived. No actor sleeps: timers are messages with a
+// generation (timers.go), so a replaced timer is never acted on.
+//
+// # Invariants
+//
+//   - Every submitted call gets exactly one outcome (Call.Complete), also on
+//     Close, crash, timeout and faults; System.live answers what the actors
+//     could not once they have stopped.
+//   - A call is held by at most one place at a time: the supervisor's
+//     mailbox, one lane's queue or retries, or the wire (Call.lane set).
+//   - Every Take on a ratelimit.Bucket is reported exactly once by Observe
+//     or Refund, and every global Reserve by Settle or Cancel.
+//   - Only the supervisor writes the gate, the admission queue and
+//     System.waiting; only a bucket actor touches its lanes and its calls.
+//   - An actor stops only after telling the supervisor it is idle and the
+//     supervisor has seen every enqueue it sent it answered (idleMsg).
+package actors

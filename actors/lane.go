@@ -1,0 +1,203 @@
+package actors
+
+import (
+	"context"
+	"time"
+
+	"github.com/sluicehq/sluice/fsm"
+	"github.com/sluicehq/sluice/ratelimit"
+	"github.com/sluicehq/sluice/routes"
+)
+
+// lane is one rate-limit bucket inside a bucket actor: its queue, its
+// count (ratelimit.Bucket) and its state machine. A lane is keyed by its
+// route (routes.Route.Key) while Discord has not told the route's hash,
+// and by routes.BucketKey(hash, major) once it has.
+//
+// Invariants, kept by the owning bucket actor (no other goroutine touches a
+// lane):
+//   - a call is in at most one of queue and retries, or on the wire with
+//     call.lane pointing at the lane that admitted it (or at a lane merged
+//     into another: see mergedInto);
+//   - running == the number of calls on the wire admitted by this lane ==
+//     state.InFlight() minus the holds other lanes' pioneers took here
+//     (those are in state.InFlight() too, and reported exactly once, by
+//     Observe or Refund, when the pioneer's answer arrives);
+//   - the machine's state follows state (sync): initial while the limit is
+//     unknown, limited during a 429's pause, exhausted while nothing
+//     remains before the reset, open otherwise, idle once the window is
+//     over with nothing to do.
+type lane struct {
+	key        string
+	template   string // "METHOD /template": the key route→hash aliases are learned by
+	routeKeyed bool   // keyed by its route: the hash is not known yet
+	// first is set while the lane's template has never been answered: its
+	// pioneer may land in any bucket of the major parameters, so it takes
+	// a slot from each known one (holds) and goes alone.
+	first    bool
+	perToken bool // a webhook or interaction token's bucket: never stored
+
+	state   ratelimit.Bucket
+	machine *fsm.Bucket
+	// window is the longest Reset-After seen: the window length used to
+	// predict waits.
+	window time.Duration
+
+	queue   []*Call // FIFO; finished calls are skipped lazily
+	retries []*Call // waiting for their backoff after a 5xx or a lost connection
+	running int
+
+	// serial sends one request at a time: set for routes with hidden
+	// sublimits (channel name and topic edits) and after any shared or
+	// sublimit 429, so at most one request meets an unseen limit.
+	serial bool
+	// mergedInto is set when the lane turned out to share its hash with
+	// another lane of the actor: its work moved there, and its calls still
+	// on the wire report there.
+	mergedInto *lane
+}
+
+func newLane(b *bucket, key, template string, routeKeyed, first bool, route routes.Route) *lane {
+	l := &lane{key: key, template: template, routeKeyed: routeKeyed, first: first,
+		perToken: route.PerToken, serial: route.HiddenSublimit}
+	if st, ok := b.sys.store.Load(key); ok && !routeKeyed {
+		l.state = st
+	}
+	l.machine = fsm.NewBucket(func(e fsm.BucketEvent, from, to fsm.BucketState) {
+		b.sys.transition(b, b.self, l.key, e.String(), from.String(), to.String())
+	})
+	l.sync(b.sys.now())
+	return l
+}
+
+// resolve follows merges to the lane that owns the work now.
+func (l *lane) resolve() *lane {
+	for l.mergedInto != nil {
+		l = l.mergedInto
+	}
+	return l
+}
+
+func (l *lane) fire(e fsm.BucketEvent) {
+	if l.machine.Can(e) {
+		_ = l.machine.Fire(context.Background(), e)
+	}
+}
+
+// sync moves the machine to the state the count implies.
+func (l *lane) sync(now time.Time) {
+	st := &l.state
+	switch {
+	case !st.Known:
+		return // initial until a response tells the limit
+	case now.Before(st.PausedUntil):
+		l.fire(fsm.RateLimited)
+	case st.Remaining == 0 && now.Before(st.ResetAt):
+		l.fire(fsm.Discovered)
+		l.fire(fsm.Drained)
+	default:
+		l.fire(fsm.Discovered)
+		l.fire(fsm.Reset)
+		l.fire(fsm.Wake)
+	}
+}
+
+// head returns the first live call of the queue, dropping finished ones.
+func (l *lane) head() *Call {
+	for len(l.queue) > 0 {
+		c := l.queue[0]
+		if !c.Finished() {
+			return c
+		}
+		l.queue[0] = nil
+		l.queue = l.queue[1:]
+	}
+	return nil
+}
+
+func (l *lane) pop() {
+	l.queue[0] = nil
+	l.queue = l.queue[1:]
+}
+
+// idle reports whether the lane holds nothing worth keeping in the actor at
+// now: nothing queued, retrying or running, and its window and pause over
+// (plus the configured grace).
+func (l *lane) idle(now time.Time, grace time.Duration) (bool, time.Duration) {
+	if len(l.queue) > 0 || len(l.retries) > 0 || l.running > 0 || l.state.InFlight() > 0 {
+		return false, 0
+	}
+	end := l.state.ResetAt
+	if l.state.PausedUntil.After(end) {
+		end = l.state.PausedUntil
+	}
+	end = end.Add(grace)
+	if now.Before(end) {
+		return false, end.Sub(now)
+	}
+	return true, 0
+}
+
+// peek reports whether Take would admit a request at now, without taking.
+func peek(st ratelimit.Bucket, now time.Time) (bool, time.Duration) {
+	return st.Take(now)
+}
+
+// predictWait estimates when the request at queue position pos would be
+// sent: the job queue's estimate, nextWindowStart + floor(waiting/perWindow)*window.
+func (l *lane) predictWait(now time.Time, pos int) time.Duration {
+	st := &l.state
+	if !st.Known || st.Limit <= 0 {
+		return 0
+	}
+	var first time.Duration
+	remaining := st.Remaining
+	if now.Before(st.ResetAt) {
+		first = st.ResetAt.Sub(now)
+	} else {
+		remaining = st.Limit
+	}
+	if pause := st.PausedUntil.Sub(now); pause > first {
+		first, remaining = pause, st.Limit
+	}
+	if pos < remaining {
+		return 0
+	}
+	window := l.window
+	if window <= 0 {
+		window = first
+	}
+	return first + time.Duration((pos-remaining)/st.Limit)*window
+}
+
+// unknownPace is the pace assumed for a bucket whose limit is not known
+// yet, to weigh its backlog in the admission queue (see
+// supervisor.admit): about Discord's most common route limits.
+const unknownPace = 100 * time.Millisecond
+
+// backlog is how long the lane's queue needs at its bucket's own pace.
+func (l *lane) backlog(now time.Time) time.Duration {
+	if !l.state.Known {
+		return time.Duration(len(l.queue)) * unknownPace
+	}
+	return l.predictWait(now, len(l.queue))
+}
+
+// mergeQueues merges two queues in submission order (call ids).
+func mergeQueues(a, b []*Call) []*Call {
+	if len(a) == 0 {
+		return b
+	}
+	if len(b) == 0 {
+		return a
+	}
+	out := make([]*Call, 0, len(a)+len(b))
+	for len(a) > 0 && len(b) > 0 {
+		if a[0].ID <= b[0].ID {
+			out, a = append(out, a[0]), a[1:]
+		} else {
+			out, b = append(out, b[0]), b[1:]
+		}
+	}
+	return append(append(out, a...), b...)
+}

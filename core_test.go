@@ -1,0 +1,308 @@
+package sluice_test
+
+// One test per defect class of the core redesign (issue: "Re-found the actor
+// core"), each through the public API against the simulator, whose strict
+// accounting must stay clean. Run them in a loop before trusting a change:
+//
+//	go test -race -count=20 -run 'TestCore' .
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicetest"
+)
+
+// shared returns a rule set where every (method, route) shares one bucket
+// hash with the given limit and window.
+func shared(limit int, window time.Duration, routes ...[2]string) sluicetest.RuleSet {
+	rs := rules(limit, window, routes...)
+	for i := range rs.Rules {
+		rs.Rules[i].Bucket = "shared-hash"
+	}
+	return rs
+}
+
+const (
+	reactionRoute = "/channels/{channel_id}/messages/{message_id}/reactions/{emoji}/@me"
+	messagesRoute = "/channels/{channel_id}/messages"
+	pinsRoute     = "/channels/{channel_id}/pins"
+)
+
+// doAllWithin sends reqs at once and fails the test if any lacks an outcome
+// after limit (a stranded request), or if one failed.
+func doAllWithin(t *testing.T, lim *sluice.Limiter, reqs []*http.Request, limit time.Duration) {
+	t.Helper()
+	futures := lim.SendBatch(context.Background(), reqs)
+	deadline := time.NewTimer(limit)
+	defer deadline.Stop()
+	for i, f := range futures {
+		select {
+		case <-f.Done():
+		case <-deadline.C:
+			t.Fatalf("request %d (%s %s) has no outcome after %s: stranded", i, reqs[i].Method, reqs[i].URL.Path, limit)
+		}
+		resp, err := f.Await(context.Background())
+		require.NoError(t, err, "request %d", i)
+		require.Less(t, resp.StatusCode, 300, "request %d", i)
+	}
+}
+
+// Defect 1: requests stranded when two routes sharing a hash meet on new
+// channels, and Close never returning.
+func TestCoreSharedHashOnNewChannelsStrandsNothing(t *testing.T) {
+	t.Run("reaction PUT and DELETE on 40 fresh channels", func(t *testing.T) {
+		rs := shared(1, 100*time.Millisecond, [2]string{"PUT", reactionRoute}, [2]string{"DELETE", reactionRoute})
+		h := newHarness(t, sluicetest.Options{Rules: rs}, sluice.Options{})
+		var reqs []*http.Request
+		for c := range 40 {
+			path := fmt.Sprintf("/channels/%d/messages/1/reactions/%%F0%%9F%%91%%8D/@me", 1000+c)
+			reqs = append(reqs, req("PUT", path, ""), req("DELETE", path, ""))
+		}
+		doAllWithin(t, h.lim, reqs, 20*time.Second)
+		h.srv.AssertNoViolations(t)
+		closeWithin(t, h.lim, 5*time.Second)
+	})
+	t.Run("4 GET messages and 1 GET pins per channel", func(t *testing.T) {
+		rs := shared(5, 200*time.Millisecond, [2]string{"GET", messagesRoute}, [2]string{"GET", pinsRoute})
+		h := newHarness(t, sluicetest.Options{Rules: rs}, sluice.Options{})
+		var reqs []*http.Request
+		for c := range 20 {
+			for range 4 {
+				reqs = append(reqs, req("GET", fmt.Sprintf("/channels/%d/messages", 2000+c), ""))
+			}
+			reqs = append(reqs, req("GET", fmt.Sprintf("/channels/%d/pins", 2000+c), ""))
+		}
+		doAllWithin(t, h.lim, reqs, 20*time.Second)
+		h.srv.AssertNoViolations(t)
+		closeWithin(t, h.lim, 5*time.Second)
+	})
+}
+
+func closeWithin(t *testing.T, lim *sluice.Limiter, limit time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	require.NoError(t, lim.Close(ctx), "Close must return with every request answered")
+}
+
+// Defect 2: over the limit on shared hashes — three routes over 50 channels
+// on one hash, and a hash learned on one channel reused on the others.
+func TestCoreThreeRoutesSharingAHashNeverOverTheLimit(t *testing.T) {
+	rs := shared(5, 300*time.Millisecond,
+		[2]string{"GET", messagesRoute}, [2]string{"GET", pinsRoute}, [2]string{"POST", messagesRoute})
+	rs.GlobalLimit = 1000
+	h := newHarness(t, sluicetest.Options{Rules: rs}, sluice.Options{GlobalLimit: 1000})
+	var reqs []*http.Request
+	for c := range 50 {
+		ch := 3000 + c
+		for i := range 18 {
+			switch i % 3 {
+			case 0:
+				reqs = append(reqs, req("GET", fmt.Sprintf("/channels/%d/messages", ch), ""))
+			case 1:
+				reqs = append(reqs, req("GET", fmt.Sprintf("/channels/%d/pins", ch), ""))
+			default:
+				reqs = append(reqs, req("POST", fmt.Sprintf("/channels/%d/messages", ch), `{"content":"x"}`))
+			}
+		}
+	}
+	doAllWithin(t, h.lim, reqs, 30*time.Second)
+	st := h.srv.Stats()
+	h.srv.AssertNoViolations(t)
+	assert.Zero(t, st.RateLimited["user"])
+	assert.LessOrEqual(t, st.MaxBucketWindow, 5)
+}
+
+func TestCoreHashLearnedOnOneChannelServesTheOthers(t *testing.T) {
+	rs := shared(1, 100*time.Millisecond, [2]string{"PUT", reactionRoute}, [2]string{"DELETE", reactionRoute})
+	h := newHarness(t, sluicetest.Options{Rules: rs}, sluice.Options{})
+	// Learn both templates on one channel.
+	path := func(c int) string { return fmt.Sprintf("/channels/%d/messages/1/reactions/x/@me", c) }
+	sendAll(t, h.lim, []*http.Request{req("PUT", path(1), ""), req("DELETE", path(1), "")})
+	// Then 20 new channels at once: every route goes straight to its real
+	// bucket, one pioneer per bucket, no 429.
+	var reqs []*http.Request
+	for c := range 20 {
+		reqs = append(reqs, req("PUT", path(100+c), ""), req("DELETE", path(100+c), ""))
+	}
+	doAllWithin(t, h.lim, reqs, 20*time.Second)
+	st := h.srv.Stats()
+	h.srv.AssertNoViolations(t)
+	assert.Zero(t, st.RateLimited["user"], "user 429s on new channels")
+}
+
+// Defect 3: a slot lost for good when a sibling route on the channel turns
+// out to have another hash. A 5-per-600 ms bucket beside a 1-per-100 ms one
+// on the same channel: the long bucket must use every slot of every window.
+func TestCoreSiblingWithAnotherHashGivesItsSlotBack(t *testing.T) {
+	rs := sluicetest.RuleSet{Rules: []sluicetest.Rule{
+		{Name: "long", Method: "POST", Route: messagesRoute, Bucket: "long", Limit: 5, Window: sluicetest.Duration(600 * time.Millisecond)},
+		{Name: "short", Method: "GET", Route: pinsRoute, Bucket: "short", Limit: 1, Window: sluicetest.Duration(100 * time.Millisecond)},
+	}}
+	h := newHarness(t, sluicetest.Options{Rules: rs, Faults: sluicetest.Faults{Jitter: 20 * time.Millisecond}}, sluice.Options{})
+	// On each of 8 channels both routes start unknown: whichever pioneer
+	// is answered first must not keep a slot for the other once it is
+	// known to be another bucket.
+	var reqs []*http.Request
+	for c := range 8 {
+		for i := range 15 {
+			reqs = append(reqs, req("POST", fmt.Sprintf("/channels/%d/messages", 70+c), fmt.Sprintf(`{"content":"%d"}`, i)))
+			if i < 3 {
+				reqs = append(reqs, req("GET", fmt.Sprintf("/channels/%d/pins", 70+c), ""))
+			}
+		}
+	}
+	doAllWithin(t, h.lim, reqs, 20*time.Second)
+	st := h.srv.Stats()
+	h.srv.AssertNoViolations(t)
+	for _, b := range st.Buckets {
+		if b.Hash == "long" {
+			assert.Equal(t, 3, b.Windows, "%s: 15 requests at 5 per window take 3 full windows, not more", b.Major)
+		}
+	}
+}
+
+// Defect 4: head-of-line starvation. Many cold channels and one hot one
+// under a binding global limit: the hot channel must still get its full
+// bucket every window, so it needs no more windows than its own limit
+// implies.
+func TestCoreHotChannelIsNotStarvedByTheGlobalQueue(t *testing.T) {
+	// A big bot's load, windows scaled to a tenth: 4,450 messages over 500
+	// channels plus 50 on one hot channel, global limit 500/s, messages 5
+	// per 500 ms.
+	rs := rules(5, 500*time.Millisecond, [2]string{"POST", messagesRoute})
+	rs.GlobalLimit = 500
+	h := newHarness(t, sluicetest.Options{Rules: rs}, sluice.Options{GlobalLimit: 500})
+	var reqs []*http.Request
+	for i := range 4450 {
+		reqs = append(reqs, req("POST", fmt.Sprintf("/channels/%d/messages", 10_000+i%500), `{"content":"cold"}`))
+	}
+	for range 50 {
+		reqs = append(reqs, req("POST", "/channels/1/messages", `{"content":"hot"}`))
+	}
+	doAllWithin(t, h.lim, reqs, 90*time.Second)
+	st := h.srv.Stats()
+	h.srv.AssertNoViolations(t)
+	var hot *sluicetest.BucketStats
+	for i, b := range st.Buckets {
+		if b.Major == "channel_id=1" {
+			hot = &st.Buckets[i]
+		}
+	}
+	require.NotNil(t, hot)
+	require.Equal(t, 50, hot.Admitted)
+	// The cold load takes 4,500/500 = 9 s; the hot channel's 50 requests
+	// need 10 windows of 5. The first is its pioneer's (the bucket is
+	// unknown until it is answered, and by then the cold pioneers hold the
+	// global window); every later window but the last must be full: a
+	// window spent on fewer is a window wasted waiting behind cold
+	// channels.
+	counts, starts := windowsOf(hot.Timeline, 500*time.Millisecond)
+	require.GreaterOrEqual(t, len(counts), 3, "hot windows: %v", counts)
+	for i, n := range counts[1 : len(counts)-1] {
+		assert.Equal(t, 5, n, "hot window %d of %v", i+1, counts)
+	}
+	assert.LessOrEqual(t, hot.Windows, 11, "hot windows: %v", counts)
+	// And back to back while its backlog is long: each window opens as
+	// soon as the previous one ended, not after waiting behind the cold
+	// backlog. (The last one, with little left, may yield to cold
+	// channels that waited longer: that does not delay the load's end.)
+	for i := 2; i < len(starts)-1; i++ {
+		gap := starts[i] - (starts[i-1] + 500*time.Millisecond)
+		assert.Less(t, gap, 100*time.Millisecond, "hot window %d opened %s after the previous one ended (starts %v)", i, gap, starts)
+	}
+}
+
+// windowsOf splits a bucket timeline into windows (a window opens at the
+// first request after the previous one ended) and returns each one's 200s
+// and start.
+func windowsOf(ev []sluicetest.Event, window time.Duration) (counts []int, starts []time.Duration) {
+	var end time.Duration = -1
+	for _, e := range ev {
+		if e.Status != 200 {
+			continue
+		}
+		if end < 0 || e.At >= end {
+			counts = append(counts, 0)
+			starts = append(starts, e.At)
+			end = e.At + window
+		}
+		counts[len(counts)-1]++
+	}
+	return counts, starts
+}
+
+// Defect 5: windows reopened a round trip late. With 200 ms of latency (the
+// simulator decides at arrival and delays the answer), a saturated bucket
+// must send the first request of each window when the window reopens, not a
+// round trip after its answer shows the reset.
+func TestCoreWindowsReopenOnTime(t *testing.T) {
+	const latency = 200 * time.Millisecond
+	rs := rules(5, time.Second, [2]string{"POST", messagesRoute})
+	h := newHarness(t, sluicetest.Options{Rules: rs, Faults: sluicetest.Faults{Latency: latency}}, sluice.Options{})
+	var reqs []*http.Request
+	for i := range 20 {
+		reqs = append(reqs, req("POST", "/channels/5/messages", fmt.Sprintf(`{"content":"%d"}`, i)))
+	}
+	doAllWithin(t, h.lim, reqs, 30*time.Second)
+	st := h.srv.Stats()
+	h.srv.AssertNoViolations(t)
+	require.Len(t, st.Buckets, 1)
+	ev := st.Buckets[0].Timeline
+	require.Len(t, ev, 20)
+	// Windows open at requests 0, 5, 10, 15; each lasts 1 s from its
+	// opener's arrival. The next opener should arrive just after.
+	for w := 1; w < 4; w++ {
+		late := ev[5*w].At - (ev[5*(w-1)].At + time.Second)
+		assert.GreaterOrEqual(t, late, time.Duration(0))
+		assert.Less(t, late, latency/2, "window %d reopened %s after the server's reset", w, late)
+	}
+}
+
+// Defect 6: a global 429 pauses at once. While an external consumer holds
+// the global limit, only the requests already on the wire when the first
+// global 429 arrived may meet it; nothing is sent into the outage after.
+func TestCoreGlobal429PausesAtOnce(t *testing.T) {
+	const latency = 30 * time.Millisecond
+	h := newHarness(t, sluicetest.Options{Faults: sluicetest.Faults{Latency: latency}}, sluice.Options{})
+	sendAll(t, h.lim, []*http.Request{req("GET", "/channels/1", "")})
+	h.srv.InjectGlobalLimit(400 * time.Millisecond)
+	// A steady stream from 8 workers: several requests are always on the
+	// wire when the outage's first 429 comes back.
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 6 {
+				resp, err := h.lim.Do(context.Background(), req("GET", fmt.Sprintf("/channels/%d", 100+w*10+i), ""))
+				if err == nil {
+					resp.Body.Close()
+				}
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	st := h.srv.Stats()
+	h.srv.AssertNoViolations(t)
+	// At most the 8 requests on the wire meet the outage; the pause then
+	// covers it (its retry_after is the outage's end).
+	assert.LessOrEqual(t, st.InjectedGlobal, 8, "global 429s: %d", st.InjectedGlobal)
+}
