@@ -341,7 +341,7 @@ func drawLive(w io.Writer, lim *sluice.Limiter, t *tally, total, prev int) int {
 					rem = fmt.Sprintf("%d/%d", x.Remaining, x.Limit)
 				}
 				fmt.Fprintf(&b, "\x1b[2K%-58s %-10s %6d %9s %8s %6d\n", trim(x.Key, 58), x.State, x.Queued+x.Retrying, rem,
-					x.ResetIn.Round(10*time.Millisecond), x.Running+x.InFlight)
+					x.ResetIn.Round(10*time.Millisecond), x.Running)
 			}
 			lines++
 		}
