@@ -32,6 +32,7 @@ func simulate(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		errorRate  = fs.Float64("error-rate", 0, "probability of a 502 without rate-limit headers")
 		dropRate   = fs.Float64("drop-rate", 0, "probability of closing a request's connection abruptly")
 		goAwayRate = fs.Float64("goaway-rate", 0, "probability of an HTTP/2 GOAWAY after an answer")
+		lateReset  = fs.Duration("late-reset", 0, "reopen every bucket window this long after its announced reset (Discord is reported to be 250-400 ms late)")
 		certOut    = fs.String("cert-out", filepath.Join(os.TempDir(), "sluice-simulator.pem"), "write the self-signed certificate to `file`")
 		runFor     = fs.Duration("for", 0, "stop after this long (0: run until interrupted)")
 		statsEvery = fs.Duration("stats-every", 10*time.Second, "print a stats line this often (0: only at exit)")
@@ -74,6 +75,9 @@ func simulate(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return errors.New("rates must be between 0 and 1")
 		}
 	}
+	if *lateReset < 0 {
+		return errors.New("-late-reset must not be negative")
+	}
 	var valid []string
 	for _, t := range strings.Split(*tokens, ",") {
 		if t = strings.TrimSpace(t); t != "" {
@@ -84,7 +88,7 @@ func simulate(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Rules: rules, Tokens: valid, Addr: *addr, H2C: *h2c,
 		Faults: sluicetest.Faults{
 			Latency: *latency, Jitter: *jitter,
-			ServerErrorRate: *errorRate, DropRate: *dropRate, GoAwayRate: *goAwayRate,
+			ServerErrorRate: *errorRate, DropRate: *dropRate, GoAwayRate: *goAwayRate, LateReset: *lateReset,
 		},
 	})
 	if err != nil {
