@@ -25,38 +25,45 @@
 // # Inner workings
 //
 // A supervisor actor (github.com/asynkron/protoactor-go) owns the one
-// HTTP/2 connection and the global limit. Its state machine
-// (package fsm, on github.com/looplab/fsm) has the states disconnected,
-// connecting, connected and global_limit: while not connected, or in
-// global_limit, it holds dispatches back and releases them in order when it
-// can. It enforces the global limit proactively with a sliding window whose
-// slots are held until each request is answered, so latency jitter cannot
-// crowd more than the limit into any window at the server.
+// HTTP/2 connection, the global limit's pauses, the Cloudflare-ban breaker
+// and the admission queue. Its state machine (package fsm, on
+// github.com/looplab/fsm) has the states disconnected, connecting, connected
+// and global_limit.
 //
-// A bucket actor per rate-limit bucket owns that bucket's FIFO queue. A
-// request maps to a route key (method, route template, major parameters:
-// package routes); until a response reveals the bucket's hash, the route's
-// actor sends one pioneer request alone and queues the rest. Once the
-// X-RateLimit-Bucket hash is known, routes with the same hash and major
-// parameters share one actor. While calls remain in the window the actor
-// dispatches several requests at once (pipelining), never more than
-// remaining; responses that arrive out of order never raise remaining within
-// a window (package ratelimit). Reset and retry timers are messages the
-// actor sends itself; no actor ever sleeps.
+// A bucket actor per major parameter (a channel, a guild, a webhook) owns
+// every rate-limit bucket of it, each with its FIFO queue, its count and its
+// state machine (initial, open, exhausted, limited, idle). A route's bucket
+// hash is learned per route template, for every channel at once; until a
+// bucket's limit is known it sends one pioneer at a time, and a route never
+// answered goes alone, holding a slot in each known bucket of the channel it
+// might share. While calls remain in a window the actor sends several
+// requests at once (pipelining), never more than remaining; answers that
+// arrive out of order never raise remaining within a window (package
+// ratelimit). Each request takes its bucket slot and its global slot
+// together: waiting for the global limit never spends a bucket window. When
+// the global window is full, actors queue at the supervisor once each and
+// are served longest backlog first, so a hot channel is not starved by a
+// thousand cold ones. A request crosses three actor messages.
 //
-// Every 429 is classified by its shape: global (X-RateLimit-Global, scope
-// global or body global:true, even with no bucket headers) pauses every
-// route but interaction callbacks for exactly the time given; user and
-// shared 429s pause their bucket; a 429 while headers show calls remaining is
-// a hidden sublimit, after which the bucket sends one request at a time; a
-// 429 without rate-limit headers or JSON is a Cloudflare ban and is never
-// retried at once. A 429'd request was not processed and is sent again after
-// the wait, at most Options.MaxRetries times.
+// Windows are computed from the time an answer's headers arrived, and the
+// server clock the answers reveal (X-RateLimit-Reset minus Reset-After)
+// reopens a bucket when the server does, with a margin that grows if the
+// server reopens late; the global window holds each slot one period from
+// when the server counted the request. The proactive global window is a
+// sliding window: latency jitter cannot crowd more than the limit into any
+// window at the server.
 //
-// Times come from X-RateLimit-Reset-After measured on the local monotonic
-// clock, never from the wall clock. Bucket actors stop once their window is
-// over and their queue empty, so memory follows the working set; their
-// learned limits stay in the Store, a seam a shared store can fill.
+// Every 429 is classified once, by its shape: global (X-RateLimit-Global,
+// scope global or body global:true, even with no bucket headers) pauses
+// every route but interaction callbacks for exactly the time given, from the
+// moment the answer arrives; user and shared 429s pause their bucket; a 429
+// while headers show calls remaining is a hidden sublimit, after which the
+// bucket sends one request at a time; a 429 without rate-limit headers or
+// JSON is a Cloudflare ban and is never retried at once. A 429'd request was
+// not processed and is sent again after the wait, at most Options.MaxRetries
+// times. Bucket actors stop once their windows are over and their queues
+// empty, so memory follows the working set; their learned limits stay in
+// the Store, which expires them.
 //
 // # Failure modes
 //

@@ -1,6 +1,8 @@
 package sluice
 
 import (
+	"time"
+
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/transport"
 )
@@ -42,14 +44,77 @@ var (
 	ErrActorCrashed = actors.ErrActorCrashed
 )
 
-// BudgetError reports the invalid-request count that made the limiter refuse
-// a request, and when it will accept requests again.
-type BudgetError = actors.BudgetError
+// BudgetError is returned while the invalid-request budget is exhausted
+// (Options.InvalidRequestLimit): the limiter refuses requests rather than
+// risk a Cloudflare ban. It matches ErrInvalidRequestBudget with errors.Is.
+type BudgetError struct {
+	// Count is the number of invalid answers (401, 403, non-shared 429) in
+	// the window.
+	Count int
+	// Window is the budget's window (Options.InvalidRequestWindow).
+	Window time.Duration
+	// RetryAfter is when the oldest counted answer leaves the window and
+	// requests are accepted again.
+	RetryAfter time.Duration
+}
 
-// WaitError carries the predicted wait of a request refused with
-// ErrWaitTooLong.
-type WaitError = actors.WaitError
+func (e *BudgetError) Error() string { return (*actors.BudgetError)(e).Error() }
 
-// RateLimitError describes a request that ended on a 429: its scope, the
-// wait the API asked for and the attempts made.
-type RateLimitError = actors.RateLimitError
+// Unwrap returns ErrInvalidRequestBudget.
+func (e *BudgetError) Unwrap() error { return ErrInvalidRequestBudget }
+
+// WaitError is returned when a request's predicted wait exceeds its
+// context's deadline or Options.MaxWait; the request was never sent. It
+// matches ErrWaitTooLong with errors.Is.
+type WaitError struct {
+	// Bucket is the route of the bucket the request would wait for, with
+	// tokens redacted.
+	Bucket string
+	// Wait is the predicted wait.
+	Wait time.Duration
+	// Limit is the wait that was allowed: MaxWait or the time left before
+	// the context's deadline, whichever is shorter.
+	Limit time.Duration
+}
+
+func (e *WaitError) Error() string { return (*actors.WaitError)(e).Error() }
+
+// Unwrap returns ErrWaitTooLong.
+func (e *WaitError) Unwrap() error { return ErrWaitTooLong }
+
+// RateLimitError is returned when a request still met a 429 after
+// Options.MaxRetries retries, or met a Cloudflare ban. It matches
+// ErrRateLimited (ErrBanned for a ban) with errors.Is.
+type RateLimitError struct {
+	// Scope is the 429's scope: "user" (the route's bucket), "global" (the
+	// bot's global limit), "shared" (a limit shared by every user of a
+	// resource), "sublimit" (a limit no header announces, such as channel
+	// renames) or "ban" (a Cloudflare ban: a 429 without rate-limit headers
+	// or JSON).
+	Scope string
+	// RetryAfter is the wait the API asked for.
+	RetryAfter time.Duration
+	// Attempts is the number of times the request was sent.
+	Attempts int
+	// Bucket is the request's route with tokens redacted.
+	Bucket string
+}
+
+func (e *RateLimitError) Error() string { return (*actors.RateLimitError)(e).Error() }
+
+// Unwrap returns ErrBanned for a ban and ErrRateLimited otherwise.
+func (e *RateLimitError) Unwrap() error { return (*actors.RateLimitError)(e).Unwrap() }
+
+// publicError gives the caller the error types of this package: the actors
+// build their own, with the same fields, and every outcome passes here.
+func publicError(err error) error {
+	switch e := err.(type) {
+	case *actors.RateLimitError:
+		return (*RateLimitError)(e)
+	case *actors.WaitError:
+		return (*WaitError)(e)
+	case *actors.BudgetError:
+		return (*BudgetError)(e)
+	}
+	return err
+}

@@ -25,15 +25,20 @@ func (f *Future) Done() <-chan struct{} { return f.call.Done() }
 func (f *Future) Await(ctx context.Context) (*http.Response, error) {
 	select {
 	case <-f.call.Done():
-		return f.call.Result()
+		return f.result()
 	default:
 	}
 	select {
 	case <-f.call.Done():
-		return f.call.Result()
+		return f.result()
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+func (f *Future) result() (*http.Response, error) {
+	resp, err := f.call.Result()
+	return resp, publicError(err)
 }
 
 // Result is the outcome of one request of a batch.

@@ -61,13 +61,13 @@ func New(opts Options) (*Limiter, error) {
 	if global == nil {
 		global = ratelimit.NewSlidingWindow(limit, window)
 	}
-	store := opts.Store
-	if store == nil {
-		store = ratelimit.NewMemoryStore()
-	}
 	clock := opts.Clock
 	if clock == nil {
 		clock = time.Now
+	}
+	store := opts.Store
+	if store == nil {
+		store = &ratelimit.MemoryStore{Clock: clock}
 	}
 	retries := opts.MaxRetries
 	switch {
@@ -123,7 +123,7 @@ func New(opts Options) (*Limiter, error) {
 		IdleAfter:        opts.IdleBucketAfter,
 		Backoff:          transport.Backoff{Jitter: 0.5},
 		Logger:           opts.Logger,
-		Trace:            opts.Trace,
+		Trace:            traceTo(opts.Trace),
 		TracerProvider:   opts.TracerProvider,
 		MeterProvider:    opts.MeterProvider,
 	})
@@ -150,6 +150,15 @@ func (l *Limiter) Send(ctx context.Context, req *http.Request) *Future {
 	}
 	l.sys.Submit(c)
 	return &Future{call: c}
+}
+
+// traceTo adapts Options.Trace to the actors' events (nil stays nil: no
+// tracing code runs).
+func traceTo(f func(TraceEvent)) func(actors.TraceEvent) {
+	if f == nil {
+		return nil
+	}
+	return func(e actors.TraceEvent) { f(TraceEvent(e)) }
 }
 
 // orDefault maps 0 to def and a negative value to 0 (no bound).
@@ -244,22 +253,109 @@ func (l *Limiter) RoundTrip(req *http.Request) (*http.Response, error) {
 	return l.Do(req.Context(), req)
 }
 
-// Snapshot is the limiter's state at one moment: the supervisor's state,
-// the ban breaker, and every live bucket with its state, queue, remaining
-// count, reset and requests in flight. It is stable enough to render.
-type Snapshot = actors.Snapshot
+// Snapshot is the limiter's state at one moment, stable enough to render.
+type Snapshot struct {
+	// Time is when the supervisor answered.
+	Time time.Time
+	// State is the supervisor's state: "disconnected", "connecting",
+	// "connected" or "global_limit" (a global 429's pause).
+	State string
+	// Breaker is the ban breaker's state: "closed", "open" (every request
+	// held after a Cloudflare ban) or "half_open" (one probe let through).
+	Breaker string
+	// Pending is the number of requests ready to go but waiting for
+	// admission: the connection, the global limit or a ban.
+	Pending int
+	// Waiting is the number of bucket actors waiting for admission.
+	Waiting int
+	// Running is the number of requests on the wire.
+	Running int
+	// GlobalUsed is the number of global-limit slots held now: requests in
+	// flight and answered within the window.
+	GlobalUsed int
+	// Buckets are the live buckets, sorted by key.
+	Buckets []BucketSnapshot
+}
 
 // BucketSnapshot is one bucket's part of a Snapshot.
-type BucketSnapshot = actors.BucketSnapshot
+type BucketSnapshot struct {
+	// Key is the bucket's key, with tokens hashed: the route ("POST
+	// /channels/{channel_id}/messages channel_id=1") while its hash is
+	// unknown, then "bucket <hash> <major parameters>".
+	Key string
+	// State is the bucket's state: "initial" (limit unknown: one pioneer
+	// at a time), "open", "exhausted" (nothing left before the reset),
+	// "limited" (paused by a 429) or "idle".
+	State string
+	// Known reports whether a response revealed the limit.
+	Known bool
+	// Limit and Remaining are the bucket's count in its current window.
+	Limit, Remaining int
+	// ResetIn is the time left in the current window (0 when over).
+	ResetIn time.Duration
+	// PausedFor is the time left of a 429's pause (0 when none).
+	PausedFor time.Duration
+	// Margin is the reopening margin added to the resets the bucket
+	// predicts; it rises when the server reopened a window late.
+	Margin time.Duration
+	// Queued requests wait for the bucket; Retrying ones wait for a
+	// backoff after a 5xx or a lost connection.
+	Queued, Retrying int
+	// Running requests are on the wire, unanswered.
+	Running int
+	// Serial is set when the bucket sends one request at a time (hidden
+	// sublimits).
+	Serial bool
+}
 
 // TraceEvent is one step of the limiter's inner life, given to
 // Options.Trace: a message an actor received or sent, or a transition of
-// the supervisor's or a bucket's state machine.
-type TraceEvent = actors.TraceEvent
+// the supervisor's or a bucket's state machine. It never carries a token.
+type TraceEvent struct {
+	// Time is when the event happened (the limiter's clock).
+	Time time.Time
+	// Kind is "receive", "send" or "transition".
+	Kind string
+	// Actor is "supervisor" or "bucket"; ActorID the actor's process id.
+	Actor, ActorID string
+	// Bucket is the key of the bucket the event concerns (see
+	// BucketSnapshot.Key), or the bucket actor's major parameters; empty
+	// for the supervisor.
+	Bucket string
+	// Message is the message type ("submit", "enqueue", "result", "want",
+	// "grant", …) for receive and send events; docs/architecture.md
+	// lists them.
+	Message string
+	// To is the receiving actor's id, for send events.
+	To string
+	// Event is the state machine event, for transitions ("dial",
+	// "discovered", …).
+	Event string
+	// StateBefore and StateAfter are the actor's state (for a bucket
+	// actor, the state of the bucket the message concerns) before and
+	// after a received message, or a transition's source and destination.
+	StateBefore, StateAfter string
+	// RequestID identifies the request the message is about (0: none).
+	RequestID uint64
+	// Route is the request's route with tokens redacted, when there is one.
+	Route string
+	// Status is the HTTP status carried by a result message.
+	Status int
+	// Took is how long the actor spent handling a received message.
+	Took time.Duration
+}
 
 // Snapshot gathers the limiter's state. It asks every actor, so it costs a
-// message per live bucket; it returns when ctx ends at the latest.
-func (l *Limiter) Snapshot(ctx context.Context) (Snapshot, error) { return l.sys.Snapshot(ctx) }
+// message per live bucket actor; it returns when ctx ends at the latest.
+func (l *Limiter) Snapshot(ctx context.Context) (Snapshot, error) {
+	s, err := l.sys.Snapshot(ctx)
+	out := Snapshot{Time: s.Time, State: s.State, Breaker: s.Breaker, Pending: s.Pending, Waiting: s.Waiting,
+		Running: s.Running, GlobalUsed: s.GlobalUsed, Buckets: make([]BucketSnapshot, len(s.Buckets))}
+	for i, b := range s.Buckets {
+		out.Buckets[i] = BucketSnapshot(b)
+	}
+	return out, err
+}
 
 // Close refuses new requests (they fail with ErrClosed), fails queued ones
 // with ErrClosed, and lets requests already on the wire finish until ctx

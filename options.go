@@ -125,8 +125,11 @@ type Options struct {
 	// Clock is the time source of every rate-limit decision. Default
 	// time.Now. Tests may pass a fake clock; timers still run on real time.
 	Clock func() time.Time
-	// Store keeps bucket limits and learned route→hash aliases outside the
-	// actors. Default: an in-memory store.
+	// Store keeps bucket limits and the bucket hash learned for each route
+	// template outside the actors. Default: a ratelimit.MemoryStore on
+	// Clock, whose learned state expires 10 minutes after its window (at
+	// most 100,000 buckets), so memory returns to its baseline after a
+	// burst over many channels.
 	Store ratelimit.BucketStore
 	// Global is the proactive global limit. Default: an in-memory sliding
 	// window of GlobalLimit per GlobalWindow.
