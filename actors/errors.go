@@ -44,8 +44,9 @@ var (
 	ErrActorCrashed = errors.New("sluice: bucket actor crashed")
 )
 
-// BudgetError is returned while the invalid-request budget is exhausted. It
-// matches ErrInvalidRequestBudget.
+// BudgetError is the actors' form of sluice.BudgetError (documented
+// there): package sluice converts it, field for field, before a caller
+// sees it. It matches ErrInvalidRequestBudget.
 type BudgetError struct {
 	// Count is the number of invalid answers in the window.
 	Count int
@@ -63,7 +64,7 @@ func (e *BudgetError) Error() string {
 // Unwrap returns ErrInvalidRequestBudget.
 func (e *BudgetError) Unwrap() error { return ErrInvalidRequestBudget }
 
-// WaitError is returned when a request would wait longer than allowed. It
+// WaitError is the actors' form of sluice.WaitError (documented there). It
 // matches ErrWaitTooLong with errors.Is.
 type WaitError struct {
 	// Bucket is the bucket the request waited for (tokens redacted).
@@ -82,8 +83,8 @@ func (e *WaitError) Error() string {
 // Unwrap returns ErrWaitTooLong.
 func (e *WaitError) Unwrap() error { return ErrWaitTooLong }
 
-// RateLimitError is returned when retries of a 429 ran out, or for a
-// Cloudflare ban. It matches ErrRateLimited (or ErrBanned) with errors.Is.
+// RateLimitError is the actors' form of sluice.RateLimitError (documented
+// there). It matches ErrRateLimited (or ErrBanned) with errors.Is.
 type RateLimitError struct {
 	// Scope is "user", "global", "shared", "sublimit" or "ban".
 	Scope string

@@ -140,7 +140,9 @@ type supervisorSnapshot struct {
 // buckets.
 type bucketSnapshotMsg struct{ reply chan []BucketSnapshot }
 
-// Snapshot is the limiter's state at one moment, stable enough to render.
+// Snapshot and BucketSnapshot are the actors' form of sluice.Snapshot and
+// sluice.BucketSnapshot, which document every field; package sluice
+// converts them (BucketSnapshot must stay identical to its public twin).
 type Snapshot struct {
 	// Time is when the supervisor answered.
 	Time time.Time

@@ -11,9 +11,8 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 )
 
-// TraceEvent is one step of the limiter's inner life: a message an actor
-// received or sent, or a state transition of one of the state machines.
-// It never carries a token: routes and bucket keys are redacted.
+// TraceEvent is the actors' form of sluice.TraceEvent, which documents
+// every field; package sluice converts it (the two must stay identical).
 type TraceEvent struct {
 	// Time is when the event happened (the limiter's clock).
 	Time time.Time
