@@ -6,19 +6,53 @@ import "time"
 const (
 	// PioneerTimeout bounds how long a bucket waits for the response to a
 	// request before it stops trusting that the response will come: an
-	// unknown bucket admits another pioneer, and a refilled window whose
-	// length is still a guess is refilled again. Callers are expected to
-	// report every admitted request with Observe or Refund long before
-	// this.
+	// unknown bucket admits another pioneer, a refilled window whose
+	// length is still a guess is refilled again, and a reopening probe
+	// lets the rest of its window go. Callers are expected to report every
+	// admitted request with Observe or Refund long before this.
 	PioneerTimeout = 10 * time.Second
 
 	// WindowTolerance is added to a response's round-trip time when Observe
 	// decides whether the response shows a newer window than the bucket's.
 	WindowTolerance = 50 * time.Millisecond
 
+	// ReopenMargin is how long after the reopening time read from the
+	// server's clock (Headers.Reopen) a bucket reopens while Discord keeps
+	// the time it announces. It covers a request that reaches Discord
+	// faster than every one of the last 64 by more than their spread
+	// (ServerClock's lead is a minimum over those) and the rounding of
+	// X-RateLimit-Reset beyond ResetPrecision; 10 ms is about 1% of a
+	// one-second window. An
+	// estimate from the receive time alone is late by the whole return
+	// trip already and gets no base margin.
+	ReopenMargin = 10 * time.Millisecond
+
+	// MarginHalfLife paces how a margin learned by LateReopen decays: it
+	// is kept in full for MarginHalfLife after it was last raised, then
+	// halves at the end of each further MarginHalfLife, in steps, so that
+	// each lowering is tried once by a probe (see Bucket) before the
+	// bucket pipelines at it. A server that keeps reopening late costs one
+	// 429 per bucket about every MarginHalfLife.
+	MarginHalfLife = 10 * time.Minute
+
+	// MaxLateMargin caps the margin LateReopen learns. Discord is reported
+	// to reopen some buckets 250-400 ms late; a 429 that would teach more
+	// than this is more likely another client using the bucket.
+	MaxLateMargin = time.Second
+
 	// minPeriod is the shortest window Take assumes after a refill, so that
 	// a Reset-After of 0 cannot make it refill on every call.
 	minPeriod = 50 * time.Millisecond
+
+	// probeSlack is how much earlier than the shortest reopening delay a
+	// probe found on time a window may reopen without a new probe: the lag
+	// of the caller's timers.
+	probeSlack = 5 * time.Millisecond
+
+	// sameWindowTolerance is how far apart the X-RateLimit-Reset of two
+	// responses may be for Observe to take them as one window (Discord's
+	// Reset has millisecond precision; windows are hundreds apart).
+	sameWindowTolerance = 5 * time.Millisecond
 )
 
 // Bucket is the state of one Discord rate-limit bucket, as seen by the one
@@ -32,11 +66,48 @@ const (
 // -Reset-After makes it Known. A Known bucket pipelines: it admits up to
 // Remaining requests at once, without waiting for responses.
 //
+// # Windows
+//
+// Each response gives an estimate of when the window that counted its
+// request reopens: the receive time of its headers plus Reset-After, or, if
+// earlier, Headers.Reopen (set by [ServerClock.Annotate] from the server's
+// clock) plus ReopenMargin. Every estimate is safe: a request sent at or
+// after it is counted in a later window. ResetAt is the earliest estimate of
+// the responses of the current window (told apart from a neighbouring
+// window's by their X-RateLimit-Reset; responses without one can only move
+// ResetAt later), plus the learned margin (see below).
+//
 // The golden rule is that Remaining never rises within a window: responses
 // that arrive out of order can only lower it. It rises when a window ends
 // (Take refills it to Limit minus the requests still in flight, which may be
 // counted in the new window), when a response proves that Discord has started
 // a newer window, and by Refund of a request that was never sent.
+//
+// A refill does not wait for the requests still in flight: they are charged
+// to the new window instead. Every request the server may count in the new
+// window is then either in flight (charged), answered without headers
+// (charged for a period, see Observe), or answered with headers, which
+// moved ResetAt to the end of its window. Only while the window length is
+// still a guess (no response has shown the Reset-After of a request that
+// opened a window, Remaining = Limit - 1) does a refilled window whose end
+// no response has confirmed wait for a response, up to PioneerTimeout,
+// before refilling again.
+//
+// # Late reopening
+//
+// Discord is reported to reopen some buckets later than it announces. The
+// caller reports a user-scope 429 with [Bucket.LateReopen]; if its request
+// was sent in a window this bucket reopened itself, the bucket learns a
+// margin that covers the lateness, adds it to every window end it adopts,
+// keeps it for MarginHalfLife and then halves it step by step
+// ([Bucket.Margin]). A window reopened at a delay no probe has yet found on
+// time (the first reopening, one after a raise, one after a decay step)
+// admits a single request, the probe, and holds the rest of Remaining until
+// its answer (or PioneerTimeout), so a late server costs one 429 rather than
+// a window's worth. A probe costs its window one round trip, once per
+// bucket while the server keeps time. The margin and what probes found are
+// part of the Bucket, so a BucketStore keeps them; a bucket dropped when
+// Idle forgets them.
 //
 // Every request admitted by Take must be reported exactly once, with Observe
 // when a response (or a transport error, with zero Headers) came back, or
@@ -50,10 +121,11 @@ type Bucket struct {
 	// Remaining is how many more requests may be sent before ResetAt.
 	// Invariant: 0 <= Remaining <= Limit.
 	Remaining int
-	// ResetAt is when the current window ends: the receive time of a
-	// response plus its X-RateLimit-Reset-After, which is never earlier than
-	// Discord's own reset. After a refill it is a guess (now plus the longest
-	// Reset-After seen) until a response confirms it.
+	// ResetAt is when the current window ends: the earliest estimate of
+	// its responses plus the learned margin, never before a later end
+	// that a response outside the window implies. After a refill it is a
+	// guess (now plus the longest Reset-After seen, plus the learned
+	// margin) until a response confirms it.
 	ResetAt time.Time
 	// PausedUntil is set by Pause; Take admits nothing before it.
 	PausedUntil time.Time
@@ -69,16 +141,35 @@ type Bucket struct {
 	pioneerAt   time.Time     // when the last pioneer was admitted (unknown bucket)
 	windowStart time.Time     // requests sent at or after it count in the current window
 	period      time.Duration // longest Reset-After seen: the length of a guessed window
+	periodKnown bool          // period includes the Reset-After of a request that opened a window
 	provisional bool          // ResetAt was guessed at a refill and no response has confirmed it
-	heldWindow  time.Time     // windowStart when Hold last applied
+
+	est         time.Time     // earliest estimate of the current window's end, margin excluded
+	estSlack    time.Duration // how much later than the server's announced end est may be
+	estReset    time.Time     // X-RateLimit-Reset of est's window; zero if unknown
+	estRejected bool          // est came from a 429: the server's own word on a late reopening
+	floor       time.Time     // ResetAt does not drop below it in the current window
+	written     time.Time     // ResetAt as last written by this file: another value became a floor
+
+	selfOpened   bool          // the current window was opened by a refill
+	reopenFailed bool          // LateReopen reported a 429 sent in the current window
+	openedEst    time.Time     // est of the window the last refill ended
+	openedSlack  time.Duration // and its estSlack
+	lateBy       time.Duration // margin learned by LateReopen, at lateAt
+	lateAt       time.Time
+	trusted      time.Duration // shortest reopening delay after est a probe found on time
+	trustSet     bool
+	probing      bool // the current window admits one probe and holds the rest
+	probeOut     bool // the probe is in flight
+	probeAt      time.Time
 }
 
 // Take reserves one request at time now. It returns ok=true if the request
 // may be sent now; otherwise wait is how long until Take may succeed. When
 // the bucket is waiting for a response (an unknown bucket with its pioneer
-// in flight, or a refilled window not yet confirmed after its guessed end)
-// wait is the PioneerTimeout deadline; call Take again after each Observe or
-// Refund too.
+// in flight, a reopening probe in flight, or a refilled window of guessed
+// length not yet confirmed after its guessed end) wait is the
+// PioneerTimeout deadline; call Take again after each Observe or Refund too.
 func (b *Bucket) Take(now time.Time) (ok bool, wait time.Duration) {
 	if now.Before(b.PausedUntil) {
 		return false, b.PausedUntil.Sub(now)
@@ -94,39 +185,61 @@ func (b *Bucket) Take(now time.Time) (ok bool, wait time.Duration) {
 		return true, 0
 	}
 	if !now.Before(b.ResetAt) {
-		if b.provisional && b.inflight > 0 {
+		if b.provisional && b.inflight > 0 && !b.periodKnown {
 			// The guessed window has passed and no response confirmed
-			// it: the guess may be too short, so wait for a response
-			// rather than refill twice in one real window.
+			// it, and no response has shown how long a window is: the
+			// guess may be too short, so wait for a response rather
+			// than refill twice in one real window.
 			if deadline := b.ResetAt.Add(PioneerTimeout); now.Before(deadline) {
 				return false, deadline.Sub(now)
 			}
 		}
 		b.refill(now)
 	}
-	if b.Remaining > 0 {
-		b.Remaining--
-		b.inflight++
-		return true, 0
+	if b.Remaining == 0 {
+		return false, b.ResetAt.Sub(now)
 	}
-	return false, b.ResetAt.Sub(now)
+	if b.probing {
+		if b.probeOut {
+			deadline := b.probeAt.Add(PioneerTimeout)
+			if now.Before(deadline) {
+				return false, earlier(deadline, b.ResetAt).Sub(now)
+			}
+			b.probing = false // lost: stop holding the window for it
+		} else {
+			b.probeOut, b.probeAt = true, now
+		}
+	}
+	b.Remaining--
+	b.inflight++
+	return true, 0
 }
 
 // refill starts a new window at now. Requests still in flight may be counted
 // by Discord in the new window, so they are charged to it.
 func (b *Bucket) refill(now time.Time) {
+	delay := now.Sub(b.est) // how long after its estimated end the last window is left
+	b.probing = !b.estRejected && (!b.trustSet || delay+probeSlack < b.trusted)
+	b.probeOut = false
+	b.openedEst, b.openedSlack = b.est, b.estSlack
 	b.Remaining = max(0, b.Limit-b.charged(now))
 	b.uncredited = 0
-	b.ResetAt = now.Add(max(b.period, minPeriod))
+	b.est, b.estSlack = now.Add(max(b.period, minPeriod)), 0
+	b.estReset, b.estRejected = time.Time{}, false
+	b.floor = time.Time{}
+	b.setResetAt(b.est.Add(b.lateMargin(now)))
 	b.windowStart = now
 	b.provisional = true
+	b.selfOpened = true
+	b.reopenFailed = false
 }
 
 // Refund gives back a request admitted by Take that was never sent. Within
 // the same window its slot becomes available again, unless a response has
 // since lowered Remaining below what the bucket counted (the response's count
 // did not include the refunded request, so crediting it would over-admit).
-// Refund without a matching Take does nothing.
+// A refunded probe lets another probe go. Refund without a matching Take
+// does nothing.
 func (b *Bucket) Refund(now time.Time) {
 	if b.inflight == 0 {
 		return
@@ -138,6 +251,7 @@ func (b *Bucket) Refund(now time.Time) {
 		}
 		return
 	}
+	b.probeOut = false // it may have been the probe
 	if b.uncredited > 0 {
 		b.uncredited--
 		return
@@ -150,9 +264,11 @@ func (b *Bucket) Refund(now time.Time) {
 }
 
 // Observe updates the bucket from the response to a request admitted by
-// Take. now is when the response arrived and sentAt when the request was sent
-// (use the time passed to Take or later; the zero Time means unknown, and the
-// response is then only allowed to make the bucket more conservative).
+// Take. now is when the response's headers arrived (not when its body was
+// read) and sentAt when the request was sent (use the time passed to Take or
+// later; the zero Time means unknown, and the response is then only allowed
+// to make the bucket more conservative). Pass the headers through
+// [ServerClock.Annotate] first to give them a Reopen.
 //
 // Headers without all of Limit, Remaining and ResetAfter (a transport error,
 // an emoji route, a 5xx) release the request's slot in an unknown bucket. In
@@ -163,18 +279,27 @@ func (b *Bucket) Refund(now time.Time) {
 // known: until the bucket has seen the Reset-After of a request that opened
 // a window, it may be short.
 //
-// With full headers, writing hr for now + ResetAfter:
+// With full headers, the response's estimate e of its window's end is
+// now + ResetAfter, or h.Reopen + ReopenMargin if that is earlier (h.Reopen
+// is ignored when sentAt is unknown or h.Reopen is before sentAt +
+// ResetAfter, which an Annotate after Observe of the same answer never
+// gives). With m the learned margin ([Bucket.Margin] less ReopenMargin; none
+// for a 429's estimate, which tells when the server does reopen):
 //
-//   - An unknown bucket becomes Known with the response's limit and window.
+//   - An unknown bucket becomes Known with the response's limit and window,
+//     ending at e + m.
 //   - A request sent before the current window began may belong to an
-//     older window: it can only push ResetAt later.
+//     older or a newer window: it can only push ResetAt later, for the
+//     rest of the window.
 //   - The first response sent in a refilled window confirms it: ResetAt
-//     becomes hr.
-//   - If hr is later than ResetAt by more than the request's round trip plus
-//     WindowTolerance, Discord has started a newer window: it is adopted
-//     with Remaining = min(header, Limit - 1 - requests in flight).
+//     becomes e + m.
+//   - If e + m is later than ResetAt by more than the request's round trip
+//     plus WindowTolerance, Discord has started a newer window: it is
+//     adopted with Remaining = min(header, Limit - 1 - requests in flight).
 //   - Otherwise the response belongs to the current window: Remaining
-//     becomes min(Remaining, header) and ResetAt the later of the two.
+//     becomes min(Remaining, header). If its X-RateLimit-Reset matches the
+//     current estimate's, the earlier estimate wins; otherwise (no Reset,
+//     or another one) ResetAt can only move later.
 func (b *Bucket) Observe(now, sentAt time.Time, h Headers) {
 	if b.inflight > 0 {
 		b.inflight--
@@ -186,12 +311,21 @@ func (b *Bucket) Observe(now, sentAt time.Time, h Headers) {
 	if h.Has.Bucket {
 		b.Hash = h.Bucket
 	}
+	if !b.ResetAt.Equal(b.written) {
+		// Written from outside (Absorb): a later end to keep.
+		b.floor = later(b.floor, b.ResetAt)
+		b.written = b.ResetAt
+	}
+	probe := b.Known && b.probing && b.probeOut && (sentAt.IsZero() || !sentAt.Before(b.windowStart))
 	if !h.Has.Limit || !h.Has.Remaining || !h.Has.ResetAfter || h.Limit < 1 {
+		if probe {
+			b.probeOut = false // no verdict: another probe may go
+		}
 		if b.Known {
 			// The request was (probably) handled, in a window that ends
 			// at most a full period from now: keep charging it until then.
 			end := now.Add(max(b.period, minPeriod) + WindowTolerance)
-			b.ResetAt = later(b.ResetAt, end)
+			b.setResetAt(later(b.ResetAt, end))
 			b.ghosts++
 			b.ghostsUntil = later(b.ghostsUntil, end)
 		}
@@ -200,14 +334,22 @@ func (b *Bucket) Observe(now, sentAt time.Time, h Headers) {
 	limit := min(h.Limit, MaxLimit)
 	rem := max(0, min(h.Remaining, limit))
 	ra := clampWait(h.ResetAfter)
-	hr := now.Add(ra)
+	rejected := limitedAnswer(h)
 	b.period = max(b.period, ra)
+	if rem == limit-1 && !rejected {
+		b.periodKnown = true // its request opened the window: ra is the whole window
+	}
+	e := b.estimate(now, sentAt, ra, h)
+	m := b.lateMargin(now)
 
 	if !b.Known {
 		b.Known = true
 		b.Limit = limit
-		b.startWindow(now, hr, rem)
+		b.startWindow(now, e, rem, h, rejected)
 		return
+	}
+	if probe {
+		b.probeAnswered(sentAt, ra, h, rejected)
 	}
 	if limit != b.Limit {
 		b.Limit = limit
@@ -216,30 +358,127 @@ func (b *Bucket) Observe(now, sentAt time.Time, h Headers) {
 	switch {
 	case sentAt.IsZero() || sentAt.After(now):
 		b.lower(rem)
-		b.ResetAt = later(b.ResetAt, hr)
+		b.push(now.Add(ra + m))
 	case sentAt.Before(b.windowStart):
-		b.ResetAt = later(b.ResetAt, hr)
+		b.push(e.at.Add(m))
 	case b.provisional:
 		b.lower(rem)
-		b.ResetAt = hr
 		b.provisional = false
-	case hr.After(b.ResetAt.Add(now.Sub(sentAt) + WindowTolerance)):
-		b.startWindow(now, hr, rem)
+		b.adopt(e, h, m, rejected)
+	case e.at.Add(m).After(b.ResetAt.Add(now.Sub(sentAt) + WindowTolerance)):
+		b.startWindow(now, e, rem, h, rejected)
 	default:
 		b.lower(rem)
-		b.ResetAt = later(b.ResetAt, hr)
+		if !b.sameWindow(h) {
+			b.push(e.at.Add(m))
+		} else if e.at.Before(b.est) {
+			b.adopt(e, h, m, rejected)
+		}
+	}
+}
+
+// windowEnd is a response's estimate of its window's end: at, which is never
+// earlier than the end the server announced (by the local send times of the
+// requests it counts), and at most slack later than it.
+type windowEnd struct {
+	at    time.Time
+	slack time.Duration
+}
+
+// estimate returns the earliest safe end of the window that counted a
+// request sent at sentAt and answered at now with Reset-After ra and headers
+// h (see Observe). The receive-time estimate may be late by up to the round
+// trip, its slack; the server clock's, which carries ReopenMargin for its
+// own errors, has none.
+func (b *Bucket) estimate(now, sentAt time.Time, ra time.Duration, h Headers) windowEnd {
+	e := windowEnd{at: now.Add(ra)}
+	if !sentAt.IsZero() && !sentAt.After(now) {
+		e.slack = now.Sub(sentAt)
+	}
+	if h.Reopen.IsZero() || sentAt.IsZero() || sentAt.After(now) || h.Reopen.Before(sentAt.Add(ra)) {
+		return e
+	}
+	if c := h.Reopen.Add(ReopenMargin); c.Before(e.at) {
+		return windowEnd{at: c}
+	}
+	return e
+}
+
+// limitedAnswer reports whether h are the headers of a 429: Retry-After and
+// X-RateLimit-Global come only with 429s. (X-RateLimit-Scope is documented
+// for 429s only, but other limiters rely on Discord sending it with every
+// response.)
+func limitedAnswer(h Headers) bool {
+	return h.Has.RetryAfter || h.Has.Global
+}
+
+// probeAnswered records the answer to the probe of the current window. A
+// probe counted on time proves that the server had reopened when it counted
+// it: by the send times of the requests it counts, at sentAt, or, when the
+// server clock places the count later (a slow forward trip, h.Reopen - ra),
+// then.
+func (b *Bucket) probeAnswered(sentAt time.Time, ra time.Duration, h Headers, rejected bool) {
+	b.probeOut = false
+	if sentAt.IsZero() || rejected || b.reopenFailed {
+		return // no verdict, or a 429 (LateReopen learns from it): hold on
+	}
+	b.probing = false
+	counted := sentAt
+	if !h.Reopen.IsZero() {
+		counted = later(counted, h.Reopen.Add(-ra))
+	}
+	tested := counted.Sub(b.openedEst)
+	if !b.trustSet || tested < b.trusted {
+		b.trusted, b.trustSet = tested, true
 	}
 }
 
 // startWindow adopts the window reported by the response just observed. That
 // response's request counts in it, and so may every request still in flight.
-func (b *Bucket) startWindow(now, resetAt time.Time, remaining int) {
+func (b *Bucket) startWindow(now time.Time, e windowEnd, remaining int, h Headers, rejected bool) {
 	b.Remaining = max(0, b.Limit-1-b.charged(now))
 	b.uncredited = 0
 	b.lower(remaining)
-	b.ResetAt = resetAt
+	b.floor = time.Time{}
+	b.adopt(e, h, b.lateMargin(now), rejected)
 	b.windowStart = now
 	b.provisional = false
+	b.selfOpened, b.reopenFailed = false, false
+	b.probing, b.probeOut = false, false
+}
+
+// adopt makes e the current window's estimate: ResetAt = e + m (e alone for
+// a 429's), or the window's floor if that is later.
+func (b *Bucket) adopt(e windowEnd, h Headers, m time.Duration, rejected bool) {
+	if rejected {
+		m = 0 // a 429 tells when the server does reopen, late or not
+	}
+	b.est, b.estSlack, b.estRejected = e.at, e.slack, rejected
+	b.estReset = time.Time{}
+	if h.Has.Reset {
+		b.estReset = h.Reset
+	}
+	b.setResetAt(later(e.at.Add(m), b.floor))
+}
+
+// push moves ResetAt to at least t for the rest of the current window.
+func (b *Bucket) push(t time.Time) {
+	b.floor = later(b.floor, t)
+	b.setResetAt(later(b.ResetAt, t))
+}
+
+func (b *Bucket) setResetAt(t time.Time) {
+	b.ResetAt, b.written = t, t
+}
+
+// sameWindow reports whether h describes the window of the current estimate,
+// by their X-RateLimit-Reset.
+func (b *Bucket) sameWindow(h Headers) bool {
+	if !h.Has.Reset || b.estReset.IsZero() {
+		return false
+	}
+	d := h.Reset.Sub(b.estReset)
+	return d <= sameWindowTolerance && d >= -sameWindowTolerance
 }
 
 // charged returns how many requests sent earlier may still be counted in a
@@ -262,6 +501,78 @@ func (b *Bucket) lower(remaining int) {
 	}
 }
 
+// LateReopen reports a user-scope 429 (not global, shared or a sublimit),
+// received at now, with retry-after wait, for a request admitted by this
+// bucket and sent at sentAt. If the request was sent in a window the bucket
+// reopened itself (a refill at or before sentAt), Discord reopened that
+// window later than the bucket expected: the bucket learns a margin that
+// covers it,
+//
+//	reopened - (the estimate the window was reopened on, plus how late
+//	that estimate may have been)
+//
+// at most MaxLateMargin, where reopened is when the window really reopens,
+// by the send times of the requests the server counts: the estimate Observe
+// took from this 429's own headers (Reset-After, or Reset through the
+// ServerClock), or, if Observe has not seen them yet, now + wait +
+// ReopenMargin, later by the answer's return trip. With the request sent
+// right at the reopening and no jitter, that is the margin used plus wait
+// plus ReopenMargin. The bucket adds the margin to every window end it
+// adopts from then on, and keeps it for MarginHalfLife before it decays. It
+// reports whether the margin was raised. Call it after Observe of the same
+// answer (before is safe, but learns the return trip too), and Pause the
+// bucket as usual.
+func (b *Bucket) LateReopen(now, sentAt time.Time, wait time.Duration) bool {
+	if !b.Known || !b.selfOpened || sentAt.IsZero() || sentAt.Before(b.windowStart) {
+		return false
+	}
+	b.reopenFailed = true
+	b.trustSet = false
+	b.probeOut = false
+	reopened := now.Add(clampWait(wait) + ReopenMargin)
+	if b.estRejected {
+		reopened = earlier(reopened, b.est) // this window's 429s' own estimate
+	}
+	need := min(reopened.Sub(b.openedEst)+b.openedSlack, MaxLateMargin)
+	if need <= b.lateMargin(now) {
+		return false
+	}
+	b.lateBy, b.lateAt = need, now
+	return true
+}
+
+// Margin returns how long after the reopening time read from the server's
+// clock (Headers.Reopen) the bucket reopens a window at now: ReopenMargin
+// plus the margin learned by LateReopen, which is kept for MarginHalfLife
+// after its last raise and then halves every MarginHalfLife. An estimate from
+// the receive time alone gets only the learned part.
+func (b *Bucket) Margin(now time.Time) time.Duration {
+	return ReopenMargin + b.lateMargin(now)
+}
+
+// lateMargin returns the learned margin at now.
+func (b *Bucket) lateMargin(now time.Time) time.Duration {
+	if b.lateBy <= 0 {
+		return 0
+	}
+	steps := now.Sub(b.lateAt) / MarginHalfLife
+	if steps <= 0 {
+		return b.lateBy
+	}
+	if steps >= 32 {
+		return 0
+	}
+	if m := b.lateBy >> steps; m >= time.Millisecond {
+		return m
+	}
+	return 0
+}
+
+// Probing reports whether the current window is held for its probe: Take
+// admits one request and then nothing until that request is answered, even
+// though Remaining is positive.
+func (b *Bucket) Probing() bool { return b.Known && b.probing }
+
 // Pause makes Take admit nothing before until (a 429's wait). An earlier
 // until than the current pause does nothing.
 func (b *Bucket) Pause(until time.Time) {
@@ -281,6 +592,13 @@ func (b *Bucket) Idle(now time.Time) bool {
 
 func later(a, b time.Time) time.Time {
 	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+func earlier(a, b time.Time) time.Time {
+	if b.Before(a) {
 		return b
 	}
 	return a

@@ -22,7 +22,9 @@ func at(n int) time.Time { return t0.Add(ms(n)) }
 
 // known returns a bucket that has seen its pioneer's response at t0, with
 // the given limit and a window ending at resetAt (ms after t0), and sets its
-// Remaining to remaining.
+// Remaining to remaining. The pioneer opened its window, so the period is
+// known, and the bucket trusts its reopening as if a probe had already gone
+// (see TestBucketProbe* for probes).
 func known(t *testing.T, limit, remaining, resetAt int) *Bucket {
 	t.Helper()
 	var b Bucket
@@ -31,6 +33,22 @@ func known(t *testing.T, limit, remaining, resetAt int) *Bucket {
 	b.Observe(at(0), at(0), resp(limit, max(0, limit-1), ms(resetAt)))
 	require.True(t, b.Known)
 	b.Remaining = remaining
+	b.trusted, b.trustSet = 0, true
+	return &b
+}
+
+// guessed is known, but the pioneer's response shows another request in its
+// window (Remaining = limit-2), so the window length is still a guess.
+func guessed(t *testing.T, limit, remaining, resetAt int) *Bucket {
+	t.Helper()
+	var b Bucket
+	ok, _ := b.Take(at(0))
+	require.True(t, ok)
+	b.Observe(at(0), at(0), resp(limit, max(0, limit-2), ms(resetAt)))
+	require.True(t, b.Known)
+	require.False(t, b.periodKnown)
+	b.Remaining = remaining
+	b.trusted, b.trustSet = 0, true
 	return &b
 }
 
@@ -111,7 +129,7 @@ func TestBucketOutOfOrderResponsesNeverRaiseRemaining(t *testing.T) {
 	assert.Equal(t, 2, b.Remaining, "a stale higher count must not raise Remaining")
 	b.Observe(at(62), at(10), resp(5, 3, ms(940)))
 	assert.Equal(t, 2, b.Remaining)
-	assert.Equal(t, at(1002), b.ResetAt, "ResetAt only moves later within a window")
+	assert.Equal(t, at(1002), b.ResetAt, "without X-RateLimit-Reset to tell windows apart, ResetAt only moves later")
 
 	// Someone else used the bucket: the header is lower than our count.
 	require.Equal(t, 1, takeN(b, at(70), 1))
@@ -175,7 +193,7 @@ func TestBucketNewWindowWithinToleranceIsSameWindow(t *testing.T) {
 }
 
 func TestBucketGuessedWindowWaitsForConfirmation(t *testing.T) {
-	b := known(t, 2, 0, 100) // period 100 ms
+	b := guessed(t, 2, 0, 100) // period 100 ms, or more
 	require.Equal(t, 2, takeN(b, at(100), 2))
 	// No response by the end of the guessed window: do not refill on a guess.
 	ok, wait := b.Take(at(200))
@@ -191,7 +209,7 @@ func TestBucketGuessedWindowWaitsForConfirmation(t *testing.T) {
 }
 
 func TestBucketGuessedWindowGivesUpAfterTimeout(t *testing.T) {
-	b := known(t, 2, 0, 100)
+	b := guessed(t, 2, 0, 100)
 	require.Equal(t, 2, takeN(b, at(100), 2))
 	assert.Equal(t, 0, takeN(b, at(200).Add(PioneerTimeout-1), 1))
 	assert.Equal(t, 0, takeN(b, at(200).Add(PioneerTimeout), 1), "refilled, but both lost requests are charged")
@@ -323,4 +341,434 @@ func TestBucketNewWindowChargesInFlight(t *testing.T) {
 	// in it as well.
 	b.Observe(at(1010), at(900), resp(5, 4, ms(1000)))
 	assert.Equal(t, 2, b.Remaining, "5 - the observed one - 2 in flight")
+}
+
+// withReset returns h with X-RateLimit-Reset reset (ms after t0, by the
+// server's clock).
+func withReset(h Headers, reset int) Headers {
+	h.Reset, h.Has.Reset = at(reset), true
+	return h
+}
+
+// reopened returns a known bucket whose window [0, 1000) has just been
+// refilled at 1000 with all of limit 5 taken, and confirmed by a response
+// sent at 1000, answered at 1300 with X-RateLimit-Reset 7000 (the server's
+// clock is ahead) and Reset-After 1000: ResetAt 2300.
+func reopened(t *testing.T) *Bucket {
+	t.Helper()
+	b := known(t, 5, 0, 1000)
+	require.Equal(t, 5, takeN(b, at(1000), 10))
+	b.Observe(at(1300), at(1000), withReset(resp(5, 4, ms(1000)), 7000))
+	require.Equal(t, at(2300), b.ResetAt)
+	return b
+}
+
+func TestBucketEarliestEstimateOfAWindowWins(t *testing.T) {
+	b := reopened(t)
+	// Same window (same Reset), a faster return trip: 1100 + 1000.
+	b.Observe(at(1100), at(1000), withReset(resp(5, 3, ms(1000)), 7000))
+	assert.Equal(t, at(2100), b.ResetAt, "the earliest estimate wins")
+	assert.Equal(t, 0, b.Remaining)
+	// A slower one does not move it back.
+	b.Observe(at(1250), at(1000), withReset(resp(5, 2, ms(1000)), 7001))
+	assert.Equal(t, at(2100), b.ResetAt)
+	// Reset rounded a millisecond the other way is the same window.
+	b.Observe(at(1090), at(1000), withReset(resp(5, 1, ms(999)), 6999))
+	assert.Equal(t, at(2089), b.ResetAt)
+	// The server's clock says the window reopens at 2003 (local): plus
+	// ReopenMargin.
+	h := withReset(resp(5, 0, ms(1000)), 7000)
+	h.Reopen = at(2003)
+	b.Observe(at(1200), at(1000), h)
+	assert.Equal(t, at(2003).Add(ReopenMargin), b.ResetAt)
+	assert.Equal(t, 0, b.InFlight())
+}
+
+func TestBucketAnotherWindowsEstimateOnlyPushesLater(t *testing.T) {
+	b := reopened(t)
+	// Another Reset (a window 300 ms later), within the round trip plus
+	// WindowTolerance: not adopted as a newer window, but it may be the
+	// one counting the requests, so ResetAt moves to its end...
+	b.Observe(at(1320), at(1000), withReset(resp(5, 3, ms(1000)), 7300))
+	assert.Equal(t, at(2320), b.ResetAt)
+	// ...and stays there for the window: a matching Reset with an
+	// earlier estimate does not undo it.
+	b.Observe(at(1100), at(1000), withReset(resp(5, 2, ms(1000)), 7000))
+	assert.Equal(t, at(2320), b.ResetAt)
+	// An earlier window's Reset does not move it either.
+	b.Observe(at(1100), at(1000), withReset(resp(5, 2, ms(500)), 6500))
+	assert.Equal(t, at(2320), b.ResetAt)
+}
+
+func TestBucketImplausibleReopenIsIgnored(t *testing.T) {
+	b := reopened(t)
+	// Reopen earlier than sentAt + Reset-After: the clock did not see
+	// this answer (a request faster than all it knows).
+	h := withReset(resp(5, 3, ms(1000)), 7000)
+	h.Reopen = at(1990)
+	b.Observe(at(1250), at(1000), h)
+	assert.Equal(t, at(2250), b.ResetAt, "the receive-time estimate")
+	// Without sentAt, the response can only push ResetAt later.
+	h.Reopen = at(2001)
+	b.Observe(at(1200), time.Time{}, h)
+	assert.Equal(t, at(2250), b.ResetAt)
+}
+
+func TestBucketExternalResetAtIsKept(t *testing.T) {
+	b := reopened(t)
+	b.ResetAt = at(2500) // e.g. Absorb of another route's later window
+	b.Observe(at(1100), at(1000), withReset(resp(5, 3, ms(1000)), 7000))
+	assert.Equal(t, at(2500), b.ResetAt, "an end set from outside is a floor for the window")
+}
+
+func TestBucketRefillsOnTimeWithRequestsInFlight(t *testing.T) {
+	b := known(t, 5, 5, 1000) // the pioneer opened its window: period known
+	require.Equal(t, 5, takeN(b, at(900), 5))
+	b.Observe(at(950), at(900), resp(5, 3, ms(50)))
+	b.Observe(at(950), at(900), resp(5, 2, ms(50)))
+	// Three still in flight at the reset, say behind a global limit. The
+	// window is refilled on time; they may land in it, so they are charged.
+	ok, _ := b.Take(at(1000))
+	require.True(t, ok)
+	assert.Equal(t, 1, b.Remaining, "5 - 3 in flight - the one just taken")
+	assert.Equal(t, at(2000), b.ResetAt)
+	// A second refill on a guess, nothing confirmed, still charges them.
+	ok, _ = b.Take(at(2000))
+	require.True(t, ok)
+	assert.Equal(t, 0, b.Remaining, "5 - 4 in flight - the one just taken")
+}
+
+func TestBucketProbeOnFirstReopening(t *testing.T) {
+	var b Bucket
+	b.Take(at(0))
+	b.Observe(at(100), at(0), resp(5, 4, ms(900))) // ResetAt 1000
+	require.Equal(t, 4, takeN(&b, at(100), 10))
+	for range 4 {
+		b.Observe(at(200), at(100), resp(5, 0, ms(800)))
+	}
+
+	// The first window the bucket reopens itself: one probe goes...
+	ok, _ := b.Take(at(1000))
+	require.True(t, ok)
+	assert.True(t, b.Probing())
+	assert.Equal(t, 4, b.Remaining)
+	// ...and the rest waits for its answer.
+	ok, wait := b.Take(at(1001))
+	assert.False(t, ok)
+	assert.Equal(t, ms(899), wait, "until the guessed end (period 900 ms), which comes before PioneerTimeout")
+
+	// The probe was counted on time: the window is open, the rest goes.
+	b.Observe(at(1100), at(1000), resp(5, 4, ms(900)))
+	assert.False(t, b.Probing())
+	assert.Equal(t, 4, takeN(&b, at(1100), 10))
+	for range 4 {
+		b.Observe(at(1200), at(1100), resp(5, 0, ms(800)))
+	}
+	// Reopening as promptly again needs no probe.
+	assert.Equal(t, 5, takeN(&b, at(2000), 10))
+	assert.False(t, b.Probing())
+}
+
+func TestBucketProbeRefundedOrLost(t *testing.T) {
+	b := known(t, 5, 0, 1000)
+	b.trustSet = false
+	ok, _ := b.Take(at(1000))
+	require.True(t, ok)
+	require.True(t, b.Probing())
+	b.Refund(at(1001))
+	ok, _ = b.Take(at(1002))
+	assert.True(t, ok, "a refunded probe lets another go")
+	ok, _ = b.Take(at(1003))
+	assert.False(t, ok)
+
+	// Headers without rate-limit information: no verdict, another probe.
+	b.Observe(at(1050), at(1002), Headers{})
+	ok, _ = b.Take(at(1050))
+	assert.True(t, ok)
+
+	// A probe never answered holds the window at most PioneerTimeout.
+	c := known(t, 5, 0, 1000)
+	c.period = time.Hour // a long window, so only the probe's deadline matters
+	c.trustSet = false
+	ok, _ = c.Take(at(1000))
+	require.True(t, ok)
+	ok, wait := c.Take(at(2000))
+	assert.False(t, ok)
+	assert.Equal(t, PioneerTimeout-time.Second, wait)
+	assert.Equal(t, 4, takeN(c, at(1000).Add(PioneerTimeout), 10))
+}
+
+// lateReopened returns a bucket that reopened at 1010 a window the server
+// reopens 300 ms later: its probe, sent at 1010, got a 429 with retry_after
+// 300 ms at 1060. The server's clock is 100 ms ahead, requests arrive at
+// once and answers take 50 ms, and the ServerClock put the previous
+// window's reopening at 1000 (ResetAt 1000 + ReopenMargin) and the real one,
+// from the 429's Reset, at 1310 (it counted the probe at once).
+func lateReopened(t *testing.T, observeFirst bool) *Bucket {
+	t.Helper()
+	var b Bucket
+	b.Take(at(0))
+	h := withReset(resp(5, 4, ms(1000)), 1100)
+	h.Reopen = at(1000)
+	b.Observe(at(50), at(0), h)
+	require.Equal(t, at(1010), b.ResetAt)
+	require.Equal(t, 4, takeN(&b, at(50), 10))
+	for range 4 {
+		b.Observe(at(100), at(50), withReset(resp(5, 0, ms(950)), 1100))
+	}
+	ok, _ := b.Take(at(1010))
+	require.True(t, ok)
+	require.True(t, b.Probing())
+
+	h = withReset(resp(5, 0, ms(300)), 1410)
+	h.Reopen = at(1310)
+	h.Scope, h.RetryAfter = ScopeUser, ms(300)
+	h.Has.Scope, h.Has.RetryAfter = true, true
+	if observeFirst {
+		b.Observe(at(1060), at(1010), h)
+		assert.True(t, b.LateReopen(at(1060), at(1010), ms(300)))
+	} else {
+		assert.True(t, b.LateReopen(at(1060), at(1010), ms(300)))
+		b.Observe(at(1060), at(1010), h)
+	}
+	b.Pause(at(1360))
+	return &b
+}
+
+func TestBucketLateReopenRaisesTheMargin(t *testing.T) {
+	for _, observeFirst := range []bool{true, false} {
+		b := lateReopened(t, observeFirst)
+		// After Observe of the 429, the window really reopens at the 429's
+		// own estimate, 1310 + ReopenMargin; it was reopened on the
+		// estimate 1010: the bucket learns 310 ms, the margin used (0)
+		// plus the lateness plus ReopenMargin. Before Observe, the best it
+		// knows is now + wait + ReopenMargin = 1370: it learns 360 ms.
+		late := ms(310)
+		if !observeFirst {
+			late = ms(360)
+		}
+		assert.Equal(t, ReopenMargin+late, b.Margin(at(1060)))
+		assert.True(t, b.Probing(), "the window stays held: its probe got a 429")
+		assert.Equal(t, 0, b.Remaining)
+		assert.Equal(t, at(1320), b.ResetAt, "the 429's own estimate, no margin: the server's word")
+
+		// After the pause the server's own word says when the window
+		// reopens: no probe needed.
+		assert.Equal(t, 5, takeN(b, at(1360), 10))
+		assert.False(t, b.Probing())
+
+		// The next window ends, by the server's clock, at 2360 local;
+		// the bucket reopens ReopenMargin + late after that.
+		h := withReset(resp(5, 4, ms(1000)), 2460)
+		h.Reopen = at(2360)
+		b.Observe(at(1410), at(1360), h)
+		assert.Equal(t, at(2370).Add(late), b.ResetAt)
+		for range 4 {
+			b.Observe(at(1410), at(1360), withReset(resp(5, 0, ms(950)), 2460))
+		}
+		// A new margin: probe it once.
+		assert.Equal(t, 1, takeN(b, b.ResetAt, 10))
+		assert.True(t, b.Probing())
+	}
+}
+
+func TestBucketLateReopenOnlyForSelfReopenedWindows(t *testing.T) {
+	b := known(t, 5, 5, 1000) // the window of the pioneer's response
+	require.Equal(t, 1, takeN(b, at(10), 1))
+	assert.False(t, b.LateReopen(at(60), at(10), ms(300)), "a window the server reported, not one the bucket reopened")
+	assert.Equal(t, ReopenMargin, b.Margin(at(60)))
+
+	c := known(t, 5, 0, 1000)
+	require.Equal(t, 5, takeN(c, at(1000), 5))
+	assert.False(t, c.LateReopen(at(1060), at(990), ms(300)), "sent before the window")
+	assert.False(t, c.LateReopen(at(1060), time.Time{}, ms(300)))
+	assert.True(t, c.LateReopen(at(1060), at(1000), 5*time.Second))
+	assert.Equal(t, ReopenMargin+MaxLateMargin, c.Margin(at(1060)), "capped")
+	assert.False(t, c.LateReopen(at(1060), at(1000), ms(300)), "already covered")
+
+	var u Bucket
+	assert.False(t, u.LateReopen(at(0), at(0), time.Second))
+}
+
+func TestBucketMarginDecaysInSteps(t *testing.T) {
+	b := lateReopened(t, true)
+	raised := at(1060)
+	assert.Equal(t, ms(320), b.Margin(raised.Add(MarginHalfLife-1)), "kept for a half-life")
+	assert.Equal(t, ms(10+155), b.Margin(raised.Add(MarginHalfLife)))
+	assert.Equal(t, ms(10)+ms(310)/4, b.Margin(raised.Add(2*MarginHalfLife)))
+	assert.Equal(t, ReopenMargin, b.Margin(raised.Add(9*MarginHalfLife)), "back to the base")
+	assert.Equal(t, ReopenMargin, b.Margin(raised.Add(1000*MarginHalfLife)))
+}
+
+func TestBucketProbeAfterADecayStep(t *testing.T) {
+	b := lateReopened(t, true)
+	require.Equal(t, 5, takeN(b, at(1360), 10))
+	// Windows of 1 s, each announced to end at (window start + 1000),
+	// reopened with the margin until it decays.
+	start := at(1360)
+	window := func(t *testing.T) (probed bool) {
+		t.Helper()
+		h := withReset(resp(5, 4, ms(1000)), 0)
+		h.Reset = start.Add(ms(1100))
+		h.Reopen = start.Add(ms(1000))
+		b.Observe(start.Add(ms(50)), start, h)
+		for range 4 {
+			b.Observe(start.Add(ms(50)), start, withReset(resp(5, 0, ms(950)), 0))
+		}
+		next := b.ResetAt
+		n := takeN(b, next, 10)
+		probed = b.Probing()
+		if probed {
+			require.Equal(t, 1, n)
+			b.Observe(next.Add(ms(50)), next, withReset(resp(5, 4, ms(1000)), 0))
+			require.Equal(t, 4, takeN(b, next.Add(ms(50)), 10))
+		}
+		start = next
+		return probed
+	}
+	assert.True(t, window(t), "the first reopening at the new margin is probed")
+	for start.Before(at(1060).Add(MarginHalfLife - 2*time.Second)) {
+		require.False(t, window(t), "then none while the margin is kept (%v)", start.Sub(t0))
+	}
+	probes := 0
+	for range 5 {
+		if window(t) {
+			probes++
+		}
+	}
+	assert.Equal(t, 1, probes, "the halved margin is probed once")
+	assert.Equal(t, ms(165), b.Margin(start))
+}
+
+// FuzzBucketSequence drives a Bucket with an arbitrary sequence of Take,
+// Observe (full, partial and 429 headers, with and without Reset and
+// Reopen), Refund, LateReopen, Pause and clock steps. The invariants must
+// hold after every call: 0 <= Remaining <= Limit, every Take is reported
+// once (InFlight counts exactly the unreported ones), the margin stays in
+// [ReopenMargin, ReopenMargin + MaxLateMargin], ResetAt stays within reach,
+// and once everything is reported and enough time has passed, Take admits.
+func FuzzBucketSequence(f *testing.F) {
+	f.Add([]byte{0, 1, 5, 4, 100, 1, 0, 0, 6, 200, 0, 0, 0, 1, 5, 4, 90, 3, 0, 0})
+	f.Add([]byte{0, 1, 2, 1, 50, 7, 9, 3, 6, 120, 0, 4, 30, 1, 2, 0, 30, 15, 60, 3, 7, 7, 0, 0})
+	f.Add([]byte{0, 2, 0, 3, 0, 0, 6, 255, 0, 5, 40, 0, 1, 1, 0, 10, 1, 20, 0, 7, 1})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		var b Bucket
+		now := t0
+		var sent []time.Time // unreported Takes, oldest first
+		next := func() int {
+			if len(ops) == 0 {
+				return 0
+			}
+			v := int(ops[0])
+			ops = ops[1:]
+			return v
+		}
+		pop := func() time.Time {
+			if len(sent) == 0 {
+				return now.Add(-ms(next()))
+			}
+			s := sent[0]
+			sent = sent[1:]
+			return s
+		}
+		check := func(op int) {
+			t.Helper()
+			if b.Known && (b.Limit < 1 || b.Remaining < 0 || b.Remaining > b.Limit) {
+				t.Fatalf("op %d: Remaining %d out of [0, %d]", op, b.Remaining, b.Limit)
+			}
+			if b.InFlight() != len(sent) {
+				t.Fatalf("op %d: InFlight %d, want %d", op, b.InFlight(), len(sent))
+			}
+			if b.uncredited < 0 || b.uncredited > b.inflight {
+				t.Fatalf("op %d: uncredited %d, inflight %d", op, b.uncredited, b.inflight)
+			}
+			if m := b.Margin(now); m < ReopenMargin || m > ReopenMargin+MaxLateMargin {
+				t.Fatalf("op %d: margin %v", op, m)
+			}
+			if d := b.ResetAt.Sub(now); d > MaxWait+MaxLateMargin+WindowTolerance+time.Minute {
+				t.Fatalf("op %d: ResetAt %v ahead", op, d)
+			}
+		}
+		for op := 0; len(ops) > 0; op++ {
+			switch next() % 8 {
+			case 0:
+				ok, wait := b.Take(now)
+				if ok {
+					sent = append(sent, now)
+				} else if wait <= 0 || wait > MaxWait+PioneerTimeout+MaxLateMargin+time.Minute {
+					t.Fatalf("op %d: refused with wait %v", op, wait)
+				}
+			case 1, 2:
+				limit := 1 + next()%10
+				h := resp(limit, next()%(limit+2), ms(next()*10))
+				flags := next()
+				if flags&1 != 0 {
+					h.Reset, h.Has.Reset = now.Add(ms(next()*10)), true
+				}
+				if flags&2 != 0 {
+					h.Reopen = now.Add(ms(next()*10 - 1000))
+				}
+				if flags&4 != 0 {
+					h.Scope, h.RetryAfter, h.Has.Scope, h.Has.RetryAfter = ScopeUser, h.ResetAfter, true, true
+				}
+				if flags&8 != 0 {
+					h.Has.Remaining = false
+				}
+				s := pop()
+				if flags&16 != 0 {
+					s = time.Time{}
+				}
+				b.Observe(now, s, h)
+			case 3:
+				pop()
+				b.Observe(now, now, Headers{})
+			case 4:
+				pop()
+				b.Refund(now)
+			case 5:
+				s := now.Add(-ms(next() * 4))
+				if len(sent) > 0 {
+					s = sent[len(sent)-1]
+				}
+				b.LateReopen(now, s, ms(next()*5))
+			case 6:
+				if next()%4 == 0 {
+					b.Pause(now.Add(ms(next() * 20)))
+				} else {
+					now = now.Add(ms(next() * 7))
+				}
+			case 7:
+				now = now.Add(time.Duration(next()) * time.Minute)
+			}
+			check(op)
+		}
+		for range sent {
+			b.Observe(now, now, Headers{})
+		}
+		sent = nil
+		now = now.Add(2 * time.Hour)
+		ok, wait := b.Take(now)
+		if !ok {
+			t.Fatalf("nothing in flight, two hours on, and Take still refuses (wait %v): %+v", wait, b)
+		}
+	})
+}
+
+func TestBucketScopeAloneIsNotA429(t *testing.T) {
+	// Discord may send X-RateLimit-Scope with every response; only
+	// Retry-After (or X-RateLimit-Global) marks a 429, whose estimate gets
+	// no learned margin.
+	b := lateReopened(t, true)
+	require.Equal(t, 5, takeN(b, at(1360), 10))
+	h := withReset(resp(5, 0, ms(1000)), 2460)
+	h.Reopen = at(2360)
+	h.Scope, h.Has.Scope = ScopeUser, true
+	b.Observe(at(1410), at(1360), h)
+	assert.Equal(t, at(2370).Add(ms(310)), b.ResetAt, "a success that exhausts the window keeps the margin")
+
+	c := lateReopened(t, true)
+	require.Equal(t, 5, takeN(c, at(1360), 10))
+	h.RetryAfter, h.Has.RetryAfter = ms(950), true
+	c.Observe(at(1410), at(1360), h)
+	assert.Equal(t, at(2370), c.ResetAt, "a 429's estimate is the server's word")
 }

@@ -20,7 +20,13 @@
 //     invalid requests per 10 minutes that lead to a Cloudflare ban.
 //   - [Bucket] is one bucket's state, owned by one actor: Take before a
 //     request, Observe its response, Refund it if it was never sent, Pause
-//     it after a 429.
+//     it after a 429, and LateReopen after a user 429 so that it learns a
+//     server that reopens windows late.
+//   - [ServerClock] learns from X-RateLimit-Reset minus -Reset-After how
+//     far the server's clock reads ahead of the local send time when it
+//     counts a request, and so turns a server reset time into the local
+//     time a request may be sent (Headers.Reopen); one serves a whole API
+//     host.
 //   - [SlidingWindow] is the proactive global limit (50 per second by
 //     default), sliding rather than fixed so it never bursts to 2n across a
 //     boundary.
@@ -34,16 +40,36 @@
 // the limit, the remaining count and the window; from then on the bucket
 // pipelines up to Remaining requests without waiting for responses. Responses
 // may arrive in any order, so a response can only lower Remaining within a
-// window, never raise it. The window's end is taken as the receive time plus
-// X-RateLimit-Reset-After, which is never earlier than Discord's reset
-// (Discord measured it earlier), so the limiter's clock never runs ahead of
-// Discord's and no absolute X-RateLimit-Reset is trusted.
+// window, never raise it.
+//
+// Each response estimates when its window reopens, in local send time: the
+// receive time of its headers plus X-RateLimit-Reset-After (never early, as
+// Discord measured it earlier, but late by the return trip), or, earlier,
+// Headers.Reopen from the [ServerClock] plus ReopenMargin. The clock never
+// compares X-RateLimit-Reset with the local clock directly: it learns the
+// offset, plus the fastest forward trip, from Reset - Reset-After, the
+// server's time when it counted a request, less that request's send time,
+// and takes the minimum over the last 64 answers (once it has 16), plus the
+// distance between the two smallest, so that a converted time is early only
+// for a request faster than all of those by more than that (which
+// ReopenMargin covers). Of the responses of one window (same X-RateLimit-Reset) the
+// earliest estimate wins. TestReopenStepByStep shows one reopening with
+// numbers.
 //
 // When the window ends, Take refills Remaining to Limit minus the requests
 // still in flight: those may land in Discord's new window. The new window's
 // end is a guess (the longest Reset-After seen) until the first response
-// sent in it confirms it, and the bucket will not refill a second time on a
-// guess while requests are in flight.
+// sent in it confirms it; only while the window length itself is a guess
+// does the bucket wait for a response before refilling a second time on a
+// guess with requests in flight.
+//
+// Discord is reported to reopen some windows 250-400 ms after it says. A
+// bucket tries its first reopening, and each one at a shorter delay than
+// already found on time, with a single probe request; a user 429 on a
+// window the bucket reopened itself (Bucket.LateReopen) teaches it a margin
+// that covers the lateness, kept for MarginHalfLife and then halved step by
+// step, each step probed again. A server that keeps reopening late costs one
+// 429 per bucket per MarginHalfLife.
 //
 // # Failure modes
 //
@@ -55,12 +81,19 @@
 //   - A 429 without X-RateLimit-* headers or a JSON retry_after, or with a
 //     body that is not JSON, is a CloudflareBan, never retried at once.
 //   - If the caller loses a request (neither Observe nor Refund), the bucket
-//     stops waiting for it after PioneerTimeout.
+//     stops waiting for it after PioneerTimeout, a pioneer and a probe alike.
+//   - An implausible X-RateLimit-Reset (further than an hour from the local
+//     clock) is not a ServerClock sample, and a Reopen earlier than the send
+//     time plus Reset-After is ignored: the limiter falls back to the
+//     receive time, which is late but never early.
+//   - A user 429 wrongly taken for late reopening (another client using the
+//     same bucket) teaches at most MaxLateMargin, for MarginHalfLife.
 //
 // # Debugging
 //
 // [Bucket] exports its state (Limit, Remaining, ResetAt, PausedUntil, Known,
-// Hash) and [Bucket.InFlight]; [Kind], [Scope] and [HeaderError] print
-// readably. Feed a recorded sequence of Take/Observe calls with their times
+// Hash), [Bucket.InFlight], [Bucket.Margin] and [Bucket.Probing];
+// [ServerClock.Lead] tells the learned lead; [Kind], [Scope] and
+// [HeaderError] print readably. Feed a recorded sequence of Take/Observe calls with their times
 // to a fresh Bucket to replay a production incident exactly.
 package ratelimit

@@ -129,9 +129,14 @@ type Headers struct {
 	// [0, MaxWait]. Prefer it over Reset: it does not depend on clocks
 	// agreeing.
 	ResetAfter time.Duration
-	// Reset is X-RateLimit-Reset, the epoch time of the reset. It is
-	// informational only: the limiter uses ResetAfter.
+	// Reset is X-RateLimit-Reset, the epoch time of the reset, by the
+	// server's clock. It is never compared with the local clock directly:
+	// [ServerClock] learns the offset from Reset - ResetAfter.
 	Reset time.Time
+	// Reopen is the local time at which the window these headers describe
+	// reopens, as estimated by [ServerClock.Annotate]; zero when unknown.
+	// ParseHeaders never sets it.
+	Reopen time.Time
 	// Bucket is X-RateLimit-Bucket, the opaque hash shared by routes that
 	// share a limit.
 	Bucket string

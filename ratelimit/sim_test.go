@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -12,8 +13,9 @@ import (
 // against a model of one Discord bucket (a fixed window that starts with the
 // first request after a reset) over a network whose latency jitters, so
 // requests and responses are reordered, and some requests are cancelled
-// before they are sent. The bucket must never cause a 429 and must keep a
-// fair share of the ideal throughput. Virtual time only.
+// before they are sent. The responses carry no X-RateLimit-Reset, so the
+// bucket has only the receive time to go by. The bucket must never cause a
+// 429 and must keep a fair share of the ideal throughput. Virtual time only.
 func TestBucketAgainstModelDiscord(t *testing.T) {
 	type lat struct{ min, max time.Duration }
 	for _, limit := range []int{1, 5, 50} {
@@ -64,13 +66,209 @@ func TestBucketAgainstModelDiscordLosingHeaders(t *testing.T) {
 	}
 }
 
+// TestBucketAgainstModelDiscordWithServerClock is the model test as the
+// limiter runs against Discord and package sluicetest: responses carry
+// X-RateLimit-Reset (milliseconds, floor(now + ceil(reset_after))) from a
+// server clock 3.7 s ahead of the client's, the client feeds every answer to
+// a ServerClock and annotates the headers before Observe, and the latency is
+// 150 ± 100 ms. In "return" all of it is on the return path (the server
+// decides at arrival and delays the answer, as sluicetest does); in
+// "forward" the forward trip jitters too, by 0-100 ms.
+//
+// (a) No request may hit a 429. (b) Once the clock is warm (ClockWarm
+// answers), each window must reopen within ReopenMargin + 5 ms (+ 10 ms with
+// forward jitter) of the earliest moment it could: the gap between the
+// server's reset and the arrival of the request that opens the next window,
+// less that request's forward trip above the fastest possible. So the
+// throughput approaches the ideal of Limit per period, windows back to back.
+func TestBucketAgainstModelDiscordWithServerClock(t *testing.T) {
+	type net struct {
+		name           string
+		fwdMin, fwdMax time.Duration
+	}
+	for _, n := range []net{{"return", 0, 0}, {"forward", 0, ms(100)}} {
+		for _, limit := range []int{1, 5, 50} {
+			for _, period := range []time.Duration{250 * time.Millisecond, time.Second, 5 * time.Second} {
+				name := fmt.Sprintf("%s/limit=%d/period=%v", n.name, limit, period)
+				t.Run(name, func(t *testing.T) {
+					cfg := simConfig{
+						limit: limit, period: period,
+						fwdMin: n.fwdMin, fwdMax: n.fwdMax, retMin: ms(50), retMax: ms(250),
+						offset: 3700*time.Millisecond + 123456, reset: true, useClock: true,
+					}
+					s := newSimConfig(uint64(limit)*7+uint64(period/time.Millisecond), cfg)
+					const d = 120 * time.Second
+					s.run(d)
+					if s.violations > 0 {
+						t.Fatalf("%d requests hit a 429 (served %d) at %v", s.violations, s.served, s.violationTimes)
+					}
+					ideal := float64(limit) * float64(d) / float64(period)
+					gaps := s.gaps[min(3, len(s.gaps)):]
+					worst, mean := stats(gaps)
+					t.Logf("served %d = %.3f of ideal; reopening gap mean %v, worst %v over %d windows",
+						s.served, float64(s.served)/ideal, mean, worst, len(gaps))
+					if n.fwdMax+cfg.retMax <= period {
+						// Every answer arrives within the window: the
+						// bucket reopens with all of Limit at once, at
+						// ReopenMargin after the earliest safe moment
+						// plus the clock's rounding (1-2 ms) and, with a
+						// jittery forward trip, its Spread and how far
+						// the smallest sample is above the fastest trip.
+						bound := ReopenMargin + ms(5)
+						if n.fwdMax > n.fwdMin {
+							bound = ReopenMargin + ms(10)
+						}
+						if worst > bound {
+							t.Errorf("a window reopened %v after the earliest safe moment, want <= %v", worst, bound)
+						}
+						// Each window lasts period + gap + (forward jitter
+						// of its opener): allow the margin, 5 ms and, with
+						// forward jitter, its mean.
+						slack := ReopenMargin + ms(5) + (n.fwdMax-n.fwdMin)/2
+						if want := 0.98 * float64(limit) * float64(d) / float64(period+slack); float64(s.served) < want {
+							t.Errorf("served %d, want at least %.0f", s.served, want)
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestBucketAgainstLateDiscord is the same with a server that reopens every
+// window 300 ms after the reset it announced, as Discord is reported to do
+// for some buckets (its 429s tell the real reopening). The bucket may take
+// one 429 (its probe) before LateReopen teaches it the margin, and then none
+// until the margin decays after MarginHalfLife (which costs one more 429,
+// then none for another MarginHalfLife); meanwhile each window reopens
+// within ReopenMargin + 5 ms of the late reopening (+ 10 ms with a forward
+// trip that jitters by 20 ms).
+//
+// "warm" starts with a ServerClock already warmed by other routes of the
+// same host, as the limiter's is; "cold" with an empty one, so that the
+// first margin is learned from receive-time estimates, late by up to the
+// round trip: it covers that too until it decays, and only the windows
+// after the second 429 must reopen that closely.
+func TestBucketAgainstLateDiscord(t *testing.T) {
+	for _, warmed := range []bool{true, false} {
+		for _, fwd := range []time.Duration{0, ms(20)} {
+			for _, limit := range []int{1, 5, 50} {
+				name := fmt.Sprintf("warm=%v/forward=0-%v/limit=%d", warmed, fwd, limit)
+				t.Run(name, func(t *testing.T) {
+					t.Parallel()
+					cfg := simConfig{
+						limit: limit, period: time.Second,
+						fwdMax: fwd, retMin: ms(50), retMax: ms(250),
+						offset: -2*time.Second + 777777, reset: true, useClock: true,
+						late: ms(300),
+					}
+					s := newSimConfig(uint64(limit)*101+uint64(fwd), cfg)
+					if warmed {
+						warm(&s.clock, ClockWarm, cfg.offset+cfg.fwdMin)
+					}
+					const d = 35 * time.Minute
+					s.run(d)
+					t.Logf("served %d = %.3f of the late server's ideal; 429s at %v", s.served,
+						float64(s.served)/(float64(limit)*float64(d)/float64(time.Second+ms(300))), s.violationTimes)
+					if len(s.violationTimes) == 0 {
+						t.Fatal("no 429 at all: the late reopening went unnoticed")
+					}
+					if first := s.violationTimes[0]; first > 5*time.Second {
+						t.Errorf("first 429 at %v, want it in the first reopening", first)
+					}
+					for i := 1; i < len(s.violationTimes); i++ {
+						if gap := s.violationTimes[i] - s.violationTimes[i-1]; gap < MarginHalfLife {
+							t.Errorf("429s at %v and %v: want at most one per %v", s.violationTimes[i-1], s.violationTimes[i], MarginHalfLife)
+						}
+					}
+					if max := int(d/MarginHalfLife) + 1; len(s.violationTimes) > max {
+						t.Errorf("%d 429s, want at most %d", len(s.violationTimes), max)
+					}
+					// A window reopened after the margin decayed a step
+					// opens before the late reset: that is the probe that
+					// gets the next 429, and is left out.
+					from := time.Duration(0)
+					if !warmed && len(s.violationTimes) > 1 {
+						from = s.violationTimes[1]
+					}
+					var gaps []time.Duration
+					for i, g := range s.gaps {
+						if !s.gapAfter429[i] && s.gapAt[i] >= from {
+							gaps = append(gaps, g)
+						}
+					}
+					worst, mean := stats(gaps)
+					t.Logf("reopening gap after the late reset from %v: mean %v, worst %v over %d windows", from, mean, worst, len(gaps))
+					bound := ReopenMargin + ms(5)
+					if fwd > 0 {
+						bound = ReopenMargin + ms(10)
+					}
+					if worst > bound {
+						t.Errorf("a window reopened %v after the late reset, want <= %v", worst, bound)
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestBucketAgainstModelDiscordRandomized runs 300 two-minute simulations
+// with random limits, periods, latencies (forward trips fixed or jittering
+// by up to 60 ms), clock offsets of up to 5 s either way, refunds, lost
+// headers, and with or without a ServerClock. Once Known, the bucket must
+// never cause a 429.
+func TestBucketAgainstModelDiscordRandomized(t *testing.T) {
+	limits := []int{1, 2, 5, 10, 50}
+	periods := []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second, 5 * time.Second}
+	for seed := uint64(0); seed < 300; seed++ {
+		r := rand.New(rand.NewPCG(seed, 1))
+		cfg := simConfig{
+			limit: limits[r.IntN(len(limits))], period: periods[r.IntN(len(periods))],
+			fwdMin:     ms(r.IntN(20)),
+			retMin:     ms(r.IntN(100)),
+			refundRate: []float64{0, 0.1, 0.3}[r.IntN(3)],
+			lostRate:   []float64{0, 0, 0.02}[r.IntN(3)],
+			offset:     time.Duration(r.Int64N(int64(10*time.Second))) - 5*time.Second,
+			reset:      true,
+			useClock:   r.IntN(4) > 0,
+		}
+		cfg.fwdMax = cfg.fwdMin
+		if r.IntN(2) == 0 {
+			cfg.fwdMax += ms(r.IntN(60))
+		}
+		cfg.retMax = cfg.retMin + ms(r.IntN(300))
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			t.Parallel()
+			s := newSimConfig(seed, cfg)
+			s.run(2 * time.Minute)
+			if s.knownViolations > 0 {
+				t.Errorf("%+v: %d 429s at %v", cfg, s.knownViolations, s.violationTimes)
+			}
+		})
+	}
+}
+
+func stats(ds []time.Duration) (worst, mean time.Duration) {
+	if len(ds) == 0 {
+		return 0, 0
+	}
+	var sum time.Duration
+	for _, d := range ds {
+		sum += d
+	}
+	return slices.Max(ds), sum / time.Duration(len(ds))
+}
+
 type simEvent struct {
-	at    time.Duration
-	kind  int // 0 client wake-up, 1 request arrives at Discord, 2 response arrives
-	sent  time.Duration
-	known bool // the bucket was Known when the request was admitted
-	h     Headers
-	seq   int
+	at      time.Duration
+	kind    int // 0 client wake-up, 1 request arrives at Discord, 2 response arrives
+	sent    time.Duration
+	fwd     time.Duration // the request's forward trip
+	known   bool          // the bucket was Known when the request was admitted
+	warm    bool          // the client's ServerClock was warm when it was sent
+	limited bool          // the response is a 429
+	h       Headers
+	seq     int
 }
 
 type simQueue []simEvent
@@ -91,29 +289,61 @@ func (q *simQueue) Pop() any {
 	return e
 }
 
+// simConfig describes the network, the server and the client of a sim.
+type simConfig struct {
+	limit          int
+	period         time.Duration
+	fwdMin, fwdMax time.Duration // forward trip
+	retMin, retMax time.Duration // return trip
+	refundRate     float64       // share of admitted requests never sent
+	lostRate       float64       // share of responses that lose their headers
+	offset         time.Duration // the server's clock reads this much ahead of the client's
+	reset          bool          // responses carry X-RateLimit-Reset
+	useClock       bool          // the client uses a ServerClock
+	late           time.Duration // the server reopens this long after the reset it announces
+}
+
 type sim struct {
-	rng                *rand.Rand
-	q                  simQueue
-	seq                int
-	b                  Bucket
-	limit              int
-	period             time.Duration
-	minLat, maxLat     time.Duration
-	refundRate         float64
-	lostRate           float64 // share of responses that lose their headers
-	knownViolations    int
-	serverReset        time.Duration // end of Discord's window; -1 before the first
-	serverRemaining    int
+	simConfig
+	rng   *rand.Rand
+	q     simQueue
+	seq   int
+	b     Bucket
+	clock ServerClock
+
+	// The server's window, in true time (the client's clock reads t0 +
+	// true time, the server's t0 + offset + true time).
+	open      bool
+	start     time.Duration
+	count     int
+	prevEnd   time.Duration // actual end of the last window that was full, or -1
+	prev429   bool          // that window answered a 429
+	had429    bool          // the current window answered a 429
+	prevFull  bool
+	lastPause time.Duration
+
 	served, violations int
-	wakeAt             time.Duration
+	knownViolations    int
+	violationTimes     []time.Duration
+	// One entry per window opened right after a full one, by a request
+	// sent with a warm ServerClock: how late it opened after the earliest
+	// moment it could (see TestBucketAgainstModelDiscordWithServerClock),
+	// when, and whether a 429 came in between.
+	gaps        []time.Duration
+	gapAt       []time.Duration
+	gapAfter429 []bool
+	wakeAt      time.Duration
 }
 
 func newSim(seed uint64, limit int, period, minLat, maxLat time.Duration, refundRate, lostRate float64) *sim {
-	return &sim{
-		rng: rand.New(rand.NewPCG(seed, 7)), limit: limit, period: period,
-		minLat: minLat, maxLat: maxLat, refundRate: refundRate, lostRate: lostRate,
-		serverReset: -1, wakeAt: -1,
-	}
+	return newSimConfig(seed, simConfig{
+		limit: limit, period: period, fwdMin: minLat, fwdMax: maxLat, retMin: minLat, retMax: maxLat,
+		refundRate: refundRate, lostRate: lostRate,
+	})
+}
+
+func newSimConfig(seed uint64, c simConfig) *sim {
+	return &sim{simConfig: c, rng: rand.New(rand.NewPCG(seed, 7)), prevEnd: -1, wakeAt: -1, lastPause: -1}
 }
 
 func (s *sim) push(e simEvent) {
@@ -122,8 +352,8 @@ func (s *sim) push(e simEvent) {
 	heap.Push(&s.q, e)
 }
 
-func (s *sim) latency() time.Duration {
-	return s.minLat + time.Duration(s.rng.Int64N(int64(s.maxLat-s.minLat)+1))
+func (s *sim) between(lo, hi time.Duration) time.Duration {
+	return lo + time.Duration(s.rng.Int64N(int64(hi-lo)+1))
 }
 
 // client takes as many requests as the bucket allows at now.
@@ -142,8 +372,26 @@ func (s *sim) client(now time.Duration) {
 			s.b.Refund(t0.Add(now))
 			continue
 		}
-		s.push(simEvent{at: now + s.latency(), kind: 1, sent: now, known: known})
+		fwd := s.between(s.fwdMin, s.fwdMax)
+		_, warm := s.clock.Local(t0)
+		s.push(simEvent{at: now + fwd, kind: 1, sent: now, fwd: fwd, known: known, warm: warm})
 	}
+}
+
+// headers returns what the server answers at true time at, for a window
+// that ends (as far as it tells) at end.
+func (s *sim) headers(at, end time.Duration, remaining int) Headers {
+	ra := ceilMs(max(0, end-at))
+	h := resp(s.limit, remaining, ra)
+	if s.reset {
+		h.Reset = t0.Add(s.offset + at + ra).Truncate(time.Millisecond)
+		h.Has.Reset = true
+	}
+	return h
+}
+
+func ceilMs(d time.Duration) time.Duration {
+	return (d + time.Millisecond - 1).Truncate(time.Millisecond)
 }
 
 func (s *sim) run(d time.Duration) {
@@ -157,26 +405,61 @@ func (s *sim) run(d time.Duration) {
 		case 0:
 			s.client(e.at)
 		case 1: // Discord handles the request.
-			if s.serverReset < 0 || e.at >= s.serverReset {
-				s.serverReset = e.at + s.period
-				s.serverRemaining = s.limit
+			if s.open && e.at >= s.start+s.period+s.late {
+				s.open = false
+				if s.count == s.limit {
+					s.prevEnd, s.prev429 = s.start+s.period+s.late, s.had429
+				} else {
+					s.prevEnd = -1
+				}
 			}
-			if s.serverRemaining == 0 {
+			if !s.open {
+				s.open, s.start, s.count, s.had429 = true, e.at, 0, false
+				if s.prevEnd >= 0 && e.warm {
+					// The opener could have arrived at prevEnd had it
+					// been sent earlier by (its trip - the fastest).
+					s.gaps = append(s.gaps, e.at-(e.fwd-s.fwdMin)-s.prevEnd)
+					s.gapAt = append(s.gapAt, e.at)
+					s.gapAfter429 = append(s.gapAfter429, s.prev429 || s.lastPause >= s.prevEnd-s.period-s.late)
+				}
+			}
+			var h Headers
+			limited := s.count == s.limit
+			if limited {
 				s.violations++
+				s.violationTimes = append(s.violationTimes, e.at)
+				s.had429 = true
 				if e.known {
 					s.knownViolations++
 				}
+				h = s.headers(e.at, s.start+s.period+s.late, 0)
+				h.Scope, h.RetryAfter = ScopeUser, h.ResetAfter
+				h.Has.Scope, h.Has.RetryAfter = true, true
 			} else {
-				s.serverRemaining--
+				s.count++
 				s.served++
+				end := s.start + s.period
+				if e.at >= end {
+					end += s.late // in the late interval, as sluicetest: the real end
+				}
+				h = s.headers(e.at, end, s.limit-s.count)
 			}
-			h := resp(s.limit, s.serverRemaining, s.serverReset-e.at)
 			if s.lostRate > 0 && s.rng.Float64() < s.lostRate {
-				h = Headers{}
+				h, limited = Headers{}, false
 			}
-			s.push(simEvent{at: e.at + s.latency(), kind: 2, sent: e.sent, h: h})
-		case 2:
-			s.b.Observe(t0.Add(e.at), t0.Add(e.sent), e.h)
+			s.push(simEvent{at: e.at + s.between(s.retMin, s.retMax), kind: 2, sent: e.sent, h: h, limited: limited})
+		case 2: // The client reads the response, as the bucket actor does.
+			recv, sent, h := t0.Add(e.at), t0.Add(e.sent), e.h
+			if s.useClock {
+				s.clock.Observe(sent, h)
+				s.clock.Annotate(&h)
+			}
+			s.b.Observe(recv, sent, h)
+			if e.limited {
+				s.b.LateReopen(recv, sent, h.RetryAfter)
+				s.b.Pause(recv.Add(h.RetryAfter))
+				s.lastPause = e.at
+			}
 			s.client(e.at)
 		}
 	}

@@ -1,0 +1,209 @@
+package ratelimit
+
+import (
+	"sync"
+	"time"
+)
+
+// Tunables of [ServerClock].
+const (
+	// ResetPrecision is the resolution of X-RateLimit-Reset: Discord (and
+	// package sluicetest) send it in epoch seconds with three decimals,
+	// computed as floor_ms(now + ceil_ms(reset_after)). Such a Reset may
+	// read up to 1 ms before the true end of the window, so
+	// [ServerClock.Local] adds ResetPrecision to every conversion.
+	ResetPrecision = time.Millisecond
+
+	// ClockSamples is how many recent answers a ServerClock remembers.
+	ClockSamples = 64
+
+	// ClockWarm is how many samples a ServerClock needs before Local
+	// answers: with fewer, the smallest lead seen says little about how
+	// fast the next request may travel.
+	ClockWarm = 16
+
+	// maxLead bounds a plausible lead: a sample further than this from
+	// the local clock (a broken Reset, a Reset-After clamped to MaxWait)
+	// is ignored.
+	maxLead = time.Hour
+)
+
+// ServerClock is what Discord's answers tell about its clock: the "lead"
+// between the time a request leaves this process and the time the server's
+// clock reads when it counts the request. With it, the end of a window
+// announced in the server's time (X-RateLimit-Reset) becomes a local time at
+// which a request may be sent, instead of the receive time plus
+// X-RateLimit-Reset-After, which is late by the whole return trip. One
+// ServerClock serves every bucket of one API host.
+//
+// # Arithmetic
+//
+// X-RateLimit-Reset is the window's end in the server's epoch time and
+// X-RateLimit-Reset-After the time left until then, both taken when the
+// server counted the request, so
+//
+//	serverAt = Reset - ResetAfter
+//
+// is the server's clock at that moment. For a request sent at local time
+// sent, the sample
+//
+//	phi = serverAt - sent
+//
+// is the offset of the server's clock from ours plus the forward trip of this
+// request. Lead is the smallest phi of the last ClockSamples answers, and a
+// request sent at local time T is counted at server time T + phi_j with
+// phi_j >= Lead, up to the jitter below the smallest phi seen. So the
+// earliest local send time whose request the server counts no earlier than
+// server time S is
+//
+//	Local(S) = S - Lead + ResetPrecision + Spread
+//
+// where Spread, the distance between the two smallest samples, estimates how
+// far below the smallest sample the next one may fall (it is 0 to 1 ms when
+// the forward trip does not jitter, as with sluicetest, which delays only
+// answers). Local answers once ClockWarm samples are kept.
+//
+// For example, with the server's clock 100 ms ahead of ours, a forward trip
+// of 80 ms and a return trip of 120 ms: a request sent at 12:00:00.000
+// (local) is counted at 12:00:00.180 (server) in a window that ends at
+// 12:00:01.180, and answered at 12:00:00.200 (local) with Reset-After 1.000
+// and Reset 12:00:01.180. Then serverAt = 12:00:00.180 and phi = 180 ms; if
+// the answers before it had the same trips, Lead = 180 ms, Spread = 0 and
+// Local(Reset) = 12:00:01.180 - 0.180 + 0.001 = 12:00:01.001, while the
+// receive time plus Reset-After says 12:00:01.200: 199 ms (the return trip
+// less the precision) later. A request sent at 12:00:01.001 is counted at
+// 12:00:01.181 by the server's clock, after the reset. TestReopenStepByStep
+// walks through the same numbers, on to the bucket's reopening.
+//
+// # Why the minimum
+//
+// Local must never be early: a request sent before the server's reset is
+// counted in the old, exhausted window and gets a 429. phi_j varies with the
+// forward trip of each request, and the smallest phi seen is the best
+// available bound on how early a request can be counted: any larger value
+// (the mean, the latest sample) sends too early whenever a request travels
+// faster than that. The minimum is also safe when a clock steps: a step that
+// lowers phi takes effect with the next sample, and one that raises it only
+// makes Local later until the old samples leave the ring. A request faster
+// than every one of the last 64 by more than Spread is what the bucket's
+// ReopenMargin covers, and a server that reopens later than it announced is
+// what [Bucket.LateReopen] learns.
+//
+// Every method takes the time as an argument. Local times should come from
+// one clock that also reads wall time (time.Now values): phi compares the
+// server's epoch time with the wall reading of sent, and Local returns a time
+// carrying the monotonic reading of the latest sample, so it compares with
+// time.Now values as they compare with each other.
+//
+// The zero value is ready to use. A ServerClock is safe for concurrent use.
+type ServerClock struct {
+	mu     sync.Mutex
+	phis   [ClockSamples]time.Duration // ring of samples
+	n      int                         // samples kept, <= ClockSamples
+	next   int                         // ring position of the next sample
+	lead   time.Duration               // smallest of phis[:n]
+	spread time.Duration               // second smallest less the smallest (0 if n < 2)
+	anchor time.Time                   // sent time of the latest sample
+}
+
+// Observe records the answer to a request sent at local time sent. It uses h
+// only if it has both Reset and ResetAfter; a sample whose lead is further
+// than an hour from zero (a broken header, or a Reset-After cut to MaxWait)
+// is ignored, as is a zero sent. Call it for every answer that carries the
+// headers, 429s included, before [ServerClock.Annotate].
+func (c *ServerClock) Observe(sent time.Time, h Headers) {
+	if sent.IsZero() || !h.Has.Reset || !h.Has.ResetAfter {
+		return
+	}
+	phi := h.Reset.Add(-h.ResetAfter).Sub(sent)
+	if phi > maxLead || phi < -maxLead {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.phis[c.next] = phi
+	c.next = (c.next + 1) % ClockSamples
+	c.n = min(c.n+1, ClockSamples)
+	first, second := c.phis[0], time.Duration(maxLead+1)
+	for _, p := range c.phis[1:c.n] {
+		if p < first {
+			first, second = p, first
+		} else if p < second {
+			second = p
+		}
+	}
+	c.lead, c.spread = first, 0
+	if c.n > 1 {
+		c.spread = second - first
+	}
+	c.anchor = sent
+}
+
+// Lead returns the smallest lead over the kept samples: how far ahead of
+// the local send time the server's clock reads, at the soonest, when it
+// counts a request. ok is false before the first sample.
+func (c *ServerClock) Lead() (lead time.Duration, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lead, c.n > 0
+}
+
+// Local converts the server time server to the earliest local send time
+// whose request the server counts no earlier than server: server - Lead +
+// ResetPrecision + Spread (see ServerClock). ok is false, and the time zero,
+// while fewer than ClockWarm samples are kept.
+func (c *ServerClock) Local(server time.Time) (local time.Time, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.local(server)
+}
+
+func (c *ServerClock) local(server time.Time) (time.Time, bool) {
+	if c.n < ClockWarm {
+		return time.Time{}, false
+	}
+	// server carries no monotonic reading, so Sub uses wall times; Add
+	// keeps the anchor's monotonic reading in the result.
+	return c.anchor.Add(server.Sub(c.anchor) - c.lead + ResetPrecision + c.spread), true
+}
+
+// Annotate sets h.Reopen to Local(h.Reset), the local time at which the
+// window h describes reopens, when h has a Reset and Local answers;
+// otherwise it leaves h alone. Call it after [ServerClock.Observe] of the
+// same answer, so that the answer's own sample bounds the result: Reopen is
+// then never earlier than sent + ResetAfter + ResetPrecision, and
+// [Bucket.Observe] ignores a Reopen that is.
+func (c *ServerClock) Annotate(h *Headers) {
+	if !h.Has.Reset {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t, ok := c.local(h.Reset); ok {
+		h.Reopen = t
+	}
+}
+
+// CountedAt returns a local instant standing for when the server counted
+// the request sent at sent and answered at recv with headers h, for the
+// global window's Settle (which then holds the request's slot for one period
+// from it): Local(Reset - ResetAfter) when h has both and Local answers, but
+// never later than recv, and recv otherwise; never earlier than sent.
+//
+// A request sent at T' >= CountedAt + period is counted at server time T' +
+// phi' >= Reset - ResetAfter + ResetPrecision + period (as phi' >= Lead),
+// which is after the server counted this one (Reset - ResetAfter reads at
+// most ResetPrecision early) plus a period: the two never fall in one
+// server-side period.
+func (c *ServerClock) CountedAt(sent, recv time.Time, h Headers) time.Time {
+	at := recv
+	if h.Has.Reset && h.Has.ResetAfter {
+		c.mu.Lock()
+		t, ok := c.local(h.Reset.Add(-h.ResetAfter))
+		c.mu.Unlock()
+		if ok && t.Before(at) {
+			at = t
+		}
+	}
+	return later(at, sent)
+}

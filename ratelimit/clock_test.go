@@ -1,0 +1,278 @@
+package ratelimit
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// serverHeaders returns the headers of an answer counted when the server's
+// clock read serverAt, in a window ending at serverEnd, as Discord and
+// sluicetest send them: Reset-After rounded up to the millisecond, Reset =
+// floor_ms(serverAt + Reset-After).
+func serverHeaders(limit, remaining int, serverAt, serverEnd time.Time) Headers {
+	ra := ceilMs(serverEnd.Sub(serverAt))
+	h := resp(limit, remaining, ra)
+	h.Reset = serverAt.Add(ra).Truncate(time.Millisecond)
+	h.Has.Reset = true
+	return h
+}
+
+// warm feeds c n answers to requests sent at t0 + i*10 ms and counted with
+// lead phi, each in a window ending one second after it was counted.
+func warm(c *ServerClock, n int, phi time.Duration) {
+	for i := range n {
+		sent := t0.Add(time.Duration(i) * 10 * time.Millisecond)
+		c.Observe(sent, serverHeaders(5, 4, sent.Add(phi), sent.Add(phi+time.Second)))
+	}
+}
+
+func TestServerClockZeroValue(t *testing.T) {
+	var c ServerClock
+	_, ok := c.Lead()
+	assert.False(t, ok)
+	_, ok = c.Local(t0)
+	assert.False(t, ok)
+	h := resp(5, 4, time.Second)
+	h.Reset, h.Has.Reset = t0, true
+	c.Annotate(&h)
+	assert.True(t, h.Reopen.IsZero(), "nothing to go by")
+	assert.Equal(t, at(200), c.CountedAt(at(0), at(200), h), "the receive time")
+}
+
+func TestServerClockLeadIsTheMinimum(t *testing.T) {
+	var c ServerClock
+	sent := t0
+	for _, phi := range []time.Duration{ms(180), ms(150), ms(210)} {
+		c.Observe(sent, serverHeaders(5, 4, sent.Add(phi), sent.Add(phi+time.Second)))
+		sent = sent.Add(time.Second)
+	}
+	lead, ok := c.Lead()
+	require.True(t, ok)
+	assert.Equal(t, ms(150), lead, "the fastest request bounds how early one can be counted")
+}
+
+func TestServerClockNegativeOffset(t *testing.T) {
+	// The server's clock is 2 s behind ours; the forward trip is 30 ms.
+	var c ServerClock
+	warm(&c, ClockWarm, -2*time.Second+ms(30))
+	lead, _ := c.Lead()
+	assert.Equal(t, -2*time.Second+ms(30), lead)
+	local, ok := c.Local(t0.Add(-time.Second))
+	require.True(t, ok)
+	assert.Equal(t, t0.Add(time.Second-ms(30)+ResetPrecision), local)
+}
+
+func TestServerClockIgnoresIncompleteAndAbsurdSamples(t *testing.T) {
+	var c ServerClock
+	h := serverHeaders(5, 4, t0.Add(ms(100)), t0.Add(ms(1100)))
+	noReset := h
+	noReset.Has.Reset = false
+	c.Observe(t0, noReset)
+	noAfter := h
+	noAfter.Has.ResetAfter = false
+	c.Observe(t0, noAfter)
+	c.Observe(time.Time{}, h)
+	c.Observe(t0, serverHeaders(5, 4, t0.Add(2*time.Hour), t0.Add(2*time.Hour+time.Second)))
+	c.Observe(t0, serverHeaders(5, 4, t0.Add(-2*time.Hour), t0.Add(-2*time.Hour+time.Second)))
+	_, ok := c.Lead()
+	assert.False(t, ok, "no usable sample")
+	c.Observe(t0, h)
+	lead, ok := c.Lead()
+	assert.True(t, ok)
+	assert.Equal(t, ms(100), lead)
+}
+
+func TestServerClockKeepsTheLast64(t *testing.T) {
+	var c ServerClock
+	c.Observe(t0, serverHeaders(5, 4, t0.Add(ms(50)), t0.Add(ms(1050)))) // fast, but old
+	warm(&c, ClockSamples-1, ms(100))
+	lead, _ := c.Lead()
+	assert.Equal(t, ms(50), lead)
+	warm(&c, 1, ms(100))
+	lead, _ = c.Lead()
+	assert.Equal(t, ms(100), lead, "the 65th sample pushes the first out")
+}
+
+func TestServerClockNeedsWarmSamples(t *testing.T) {
+	var c ServerClock
+	warm(&c, ClockWarm-1, ms(100))
+	_, ok := c.Lead()
+	assert.True(t, ok)
+	_, ok = c.Local(t0)
+	assert.False(t, ok, "fewer than ClockWarm samples")
+	warm(&c, 1, ms(100))
+	_, ok = c.Local(t0)
+	assert.True(t, ok)
+}
+
+func TestServerClockJitterWidensLocal(t *testing.T) {
+	// Forward trips jitter between 100 and 140 ms; the two fastest answers
+	// seen had leads of 100 and 104 ms. A request may be faster than
+	// every one seen: Local adds the distance between the two fastest.
+	var c ServerClock
+	sent := t0
+	for i := range ClockWarm {
+		phi := ms(110 + (i*7)%30)
+		switch i {
+		case 3:
+			phi = ms(100)
+		case 9:
+			phi = ms(104)
+		}
+		c.Observe(sent, serverHeaders(5, 4, sent.Add(phi), sent.Add(phi+time.Second)))
+		sent = sent.Add(ms(10))
+	}
+	server := t0.Add(10 * time.Second)
+	local, ok := c.Local(server)
+	require.True(t, ok)
+	assert.Equal(t, server.Add(-ms(100)+ResetPrecision+ms(4)), local)
+}
+
+func TestServerClockPrecision(t *testing.T) {
+	// Counted at 5.0009 s (server) in a window that really ends at
+	// 10.0004 s: Reset-After is ceil_ms(4.9995 s) = 5.000 and Reset
+	// floor_ms(10.0009 s) = 10.000, 0.4 ms before the true end. Local adds
+	// ResetPrecision to stay after it.
+	var c ServerClock
+	counted := t0.Add(ms(5000) + 900*time.Microsecond) // by the server's clock
+	end := t0.Add(ms(10000) + 400*time.Microsecond)    // the true end
+	sent := t0.Add(ms(4900) + 900*time.Microsecond)    // lead 100 ms
+	for i := range ClockWarm {
+		back := time.Duration(ClockWarm-i) * time.Millisecond
+		c.Observe(sent.Add(-back), serverHeaders(5, 4, counted.Add(-back), end))
+	}
+	h := serverHeaders(5, 4, counted, end)
+	assert.Equal(t, t0.Add(10*time.Second), h.Reset, "floor_ms(counted + ceil_ms(remaining))")
+	lead, _ := c.Lead()
+	local, ok := c.Local(h.Reset)
+	require.True(t, ok)
+	// A request sent at local is counted at local + phi >= local + lead.
+	assert.False(t, local.Add(lead).Before(end), "counted at %v, before the true end %v", local.Add(lead), end)
+}
+
+func TestServerClockAnnotate(t *testing.T) {
+	var c ServerClock
+	warm(&c, ClockWarm, ms(180))
+	sent := t0.Add(time.Minute)
+	h := serverHeaders(5, 4, sent.Add(ms(180)), sent.Add(ms(1180)))
+	c.Observe(sent, h)
+	c.Annotate(&h)
+	assert.Equal(t, sent.Add(time.Second+ResetPrecision), h.Reopen)
+	assert.False(t, h.Reopen.Before(sent.Add(h.ResetAfter+ResetPrecision)), "bounded by its own sample")
+
+	noReset := resp(5, 4, time.Second)
+	c.Annotate(&noReset)
+	assert.True(t, noReset.Reopen.IsZero())
+}
+
+func TestServerClockCountedAt(t *testing.T) {
+	var c ServerClock
+	warm(&c, ClockWarm, ms(180)) // forward trip 80 ms, server 100 ms ahead
+	sent := t0.Add(time.Minute)
+	h := serverHeaders(5, 4, sent.Add(ms(180)), sent.Add(ms(1180)))
+	recv := sent.Add(ms(200))
+	c.Observe(sent, h)
+	assert.Equal(t, sent.Add(ResetPrecision), c.CountedAt(sent, recv, h),
+		"Local(serverAt): the send time, as this request was one of the fastest")
+
+	// A slow forward trip: counted 150 ms after it was sent (by the fast
+	// requests' reckoning), answered right away.
+	slow := serverHeaders(5, 3, sent.Add(ms(330)), sent.Add(ms(1180)))
+	assert.Equal(t, sent.Add(ms(150)+ResetPrecision), c.CountedAt(sent, sent.Add(ms(160)), slow))
+
+	// Never later than recv, never before sent.
+	assert.Equal(t, sent.Add(ms(100)), c.CountedAt(sent, sent.Add(ms(100)), slow))
+	early := serverHeaders(5, 3, sent.Add(ms(100)), sent.Add(ms(1180)))
+	assert.Equal(t, sent, c.CountedAt(sent, recv, early))
+
+	// Without Reset: recv.
+	assert.Equal(t, recv, c.CountedAt(sent, recv, resp(5, 4, time.Second)))
+}
+
+func TestServerClockConcurrent(t *testing.T) {
+	var c ServerClock
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				sent := t0.Add(time.Duration(g*1000+i) * time.Millisecond)
+				h := serverHeaders(5, 4, sent.Add(ms(100+g)), sent.Add(ms(1100)))
+				c.Observe(sent, h)
+				c.Annotate(&h)
+				c.Lead()
+				c.CountedAt(sent, sent.Add(ms(150)), h)
+			}
+		}()
+	}
+	wg.Wait()
+	lead, ok := c.Lead()
+	assert.True(t, ok)
+	assert.GreaterOrEqual(t, lead, ms(100))
+}
+
+// TestReopenStepByStep walks through one reopening with the numbers of the
+// ServerClock documentation: the server's clock is 100 ms ahead of ours, a
+// request takes 80 ms to reach it and its answer 120 ms to come back, and
+// the bucket allows 5 requests per second.
+func TestReopenStepByStep(t *testing.T) {
+	const offset, forward, back = 100 * time.Millisecond, 80 * time.Millisecond, 120 * time.Millisecond
+	server := func(local time.Time) time.Time { return local.Add(offset) } // the server's clock
+
+	// Earlier answers on other routes of the same host, with the same
+	// trips, have warmed the clock: Lead = offset + forward = 180 ms.
+	var clock ServerClock
+	warm(&clock, ClockWarm, offset+forward)
+
+	// A known bucket whose previous window has just ended (its reopening
+	// was already tried by a probe).
+	b := known(t, 5, 5, 0)
+	noon := t0.Add(time.Hour) // "12:00:00.000" local
+
+	// 1. At 12:00:00.000 the bucket admits a request; a new window.
+	ok, _ := b.Take(noon)
+	require.True(t, ok)
+
+	// 2. The server counts it at 12:00:00.180 by its clock, opening a
+	//    window that ends at 12:00:01.180, and answers Reset-After 1.000,
+	//    Reset 12:00:01.180, Remaining 4.
+	counted := server(noon.Add(forward))
+	h := serverHeaders(5, 4, counted, counted.Add(time.Second))
+	assert.Equal(t, time.Second, h.ResetAfter)
+	assert.Equal(t, noon.Add(ms(1180)), h.Reset, "12:00:01.180 by the server's clock")
+
+	// 3. The headers arrive at 12:00:00.200. The clock takes the sample
+	//    phi = (Reset - ResetAfter) - sent = 180 ms, then converts Reset:
+	//    Reopen = Reset - Lead + ResetPrecision = 12:00:01.001.
+	recv := noon.Add(forward + back)
+	clock.Observe(noon, h)
+	lead, _ := clock.Lead()
+	assert.Equal(t, ms(180), lead)
+	clock.Annotate(&h)
+	assert.Equal(t, noon.Add(ms(1001)), h.Reopen)
+
+	// 4. The bucket's estimates: the receive time plus Reset-After says
+	//    12:00:01.200; Reopen plus ReopenMargin says 12:00:01.011. The
+	//    earlier wins, plus the learned margin (none): ResetAt is
+	//    12:00:01.011, 189 ms earlier than before.
+	b.Observe(recv, noon, h)
+	assert.Equal(t, ReopenMargin, b.Margin(recv))
+	assert.Equal(t, noon.Add(ms(1011)), b.ResetAt)
+	assert.Equal(t, 4, takeN(b, recv, 10), "the rest of the window")
+
+	// 5. Nothing goes before 12:00:01.011; at 12:00:01.011 the bucket
+	//    refills, and a request sent then reaches the server at
+	//    12:00:01.191 by its clock: 11 ms after the window ended.
+	ok, wait := b.Take(noon.Add(ms(1011) - 1))
+	assert.False(t, ok)
+	assert.Equal(t, time.Duration(1), wait)
+	ok, _ = b.Take(noon.Add(ms(1011)))
+	require.True(t, ok)
+	arrives := server(noon.Add(ms(1011) + forward))
+	assert.Equal(t, ms(11), arrives.Sub(h.Reset))
+}
