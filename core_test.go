@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/ratelimit"
 	"github.com/sluicehq/sluice/sluicetest"
 )
 
@@ -144,11 +145,11 @@ func TestCoreHashLearnedOnOneChannelServesTheOthers(t *testing.T) {
 // out to have another hash. A 5-per-600 ms bucket beside a 1-per-100 ms one
 // on the same channel: the long bucket must use every slot of every window.
 func TestCoreSiblingWithAnotherHashGivesItsSlotBack(t *testing.T) {
-	rs := sluicetest.RuleSet{Rules: []sluicetest.Rule{
+	rs := sluicetest.RuleSet{GlobalLimit: 1000, Rules: []sluicetest.Rule{
 		{Name: "long", Method: "POST", Route: messagesRoute, Bucket: "long", Limit: 5, Window: sluicetest.Duration(600 * time.Millisecond)},
 		{Name: "short", Method: "GET", Route: pinsRoute, Bucket: "short", Limit: 1, Window: sluicetest.Duration(100 * time.Millisecond)},
 	}}
-	h := newHarness(t, sluicetest.Options{Rules: rs, Faults: sluicetest.Faults{Jitter: 20 * time.Millisecond}}, sluice.Options{})
+	h := newHarness(t, sluicetest.Options{Rules: rs, Faults: sluicetest.Faults{Jitter: 20 * time.Millisecond}}, sluice.Options{GlobalLimit: 1000})
 	// On each of 8 channels both routes start unknown: whichever pioneer
 	// is answered first must not keep a slot for the other once it is
 	// known to be another bucket.
@@ -249,6 +250,14 @@ func TestCoreWindowsReopenOnTime(t *testing.T) {
 	const latency = 200 * time.Millisecond
 	rs := rules(5, time.Second, [2]string{"POST", messagesRoute})
 	h := newHarness(t, sluicetest.Options{Rules: rs, Faults: sluicetest.Faults{Latency: latency}}, sluice.Options{})
+	// Any answers teach the server's clock (ratelimit.ClockWarm of them
+	// before it is trusted): a bot's first requests, here on other
+	// channels.
+	var warm []*http.Request
+	for i := range ratelimit.ClockWarm {
+		warm = append(warm, req("POST", fmt.Sprintf("/channels/%d/messages", 900+i), `{"content":"hello"}`))
+	}
+	sendAll(t, h.lim, warm)
 	var reqs []*http.Request
 	for i := range 20 {
 		reqs = append(reqs, req("POST", "/channels/5/messages", fmt.Sprintf(`{"content":"%d"}`, i)))
@@ -256,8 +265,12 @@ func TestCoreWindowsReopenOnTime(t *testing.T) {
 	doAllWithin(t, h.lim, reqs, 30*time.Second)
 	st := h.srv.Stats()
 	h.srv.AssertNoViolations(t)
-	require.Len(t, st.Buckets, 1)
-	ev := st.Buckets[0].Timeline
+	var ev []sluicetest.Event
+	for _, b := range st.Buckets {
+		if b.Major == "channel_id=5" {
+			ev = b.Timeline
+		}
+	}
 	require.Len(t, ev, 20)
 	// Windows open at requests 0, 5, 10, 15; each lasts 1 s from its
 	// opener's arrival. The next opener should arrive just after.
@@ -305,4 +318,50 @@ func TestCoreGlobal429PausesAtOnce(t *testing.T) {
 	// At most the 8 requests on the wire meet the outage; the pause then
 	// covers it (its retry_after is the outage's end).
 	assert.LessOrEqual(t, st.InjectedGlobal, 8, "global 429s: %d", st.InjectedGlobal)
+}
+
+// Windows reopened late (as Discord is reported to do, by 250–400 ms): the
+// first request of a new window meets a user 429 once; the bucket's
+// reopening margin then adapts and no other window of that bucket meets
+// one.
+func TestCoreLateReopeningWindowsAdaptTheMargin(t *testing.T) {
+	rs := rules(5, time.Second, [2]string{"POST", messagesRoute}, [2]string{"GET", pinsRoute})
+	h := newHarness(t, sluicetest.Options{Rules: rs, Faults: sluicetest.Faults{LateReset: 300 * time.Millisecond}}, sluice.Options{})
+	var reqs []*http.Request
+	for i := range 25 {
+		reqs = append(reqs, req("POST", "/channels/8/messages", fmt.Sprintf(`{"content":"%d"}`, i)))
+		reqs = append(reqs, req("GET", "/channels/8/pins", ""))
+	}
+	doAllWithin(t, h.lim, reqs, 30*time.Second)
+	st := h.srv.Stats()
+	h.srv.AssertNoViolations(t)
+	require.Len(t, st.Buckets, 2)
+	for _, b := range st.Buckets {
+		assert.LessOrEqual(t, b.RateLimited, 1, "%s: user 429s in late windows", b.Hash)
+		assert.Equal(t, 25, b.Admitted)
+	}
+	snap, err := h.lim.Snapshot(context.Background())
+	require.NoError(t, err)
+	for _, b := range snap.Buckets {
+		if b.Known {
+			assert.GreaterOrEqual(t, b.Margin, 300*time.Millisecond, "%s learned the lateness", b.Key)
+		}
+	}
+}
+
+// A 429 that ends a request reports its scope by the names the docs use.
+func TestCoreRateLimitErrorScopeIsUser(t *testing.T) {
+	rs := rules(1, time.Second, [2]string{"POST", messagesRoute})
+	h := newHarness(t, sluicetest.Options{Rules: rs, Faults: sluicetest.Faults{LateReset: 500 * time.Millisecond}},
+		sluice.Options{MaxRetries: -1})
+	f1 := h.lim.Send(context.Background(), req("POST", "/channels/9/messages", `{"content":"a"}`))
+	f2 := h.lim.Send(context.Background(), req("POST", "/channels/9/messages", `{"content":"b"}`))
+	_, err := f1.Await(context.Background())
+	require.NoError(t, err)
+	_, err = f2.Await(context.Background())
+	var rle *sluice.RateLimitError
+	require.ErrorAs(t, err, &rle, "the second window reopens late: a user 429, no retry allowed")
+	assert.Equal(t, "user", rle.Scope)
+	assert.ErrorIs(t, err, sluice.ErrRateLimited)
+	assert.Equal(t, 1, rle.Attempts)
 }

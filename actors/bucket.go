@@ -215,7 +215,7 @@ func (b *bucket) receive(ctx actor.Context, msg any) {
 				Key: l.key, State: l.machine.Current().String(), Known: st.Known,
 				Limit: st.Limit, Remaining: st.Remaining,
 				ResetIn: max(0, st.ResetAt.Sub(now)), PausedFor: max(0, st.PausedUntil.Sub(now)),
-				Margin: margin(st, now), Queued: len(l.queue), Retrying: len(l.retries), Running: l.running,
+				Margin: st.Margin(now), Queued: len(l.queue), Retrying: len(l.retries), Running: l.running,
 				Serial: l.serial,
 			})
 		}
@@ -443,7 +443,7 @@ func (b *bucket) askAdmission(ctx actor.Context, now time.Time) {
 			continue
 		}
 		n := 1
-		if l.state.Known && !l.serial {
+		if l.state.Known && !l.serial && !l.state.Probing() {
 			n = max(1, min(len(l.queue), l.state.Remaining))
 		}
 		want += n
@@ -685,7 +685,7 @@ func (b *bucket) limited(ctx actor.Context, l *lane, c *Call, v ratelimit.Verdic
 		l.serial = true // a limit no header shows: no more pipelining here
 		l.state.Pause(at.Add(v.Wait))
 	default: // user: pause this bucket only; a window reopened late teaches the margin
-		lateReopen(&l.state, at, c.sentAt, v.Wait)
+		l.state.LateReopen(at, c.sentAt, v.Wait)
 		l.state.Pause(at.Add(v.Wait))
 	}
 	b.sys.log.Warn("sluice: 429", slog.String("scope", scope), slog.String("route", c.Route.Redacted()), slog.Duration("retry_after", v.Wait))

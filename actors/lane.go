@@ -150,24 +150,23 @@ func (l *lane) predictWait(now time.Time, pos int) time.Duration {
 	if !st.Known || st.Limit <= 0 {
 		return 0
 	}
-	var first time.Duration
-	remaining := st.Remaining
-	if now.Before(st.ResetAt) {
-		first = st.ResetAt.Sub(now)
-	} else {
-		remaining = st.Limit
+	window := l.window
+	// avail requests may go now; the next refill (a full Limit) comes in
+	// next, and one every window after it.
+	avail, next := st.Remaining, st.ResetAt.Sub(now)
+	if next <= 0 {
+		avail, next = st.Limit, window // a fresh window opens now
 	}
-	if pause := st.PausedUntil.Sub(now); pause > first {
-		first, remaining = pause, st.Limit
+	if pause := st.PausedUntil.Sub(now); pause > 0 {
+		avail, next = 0, pause
 	}
-	if pos < remaining {
+	if pos < avail {
 		return 0
 	}
-	window := l.window
 	if window <= 0 {
-		window = first
+		window = next
 	}
-	return first + time.Duration((pos-remaining)/st.Limit)*window
+	return next + time.Duration((pos-avail)/st.Limit)*window
 }
 
 // unknownPace is the pace assumed for a bucket whose limit is not known
