@@ -1,14 +1,19 @@
 // Runs scenario operations through @discordjs/rest with its default
-// settings, for bench/cmd/compare. Protocol, one JSON object per line:
+// settings (but for the global limit a scenario raises), for
+// bench/cmd/compare. Protocol, one JSON object per line:
 //   argv[2]      the API base, e.g. https://127.0.0.1:1234/api
+//   argv[3]      optional: globalRequestsPerSecond (default 50)
 //   stdout       {"ready":true} once, then {"id":n,"err":null|"message"}
-//   stdin        {"id":n,"kind":"send|edit|rename|add_role|remove_role",
-//                 "channel","message","guild","user","role","text"}
+//   stdin        {"id":n,"kind":"send|edit|rename|add_role|remove_role|delete|
+//                 react|unreact|remove_user_reaction",
+//                 "channel","message","guild","user","role","text","emoji"}
 // The simulator's certificate is trusted through NODE_EXTRA_CA_CERTS.
 import { createInterface } from 'node:readline';
 import { REST } from '@discordjs/rest';
 
-const rest = new REST({ api: process.argv[2], version: '10' }).setToken('test');
+const options = { api: process.argv[2], version: '10' };
+if (process.argv[3]) options.globalRequestsPerSecond = Number(process.argv[3]);
+const rest = new REST(options).setToken('test');
 
 function perform(op) {
   switch (op.kind) {
@@ -22,6 +27,14 @@ function perform(op) {
       return rest.put(`/guilds/${op.guild}/members/${op.user}/roles/${op.role}`);
     case 'remove_role':
       return rest.delete(`/guilds/${op.guild}/members/${op.user}/roles/${op.role}`);
+    case 'delete':
+      return rest.delete(`/channels/${op.channel}/messages/${op.message}`);
+    case 'react':
+      return rest.put(`/channels/${op.channel}/messages/${op.message}/reactions/${encodeURIComponent(op.emoji)}/@me`);
+    case 'unreact':
+      return rest.delete(`/channels/${op.channel}/messages/${op.message}/reactions/${encodeURIComponent(op.emoji)}/@me`);
+    case 'remove_user_reaction':
+      return rest.delete(`/channels/${op.channel}/messages/${op.message}/reactions/${encodeURIComponent(op.emoji)}/${op.user}`);
     default:
       return Promise.reject(new Error(`unknown op ${op.kind}`));
   }

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -42,7 +44,40 @@ type Client interface {
 // ClientSpec names a client and builds it against a simulator.
 type ClientSpec struct {
 	Name string
-	New  func(srv *sluicetest.Server) (Client, error)
+	New  func(srv *sluicetest.Server, cfg Config) (Client, error)
+	// Unsupported lists the operations the library has no API for, each
+	// with a note; Run skips the client in scenarios that use one.
+	Unsupported map[OpKind]string
+}
+
+// Config is what a bot tells its library about its account: the global
+// limit, which Discord does not advertise and raises for large bots.
+// Sluice (Options.GlobalLimit, GlobalWindow) and @discordjs/rest
+// (globalRequestsPerSecond) have a setting for it; discordgo, disgo and
+// arikawa have none (no proactive global limit) and run as they are.
+type Config struct {
+	GlobalLimit  int           // requests per GlobalWindow
+	GlobalWindow time.Duration // the global limit's window
+}
+
+// ConfigFor is the configuration a bot running s would give its library:
+// the scenario's global limit (Discord's 50 per 1 s by default).
+func ConfigFor(s Scenario) Config {
+	c := Config{GlobalLimit: s.Rules.GlobalLimit, GlobalWindow: s.Rules.GlobalWindow.D()}
+	if c.GlobalLimit == 0 {
+		c.GlobalLimit = 50
+	}
+	if c.GlobalWindow == 0 {
+		c.GlobalWindow = time.Second
+	}
+	return c
+}
+
+// unsupported is the error of a client asked for an operation it has no API
+// for. List such operations in its ClientSpec.Unsupported: Run then marks
+// the client n/a for scenarios using them, rather than faking the request.
+func unsupported(op Op) error {
+	return fmt.Errorf("%w: %v", errors.ErrUnsupported, op.Kind)
 }
 
 // Clients are the Go clients compared, Sluice first.
@@ -79,8 +114,9 @@ func peerHTTPClient(srv *sluicetest.Server, timeout time.Duration) *http.Client 
 
 type sluiceClient struct{ lim *sluice.Limiter }
 
-func newSluice(srv *sluicetest.Server) (Client, error) {
-	lim, err := sluice.New(sluice.Options{BaseURL: srv.APIBase(), Token: Token, TLSConfig: srv.ClientTLSConfig()})
+func newSluice(srv *sluicetest.Server, cfg Config) (Client, error) {
+	lim, err := sluice.New(sluice.Options{BaseURL: srv.APIBase(), Token: Token, TLSConfig: srv.ClientTLSConfig(),
+		GlobalLimit: cfg.GlobalLimit, GlobalWindow: cfg.GlobalWindow})
 	if err != nil {
 		return nil, err
 	}
@@ -105,6 +141,20 @@ func Request(op Op) *http.Request {
 			method = "DELETE"
 		}
 		path = fmt.Sprintf("/guilds/%d/members/%d/roles/%d", op.Guild, op.User, op.Role)
+	case DeleteMessage:
+		method, path = "DELETE", "/channels/"+ch+"/messages/"+strconv.FormatUint(op.Message, 10)
+	case AddReaction, RemoveOwnReaction, RemoveUserReaction:
+		method = "PUT"
+		if op.Kind != AddReaction {
+			method = "DELETE"
+		}
+		user := "@me"
+		if op.Kind == RemoveUserReaction {
+			user = strconv.FormatUint(op.User, 10)
+		}
+		path = fmt.Sprintf("/channels/%d/messages/%d/reactions/%s/%s", op.Channel, op.Message, url.PathEscape(op.Emoji), user)
+	default:
+		panic(fmt.Sprintf("harness: no request for %v", op.Kind))
 	}
 	var r io.Reader
 	if body != nil {
@@ -141,7 +191,7 @@ func (c *sluiceClient) Close() {
 
 type discordgoClient struct{ s *discordgo.Session }
 
-func newDiscordgo(srv *sluicetest.Server) (Client, error) {
+func newDiscordgo(srv *sluicetest.Server, _ Config) (Client, error) {
 	s, err := discordgo.New(Token)
 	if err != nil {
 		return nil, err
@@ -168,6 +218,16 @@ func (c *discordgoClient) Do(ctx context.Context, op Op) error {
 		err = c.s.GuildMemberRoleAdd(g, u, r, o)
 	case RemoveRole:
 		err = c.s.GuildMemberRoleRemove(g, u, r, o)
+	case DeleteMessage:
+		err = c.s.ChannelMessageDelete(ch, strconv.FormatUint(op.Message, 10), o)
+	case AddReaction:
+		err = c.s.MessageReactionAdd(ch, strconv.FormatUint(op.Message, 10), op.Emoji, o)
+	case RemoveOwnReaction:
+		err = c.s.MessageReactionRemove(ch, strconv.FormatUint(op.Message, 10), op.Emoji, "@me", o)
+	case RemoveUserReaction:
+		err = c.s.MessageReactionRemove(ch, strconv.FormatUint(op.Message, 10), op.Emoji, u, o)
+	default:
+		err = unsupported(op)
 	}
 	return err
 }
@@ -181,7 +241,7 @@ type disgoClient struct {
 	rest   rest.Rest
 }
 
-func newDisgo(srv *sluicetest.Server) (Client, error) {
+func newDisgo(srv *sluicetest.Server, _ Config) (Client, error) {
 	quiet := slog.New(slog.DiscardHandler)
 	// disgo's default client is &http.Client{Timeout: 20 * time.Second};
 	// only its transport changes. Its logs (warnings on every 429) are
@@ -214,6 +274,16 @@ func (c *disgoClient) Do(ctx context.Context, op Op) error {
 		err = c.rest.AddMemberRole(g, u, r, o)
 	case RemoveRole:
 		err = c.rest.RemoveMemberRole(g, u, r, o)
+	case DeleteMessage:
+		err = c.rest.DeleteMessage(ch, snowflake.ID(op.Message), o)
+	case AddReaction:
+		err = c.rest.AddReaction(ch, snowflake.ID(op.Message), op.Emoji, o)
+	case RemoveOwnReaction:
+		err = c.rest.RemoveOwnReaction(ch, snowflake.ID(op.Message), op.Emoji, o)
+	case RemoveUserReaction:
+		err = c.rest.RemoveUserReaction(ch, snowflake.ID(op.Message), op.Emoji, u, o)
+	default:
+		err = unsupported(op)
 	}
 	return err
 }
@@ -231,7 +301,7 @@ type arikawaClient struct {
 	hc *http.Client
 }
 
-func newArikawa(srv *sluicetest.Server) (Client, error) {
+func newArikawa(srv *sluicetest.Server, _ Config) (Client, error) {
 	// arikawa's default HTTP client is a zero http.Client (no timeout);
 	// only its transport changes. Its limiter, retries and URLs
 	// (https://discord.com/api/v9/...) stay.
@@ -257,6 +327,16 @@ func (c *arikawaClient) Do(ctx context.Context, op Op) error {
 		err = cl.AddRole(g, u, r, api.AddRoleData{})
 	case RemoveRole:
 		err = cl.RemoveRole(g, u, r, "")
+	case DeleteMessage:
+		err = cl.DeleteMessage(ch, arikawadiscord.MessageID(op.Message), "")
+	case AddReaction:
+		err = cl.React(ch, arikawadiscord.MessageID(op.Message), arikawadiscord.APIEmoji(op.Emoji))
+	case RemoveOwnReaction:
+		err = cl.Unreact(ch, arikawadiscord.MessageID(op.Message), arikawadiscord.APIEmoji(op.Emoji))
+	case RemoveUserReaction:
+		err = cl.DeleteUserReaction(ch, arikawadiscord.MessageID(op.Message), arikawadiscord.UserID(op.User), arikawadiscord.APIEmoji(op.Emoji))
+	default:
+		err = unsupported(op)
 	}
 	return err
 }

@@ -3,9 +3,9 @@ package harness
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/sluicetest"
@@ -15,6 +15,8 @@ import (
 type Result struct {
 	Scenario Scenario
 	Client   string
+	// Run numbers the repetitions of one scenario and client, from 0.
+	Run int
 	// NA is set when the client could not be run; the rest is then empty.
 	NA string
 	// Total requests; OK succeeded, Errors failed, Hangs had no outcome
@@ -45,15 +47,26 @@ func (r Result) Ratio() float64 { return float64(r.Elapsed) / float64(r.Scenario
 func (r Result) Violations() []string { return r.Stats.Violations() }
 
 // Run runs s through the client spec built against a fresh simulator.
-func Run(s Scenario, spec ClientSpec) Result {
-	res := Result{Scenario: s, Client: spec.Name, Total: len(s.Ops), ErrorKinds: map[string]int{}}
-	srv, err := sluicetest.NewServer(sluicetest.Options{Rules: s.Rules, Seed: uint64(1000 + s.ID), TrackDuplicates: true})
+func Run(s Scenario, spec ClientSpec) Result { return RunAt(s, spec, 0) }
+
+// RunAt is Run for repetition run: each repetition seeds the simulator's
+// fault dice (5xx, drops, jitter) differently; run 0 as Run does.
+func RunAt(s Scenario, spec ClientSpec, run int) Result {
+	res := Result{Scenario: s, Client: spec.Name, Run: run, Total: len(s.Ops), ErrorKinds: map[string]int{}}
+	for _, op := range s.Ops {
+		if note, ok := spec.Unsupported[op.Kind]; ok {
+			res.NA = fmt.Sprintf("no API for %v: %s", op.Kind, note)
+			return res
+		}
+	}
+	seed := uint64(1000+s.ID) + uint64(run)*1_000_003
+	srv, err := sluicetest.NewServer(sluicetest.Options{Rules: s.Rules, Seed: seed, TrackDuplicates: true})
 	if err != nil {
 		res.NA = "simulator: " + err.Error()
 		return res
 	}
 	defer srv.Close()
-	client, err := spec.New(srv)
+	client, err := spec.New(srv, ConfigFor(s))
 	if err != nil {
 		res.NA = err.Error()
 		return res
@@ -70,17 +83,37 @@ func Run(s Scenario, spec ClientSpec) Result {
 	srv.Engine().Reset(time.Now())
 	srv.SetFaults(s.Faults)
 	start := time.Now()
-	for i, op := range s.Ops {
-		wg.Go(func() {
-			if op.Delay > 0 {
-				time.Sleep(time.Until(start.Add(op.Delay)))
-			}
-			err := client.Do(ctx, op)
-			at := time.Since(start)
-			mu.Lock()
-			events[i] = Outcome{Done: true, At: at, Err: err}
-			mu.Unlock()
-		})
+	do := func(i int) {
+		op := s.Ops[i]
+		if op.Delay > 0 {
+			time.Sleep(time.Until(start.Add(op.Delay)))
+		}
+		err := client.Do(ctx, op)
+		at := time.Since(start)
+		mu.Lock()
+		events[i] = Outcome{Done: true, At: at, Err: err}
+		mu.Unlock()
+	}
+	if s.Concurrency > 0 {
+		// A pool: each worker takes the next op in order once its previous
+		// request has an outcome. A worker stuck on a hung request holds
+		// its ops back; they count as hangs too.
+		var next atomic.Int64
+		for range s.Concurrency {
+			wg.Go(func() {
+				for {
+					i := int(next.Add(1)) - 1
+					if i >= len(s.Ops) || ctx.Err() != nil {
+						return
+					}
+					do(i)
+				}
+			})
+		}
+	} else {
+		for i := range s.Ops {
+			wg.Go(func() { do(i) })
+		}
 	}
 	go func() { wg.Wait(); close(allDone) }()
 	timer := time.NewTimer(s.Timeout())
@@ -155,114 +188,4 @@ func shortErr(err error) string {
 func (r Result) rateLimited() (user, global, shared, injected int) {
 	st := r.Stats
 	return st.RateLimited["user"], st.RateLimited["global"] - st.InjectedGlobal, st.RateLimited["shared"], st.InjectedGlobal
-}
-
-// Table renders results as one Markdown table, grouped by scenario.
-func Table(results []Result) string {
-	var b strings.Builder
-	b.WriteString("| Scenario (ideal) | Client | Done | Time | × ideal | 429 user | 429 global | 429 shared | Injected global 429s (beyond 1st) | Errors | Hangs | Simulator verdict |\n")
-	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
-	last := -1
-	for _, r := range results {
-		scen := ""
-		if r.Scenario.ID != last {
-			scen = fmt.Sprintf("%d. %s (%s)", r.Scenario.ID, r.Scenario.Name, fmtDur(r.Scenario.Ideal))
-			last = r.Scenario.ID
-		}
-		if r.NA != "" {
-			fmt.Fprintf(&b, "| %s | %s | n/a | | | | | | | | | %s |\n", scen, r.Client, r.NA)
-			continue
-		}
-		user, global, shared, injected := r.rateLimited()
-		t := fmtDur(r.Elapsed)
-		ratio := fmt.Sprintf("%.2f", r.Ratio())
-		if r.Hangs > 0 {
-			t, ratio = "> "+t, "—"
-		}
-		inj := fmt.Sprint(injected)
-		if injected > 0 {
-			inj = fmt.Sprintf("%d (%d)", injected, injected-1)
-		}
-		verdict := "clean"
-		if v := r.Violations(); len(v) > 0 {
-			verdict = violationSummary(r)
-		}
-		name := r.Client
-		if name == "Sluice" {
-			name = "**Sluice**"
-		}
-		fmt.Fprintf(&b, "| %s | %s | %d/%d | %s | %s | %d | %d | %d | %s | %d | %d | %s |\n",
-			scen, name, r.OK, r.Total, t, ratio, user, global, shared, inj, r.Errors, r.Hangs, verdict)
-	}
-	return b.String()
-}
-
-func violationSummary(r Result) string {
-	var parts []string
-	user, global, _, _ := r.rateLimited()
-	if user > 0 {
-		parts = append(parts, "bucket limit exceeded")
-	}
-	if global > 0 {
-		parts = append(parts, "global limit exceeded")
-	}
-	for _, sl := range r.Stats.Sublimits {
-		if sl.Max429sInWindow > 1 {
-			parts = append(parts, fmt.Sprintf("sublimit hit %d× in one window", sl.Max429sInWindow))
-			break
-		}
-	}
-	if r.Stats.Bans > 0 {
-		parts = append(parts, "banned")
-	}
-	return "✗ " + strings.Join(parts, "; ")
-}
-
-// ErrorNotes lists, per scenario and client, the kinds of errors returned.
-func ErrorNotes(results []Result) string {
-	var b strings.Builder
-	for _, r := range results {
-		if len(r.ErrorKinds) == 0 {
-			continue
-		}
-		kinds := make([]string, 0, len(r.ErrorKinds))
-		for k := range r.ErrorKinds {
-			kinds = append(kinds, k)
-		}
-		sort.Slice(kinds, func(i, j int) bool { return r.ErrorKinds[kinds[i]] > r.ErrorKinds[kinds[j]] })
-		fmt.Fprintf(&b, "- scenario %d, %s:", r.Scenario.ID, r.Client)
-		for i, k := range kinds {
-			if i == 3 {
-				fmt.Fprintf(&b, " …")
-				break
-			}
-			fmt.Fprintf(&b, " %d× `%s`;", r.ErrorKinds[k], strings.ReplaceAll(k, "`", "'"))
-		}
-		b.WriteString("\n")
-	}
-	return b.String()
-}
-
-func fmtDur(d time.Duration) string {
-	return fmt.Sprintf("%.2f s", d.Seconds())
-}
-
-// DuplicateNotes reports, for scenarios with dropped connections, how many
-// POSTs the simulator processed twice: messages a bot sent twice because its
-// library resent a request whose connection died after it was processed.
-func DuplicateNotes(results []Result) string {
-	var b strings.Builder
-	for _, r := range results {
-		if r.NA != "" || r.Scenario.Faults.DropRate == 0 {
-			continue
-		}
-		n := r.Stats.Duplicates["POST"]
-		note := ""
-		if total := r.Stats.RateLimited["user"] + r.Stats.RateLimited["global"] + r.Stats.RateLimited["shared"]; total > 0 {
-			note = " (includes resends after 429s)"
-		}
-		fmt.Fprintf(&b, "- scenario %d, %s: %d duplicate POSTs%s; %d connections dropped, %d injected 5xx\n",
-			r.Scenario.ID, r.Client, n, note, r.Stats.Dropped, r.Stats.ServerErrors)
-	}
-	return b.String()
 }

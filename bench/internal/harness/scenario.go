@@ -5,6 +5,7 @@ package harness
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"time"
@@ -17,12 +18,41 @@ type OpKind int
 
 // The operations the scenarios use.
 const (
-	SendMessage   OpKind = iota // POST   /channels/{c}/messages          {"content"}
-	EditMessage                 // PATCH  /channels/{c}/messages/{m}      {"content"}
-	RenameChannel               // PATCH  /channels/{c}                   {"name"}
-	AddRole                     // PUT    /guilds/{g}/members/{u}/roles/{r}
-	RemoveRole                  // DELETE /guilds/{g}/members/{u}/roles/{r}
+	SendMessage        OpKind = iota // POST   /channels/{c}/messages          {"content"}
+	EditMessage                      // PATCH  /channels/{c}/messages/{m}      {"content"}
+	RenameChannel                    // PATCH  /channels/{c}                   {"name"}
+	AddRole                          // PUT    /guilds/{g}/members/{u}/roles/{r}
+	RemoveRole                       // DELETE /guilds/{g}/members/{u}/roles/{r}
+	DeleteMessage                    // DELETE /channels/{c}/messages/{m}
+	AddReaction                      // PUT    /channels/{c}/messages/{m}/reactions/{emoji}/@me
+	RemoveOwnReaction                // DELETE /channels/{c}/messages/{m}/reactions/{emoji}/@me
+	RemoveUserReaction               // DELETE /channels/{c}/messages/{m}/reactions/{emoji}/{u}
 )
+
+// String names the operation as the tables and the Node runner do.
+func (k OpKind) String() string {
+	switch k {
+	case SendMessage:
+		return "send"
+	case EditMessage:
+		return "edit"
+	case RenameChannel:
+		return "rename"
+	case AddRole:
+		return "add_role"
+	case RemoveRole:
+		return "remove_role"
+	case DeleteMessage:
+		return "delete"
+	case AddReaction:
+		return "react"
+	case RemoveOwnReaction:
+		return "unreact"
+	case RemoveUserReaction:
+		return "remove_user_reaction"
+	}
+	return fmt.Sprintf("op%d", int(k))
+}
 
 // Op is one request of a scenario. IDs are decimal snowflakes.
 type Op struct {
@@ -33,6 +63,7 @@ type Op struct {
 	User    uint64
 	Role    uint64
 	Text    string // message content or channel name
+	Emoji   string // reactions: a Unicode emoji, unescaped
 	// Delay is when the bot issues the request, from the scenario's start;
 	// 0 for all at once.
 	Delay time.Duration
@@ -54,9 +85,18 @@ func (o Op) rule() string {
 		return "modify_channel"
 	case AddRole:
 		return "add_role"
-	default:
+	case RemoveRole:
 		return "remove_role"
+	case DeleteMessage:
+		return "delete_message"
+	case AddReaction:
+		return "add_reaction"
+	case RemoveOwnReaction:
+		return "delete_own_reaction"
+	case RemoveUserReaction:
+		return "delete_user_reaction"
 	}
+	panic(fmt.Sprintf("harness: no rule for op kind %d", int(o.Kind)))
 }
 
 // major is the op's major parameter, as the simulator keys buckets.
@@ -77,6 +117,12 @@ type Scenario struct {
 	// relative to it).
 	Faults sluicetest.Faults
 	Ops    []Op
+	// Concurrency is how many workers issue the ops: each takes the next op
+	// in order and issues it when its previous request has an outcome, as
+	// a bot with a pool of N goroutines does. 0 issues every op at once
+	// (or at its Delay) from its own goroutine. Ops of a pooled scenario
+	// have no Delay.
+	Concurrency int
 	// Ideal is the completion time of an omniscient client that sends each
 	// request at the earliest instant the rules admit it (see Ideal).
 	Ideal time.Duration
@@ -106,6 +152,27 @@ func setRule(rs *sluicetest.RuleSet, name string, limit int, window time.Duratio
 	}
 }
 
+// shareHash moves rule onto the bucket hash of owner, with its limit and
+// window, so that their requests share one bucket per major parameter.
+func shareHash(rs *sluicetest.RuleSet, rule, owner string) {
+	var o *sluicetest.Rule
+	for i := range rs.Rules {
+		if rs.Rules[i].Name == owner {
+			o = &rs.Rules[i]
+		}
+	}
+	if o == nil {
+		panic("harness: no rule " + owner)
+	}
+	for i := range rs.Rules {
+		if rs.Rules[i].Name == rule {
+			rs.Rules[i].Bucket, rs.Rules[i].Limit, rs.Rules[i].Window = o.Bucket, o.Limit, o.Window
+			return
+		}
+	}
+	panic("harness: no rule " + rule)
+}
+
 func setSublimit(rs *sluicetest.RuleSet, rule string, limit int, window time.Duration) {
 	for i := range rs.Rules {
 		if rs.Rules[i].Name == rule {
@@ -122,8 +189,13 @@ func setSublimit(rs *sluicetest.RuleSet, rule string, limit int, window time.Dur
 // base returns Discord's default rules, copied so scenarios can edit them.
 func base() sluicetest.RuleSet { return sluicetest.DefaultRules().Scaled(1) }
 
-// Scenarios returns the seven scenarios with their ideal times computed.
-func Scenarios() []Scenario {
+// Scenarios returns the thirteen scenarios with their ideal times computed,
+// scenario 8 at its routine (one-tenth) size.
+func Scenarios() []Scenario { return ScenariosAt(false) }
+
+// ScenariosAt is Scenarios with scenario 8 at full size when full is set
+// (4,450 + 50 messages, 5 s windows, global 500 per 1 s: an ideal of 45 s).
+func ScenariosAt(full bool) []Scenario {
 	var out []Scenario
 	add := func(s Scenario) {
 		s.ID = len(out) + 1
@@ -241,17 +313,222 @@ func Scenarios() []Scenario {
 				ServerErrorRate: 0.05, DropRate: 0.02},
 			Ops: ops})
 	}
+
+	// 8. A big bot's mixed load with one hot channel. Every cold channel
+	// needs two windows of its bucket (8 or 9 messages, 5 per window); the
+	// hot channel needs ten (50 messages), which makes it the critical
+	// path. The global limit is raised, as Discord does for large bots,
+	// and still binds while the cold channels drain (their first windows
+	// alone are 5 × the global limit). The hot channel's messages are
+	// issued last: a client that hands out global slots first come, first
+	// served makes them wait behind the cold backlog, and every hot window
+	// opened late delays the end by as much. The omniscient client serves
+	// the hot channel first at every instant (see Ideal), so the ideal is
+	// the hot channel's 9 windows plus one latency.
+	//
+	// The routine size is one tenth of the full one in time and in cold
+	// load: windows 5 s → 500 ms, global 500 per 1 s → 50 per 100 ms (the
+	// same 500/s), 500 cold channels → 50. The hot channel keeps its 50
+	// messages, so the shape is the same: a hot path of 9 windows, the
+	// global limit saturated for about its first fifth. -full in
+	// cmd/compare runs the full size (ideal 45 s).
+	{
+		channels, cold, window, global, gwin := 50, 445, 500*time.Millisecond, 50, 100*time.Millisecond
+		setup := "445 messages over 50 channels + 50 on one hot channel, all at once (hot last); buckets 5 per 500 ms; global raised to 50 per 100 ms (500/s; one tenth of 4,450 over 500 channels, 5 per 5 s, 500 per 1 s); 20 ms latency"
+		if full {
+			channels, cold, window, global, gwin = 500, 4450, 5*time.Second, 500, time.Second
+			setup = "4,450 messages over 500 channels + 50 on one hot channel, all at once (hot last); buckets 5 per 5 s; global raised to 500 per 1 s; 20 ms latency"
+		}
+		rs := base()
+		setRule(&rs, "create_message", 5, window)
+		rs.GlobalLimit, rs.GlobalWindow = global, sluicetest.Duration(gwin)
+		var ops []Op
+		for i := range cold {
+			ops = append(ops, Op{Kind: SendMessage, Channel: sf(8000 + uint64(i%channels)), Text: fmt.Sprintf("s8 message %d", i)})
+		}
+		for i := range 50 {
+			ops = append(ops, Op{Kind: SendMessage, Channel: sf(8999), Text: fmt.Sprintf("s8 hot message %d", i)})
+		}
+		add(Scenario{Name: "mixed load with a hot channel", Setup: setup,
+			Rules: rs, Faults: sluicetest.Faults{Latency: 20 * time.Millisecond}, Ops: ops})
+	}
+
+	// 9. One saturated bucket under jittery latency: each answer takes 50
+	// to 250 ms (150 ± 100), so the answers of one window arrive spread
+	// out and out of order, each carrying the Reset-After the server
+	// computed when it decided. A client that times the window from an
+	// answer's arrival learns its end late by that answer's latency.
+	// Bucket 5 per 1 s (Discord's 5 per 5 s, scaled by one fifth); the
+	// ideal is 9 windows plus the shortest latency, 50 ms: no client can
+	// beat it, and a perfect one loses on average what the slowest of its
+	// last 5 answers takes beyond 50 ms (about 170 ms, 2%).
+	{
+		rs := base()
+		setRule(&rs, "create_message", 5, time.Second)
+		var ops []Op
+		for i := range 50 {
+			ops = append(ops, Op{Kind: SendMessage, Channel: sf(9001), Text: fmt.Sprintf("s9 message %d", i)})
+		}
+		add(Scenario{Name: "one saturated bucket, jittery latency",
+			Setup: "50 messages to one channel; bucket 5 per 1 s; latency 50–250 ms (150 ± 100 ms)",
+			Rules: rs, Faults: sluicetest.Faults{Latency: 50 * time.Millisecond, Jitter: 200 * time.Millisecond}, Ops: ops})
+	}
+
+	// 10. A long-window and a short-window bucket of one channel, both
+	// saturated at once: sending messages (5 per 1 s; Discord's 5 per 5 s)
+	// and deleting messages (5 per 200 ms; Discord's 5 per 1 s), both
+	// scaled by one fifth. 15 sends need 3 windows and 55 deletes 11, so
+	// both chains end at 2 s and neither may wait for the other: a client
+	// that lets one bucket's wait hold the other's requests (one queue per
+	// channel, or a slot held for an unknown route on the same channel)
+	// delays the whole run. The global limit never binds (at most 30 in
+	// any second).
+	{
+		rs := base()
+		setRule(&rs, "create_message", 5, time.Second)
+		setRule(&rs, "delete_message", 5, 200*time.Millisecond)
+		var ops []Op
+		sends := 0
+		for i := range 55 {
+			if sends < 15 {
+				ops = append(ops, Op{Kind: SendMessage, Channel: sf(10001), Text: fmt.Sprintf("s10 message %d", sends)})
+				sends++
+			}
+			ops = append(ops, Op{Kind: DeleteMessage, Channel: sf(10001), Message: sf(100000 + uint64(i))})
+		}
+		add(Scenario{Name: "long and short windows on one channel",
+			Setup: "15 messages (bucket 5 per 1 s) + 55 message deletes (bucket 5 per 200 ms) in one channel, all at once; 20 ms latency",
+			Rules: rs, Faults: sluicetest.Faults{Latency: 20 * time.Millisecond}, Ops: ops})
+	}
+
+	// 11. A bounded worker pool: 8 workers, each with one request at a
+	// time, send 200 messages, two in a row to each of 100 channels (a
+	// reply and a log line, say), with 200 ms of latency. At the pool's
+	// fastest pace (8 per 200 ms, 40/s) no rule binds, neither the global
+	// limit (at most 40 in any second) nor a bucket (2 per channel, 5 per
+	// 5 s), so the pool is the limit: 25 round trips per worker, 5 s (see
+	// Ideal). Whatever a limiter adds before sending a request is paid 25
+	// times over; in particular two workers reach each new channel
+	// together, and a client that sends the second request only once the
+	// first one's answer has shown the bucket (which has the same hash,
+	// and so the same limit, as every other channel's message bucket)
+	// holds that worker for an extra round trip. How often that happens
+	// depends on how the workers fall into step, which varies from run to
+	// run: such a client lands anywhere from about 1.4 to 2 × ideal (run
+	// it several times); one that sends both at once stays at the ideal.
+	{
+		rs := base()
+		var ops []Op
+		for i := range 200 {
+			ops = append(ops, Op{Kind: SendMessage, Channel: sf(11000 + uint64(i/2)), Text: fmt.Sprintf("s11 message %d", i)})
+		}
+		add(Scenario{Name: "worker pool of 8",
+			Setup: "200 messages, 2 in a row to each of 100 channels, from 8 workers with one request at a time each; buckets 5 per 5 s; global 50/s; 200 ms latency",
+			Rules: rs, Faults: sluicetest.Faults{Latency: 200 * time.Millisecond}, Ops: ops, Concurrency: 8})
+	}
+
+	// 12. Three routes sharing one hash, over 50 channels: adding one's own
+	// reaction, removing it, and removing another user's. The default rules
+	// share hashes only in pairs; removing another user's reaction is moved
+	// onto the own-reaction hash (1 per 250 ms, Discord's, not scaled) to
+	// make three. Each channel gets 3 requests of each route at once: 9
+	// per channel, one per window, 2 s. The global limit is raised to
+	// 500/s so that the buckets, not the global limit, bind (at most 200
+	// requests in any second).
+	{
+		rs := base()
+		shareHash(&rs, "delete_user_reaction", "add_reaction")
+		rs.GlobalLimit = 500
+		var ops []Op
+		for r := range 3 {
+			for c := range 50 {
+				ch, msg := sf(12000+uint64(c)), sf(120000+uint64(c))
+				ops = append(ops,
+					Op{Kind: AddReaction, Channel: ch, Message: msg, Emoji: "👍"},
+					Op{Kind: RemoveOwnReaction, Channel: ch, Message: msg, Emoji: "👍"},
+					Op{Kind: RemoveUserReaction, Channel: ch, Message: msg, Emoji: "👍", User: sf(12900 + uint64(r))})
+			}
+		}
+		add(Scenario{Name: "three routes sharing a hash",
+			Setup: "on each of 50 channels, 3 reaction adds + 3 own-reaction removals + 3 removals of another user's reaction, all at once (one shared bucket per channel, 1 per 250 ms); global raised to 500/s; 20 ms latency",
+			Rules: rs, Faults: sluicetest.Faults{Latency: 20 * time.Millisecond}, Ops: ops})
+	}
+
+	// 13. Sibling routes on new channels: on 24 channels never used before,
+	// add one's own reaction to a message and remove it, all at once. The
+	// two routes share a hash (1 per 250 ms) that no answer has shown yet:
+	// a client that takes them for two buckets draws a 429 per channel,
+	// one that waits to learn pays a round trip. The ideal sends one of
+	// each pair at once and the other when the window ends; 48 requests
+	// stay under the global limit.
+	{
+		rs := base()
+		var ops []Op
+		for c := range 24 {
+			ch, msg := sf(13000+uint64(c)), sf(130000+uint64(c))
+			ops = append(ops,
+				Op{Kind: AddReaction, Channel: ch, Message: msg, Emoji: "👍"},
+				Op{Kind: RemoveOwnReaction, Channel: ch, Message: msg, Emoji: "👍"})
+		}
+		add(Scenario{Name: "sibling routes on new channels",
+			Setup: "own reaction added and removed on each of 24 new channels, all at once (the two routes share a bucket, 1 per 250 ms); 20 ms latency",
+			Rules: rs, Faults: sluicetest.Faults{Latency: 20 * time.Millisecond}, Ops: ops})
+	}
 	return out
 }
 
 // Ideal computes, from the scenario's rules alone, when an omniscient client
 // that knows every limit (hidden ones and outages included) would receive
-// its last answer: each request is sent at the earliest instant its bucket
-// window, its sublimit window and the global sliding window admit it, and
-// its answer arrives one latency later; none is sent before the bot issues
-// it (Op.Delay). All requests are equivalent apart
-// from their bucket, so admitting greedily in order is optimal.
+// its last answer.
+//
+// Without a pool (Concurrency 0) that is rulesIdeal: each request is sent
+// at the earliest instant its bucket window, its sublimit window and the
+// global sliding window admit it, and its answer arrives one latency later
+// (Faults.Latency, the shortest one when there is jitter); none is sent
+// before the bot issues it (Op.Delay).
+//
+// With a pool of N workers the client cannot send a request before a
+// worker issues it, and a worker issues its next request only when its
+// previous one has an answer. Two lower bounds follow: the rules' (the
+// pool can only delay requests), and the pool's round trips: M requests
+// over N workers make some worker issue ceil(M/N) of them one after the
+// other, each taking at least one latency. The ideal is the larger of the
+// two. It is exact when one bound dominates and the other never binds at
+// its pace, as in scenario 11 (the pool's 40 requests per second stay
+// under every limit); when both bind it is a lower bound, short of the
+// exact figure by at most the pool's ramp (a few round trips).
 func Ideal(s Scenario) time.Duration {
+	ideal := rulesIdeal(s)
+	if n := s.Concurrency; n > 0 {
+		for _, op := range s.Ops {
+			if op.Delay != 0 {
+				panic("harness: a pooled scenario's ops have no Delay")
+			}
+		}
+		rounds := (len(s.Ops) + n - 1) / n
+		ideal = max(ideal, time.Duration(rounds)*s.Faults.Latency)
+	}
+	return ideal
+}
+
+// rulesIdeal is the completion time of the greedy omniscient schedule: at
+// each instant at which anything can change (a window ends, the global
+// window frees a slot, an outage ends, the bot issues a request), it admits
+// every waiting request the rules admit, in priority order, and advances to
+// the next such instant.
+//
+// Priority matters only when the global limit binds: then the requests of
+// the bucket (or sublimit) with the longest chain of windows still to go
+// are admitted first, ties in op order. Requests are otherwise equivalent,
+// and the schedule's end is bounded below by the longest chain (a bucket
+// with n waiting requests of limit l needs ceil(n/l) windows, whatever the
+// order) and by the global limit; serving the longest chain first meets
+// the first bound whenever the global limit leaves room for it, as in
+// scenario 8, where a first come, first served order would open the hot
+// channel's windows late and end 0.5 s later. With one bucket, or buckets
+// of equal chains, it is the plain greedy order, optimal since admitting a
+// request earlier never delays another.
+func rulesIdeal(s Scenario) time.Duration {
 	rs := s.Rules
 	if rs.GlobalLimit == 0 {
 		rs.GlobalLimit = 50
@@ -284,19 +561,26 @@ func Ideal(s Scenario) time.Duration {
 	buckets := map[string]*win{}
 	subs := map[string]*win{}
 	type pending struct {
+		index       int
 		bucket, sub *win
 		release     time.Duration
 	}
 	var queue []pending
-	for _, op := range s.Ops {
-		r := rules[op.rule()]
+	waiting := map[*win]int{} // requests not yet admitted, per window
+	for i, op := range s.Ops {
+		r, ok := rules[op.rule()]
+		if !ok {
+			panic("harness: no rule " + op.rule())
+		}
+		// A bucket is one hash per major parameter, as the simulator keys it.
 		key := r.Bucket + "/" + op.major()
 		b := buckets[key]
 		if b == nil {
 			b = &win{limit: r.Limit, length: r.Window.D()}
 			buckets[key] = b
 		}
-		p := pending{bucket: b, release: op.Delay}
+		p := pending{index: i, bucket: b, release: op.Delay}
+		waiting[b]++
 		for _, sl := range r.Sublimits {
 			touched := len(sl.Fields) == 0
 			for _, f := range sl.Fields {
@@ -312,7 +596,19 @@ func Ideal(s Scenario) time.Duration {
 				p.sub = subs[sk]
 			}
 		}
+		if p.sub != nil {
+			waiting[p.sub]++
+		}
 		queue = append(queue, p)
+	}
+	// chain is how long the requests still waiting on w take from their
+	// first window's start: one window per limit's worth, the last one's
+	// length included (only the order matters).
+	chain := func(w *win) time.Duration {
+		if w == nil {
+			return 0
+		}
+		return time.Duration((waiting[w]+w.limit-1)/w.limit) * w.length
 	}
 	var global []time.Duration // admission times, ascending
 	gw := rs.GlobalWindow.D()
@@ -324,29 +620,34 @@ func Ideal(s Scenario) time.Duration {
 		}
 		return false, 0
 	}
-	globalCount := func(t time.Duration) int {
-		n := 0
-		for _, a := range global {
-			if a > t-gw {
-				n++
-			}
-		}
-		return n
-	}
 	var t, last time.Duration
 	for len(queue) > 0 {
+		sort.Slice(queue, func(i, j int) bool {
+			a := max(chain(queue[i].bucket), chain(queue[i].sub))
+			b := max(chain(queue[j].bucket), chain(queue[j].sub))
+			if a != b {
+				return a > b
+			}
+			return queue[i].index < queue[j].index
+		})
+		// The global window holds the admissions after t - gw.
+		oldest := sort.Search(len(global), func(i int) bool { return global[i] > t-gw })
+		inGlobal := len(global) - oldest
+		out, outEnd := inOutage(t)
 		var rest []pending
 		for _, p := range queue {
-			out, _ := inOutage(t)
-			if out || t < p.release || globalCount(t) >= rs.GlobalLimit || !fits(p.bucket, t) || (p.sub != nil && !fits(p.sub, t)) {
+			if out || t < p.release || inGlobal >= rs.GlobalLimit || !fits(p.bucket, t) || (p.sub != nil && !fits(p.sub, t)) {
 				rest = append(rest, p)
 				continue
 			}
 			take(p.bucket, t)
+			waiting[p.bucket]--
 			if p.sub != nil {
 				take(p.sub, t)
+				waiting[p.sub]--
 			}
 			global = append(global, t)
+			inGlobal++
 			last = t
 		}
 		queue = rest
@@ -354,31 +655,31 @@ func Ideal(s Scenario) time.Duration {
 			break
 		}
 		// Advance to the next instant anything could change.
-		var cands []time.Duration
-		if out, end := inOutage(t); out {
-			cands = append(cands, end)
-		}
-		for _, a := range global {
-			if a+gw > t {
-				cands = append(cands, a+gw)
+		next := time.Duration(math.MaxInt64)
+		consider := func(c time.Duration) {
+			if c > t && c < next {
+				next = c
 			}
+		}
+		if out {
+			consider(outEnd)
+		}
+		if oldest < len(global) {
+			consider(global[oldest] + gw)
 		}
 		for _, p := range queue {
-			if p.release > t {
-				cands = append(cands, p.release)
+			consider(p.release)
+			if p.bucket.open {
+				consider(nextFree(p.bucket))
 			}
-			if p.bucket.open && nextFree(p.bucket) > t {
-				cands = append(cands, nextFree(p.bucket))
-			}
-			if p.sub != nil && p.sub.open && nextFree(p.sub) > t {
-				cands = append(cands, nextFree(p.sub))
+			if p.sub != nil && p.sub.open {
+				consider(nextFree(p.sub))
 			}
 		}
-		sort.Slice(cands, func(i, j int) bool { return cands[i] < cands[j] })
-		if len(cands) == 0 {
+		if next == math.MaxInt64 {
 			panic("harness: ideal schedule is stuck")
 		}
-		t = cands[0]
+		t = next
 	}
 	return last + s.Faults.Latency
 }
