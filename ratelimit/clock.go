@@ -22,6 +22,12 @@ const (
 	// fast the next request may travel.
 	ClockWarm = 16
 
+	// LeadRise is how fast the floor under Lead may rise, per second of
+	// samples: the smallest lead seen long ago keeps bounding Lead, so a
+	// request that travels as fast as one did minutes earlier (after a
+	// burst that slowed every recent one) is not counted early.
+	LeadRise = time.Millisecond
+
 	// maxLead bounds a plausible lead: a sample further than this from
 	// the local clock (a broken Reset, a Reset-After clamped to MaxWait)
 	// is ignored.
@@ -50,7 +56,9 @@ const (
 //	phi = serverAt - sent
 //
 // is the offset of the server's clock from ours plus the forward trip of this
-// request. Lead is the smallest phi of the last ClockSamples answers, and a
+// request. Lead is the smallest phi of the last ClockSamples answers, or
+// less: the smallest phi ever seen, risen by LeadRise per second since, so a
+// burst that slows every recent trip does not make the next fast one early. A
 // request sent at local time T is counted at server time T + phi_j with
 // phi_j >= Lead, up to the jitter below the smallest phi seen. So the
 // earliest local send time whose request the server counts no earlier than
@@ -101,9 +109,13 @@ type ServerClock struct {
 	phis   [ClockSamples]time.Duration // ring of samples
 	n      int                         // samples kept, <= ClockSamples
 	next   int                         // ring position of the next sample
-	lead   time.Duration               // smallest of phis[:n]
+	lead   time.Duration               // min(smallest of phis[:n], the floor)
 	spread time.Duration               // second smallest less the smallest (0 if n < 2)
 	anchor time.Time                   // sent time of the latest sample
+	// floor is the smallest lead ever seen, rising by LeadRise per second
+	// since floorAt.
+	floor   time.Duration
+	floorAt time.Time
 }
 
 // Observe records the answer to a request sent at local time sent. It uses h
@@ -136,7 +148,17 @@ func (c *ServerClock) Observe(sent time.Time, h Headers) {
 	if c.n > 1 {
 		c.spread = second - first
 	}
+	if c.floorAt.IsZero() || phi <= c.floorAtTime(sent) {
+		c.floor, c.floorAt = phi, sent
+	}
+	c.lead = min(c.lead, c.floorAtTime(sent))
 	c.anchor = sent
+}
+
+// floorAt_ is the floor at local time t: the smallest lead seen, risen by
+// LeadRise per second since.
+func (c *ServerClock) floorAtTime(t time.Time) time.Duration {
+	return c.floor + time.Duration(float64(LeadRise)*t.Sub(c.floorAt).Seconds())
 }
 
 // Lead returns the smallest lead over the kept samples: how far ahead of

@@ -86,15 +86,26 @@ func TestServerClockIgnoresIncompleteAndAbsurdSamples(t *testing.T) {
 	assert.Equal(t, ms(100), lead)
 }
 
-func TestServerClockKeepsTheLast64(t *testing.T) {
+func TestServerClockFloorKeepsAnOldFastSampleRisingSlowly(t *testing.T) {
 	var c ServerClock
 	c.Observe(t0, serverHeaders(5, 4, t0.Add(ms(50)), t0.Add(ms(1050)))) // fast, but old
 	warm(&c, ClockSamples-1, ms(100))
 	lead, _ := c.Lead()
 	assert.Equal(t, ms(50), lead)
-	warm(&c, 1, ms(100))
+	// 64 more slow samples push the fast one out of the ring, 20 s later:
+	// the floor has risen 20 ms, not to 100.
+	for i := range ClockSamples {
+		sent := t0.Add(20*time.Second + time.Duration(i)*time.Microsecond)
+		c.Observe(sent, serverHeaders(5, 4, sent.Add(ms(100)), sent.Add(ms(1100))))
+	}
 	lead, _ = c.Lead()
-	assert.Equal(t, ms(100), lead, "the 65th sample pushes the first out")
+	assert.InDelta(t, float64(ms(70)), float64(lead), float64(time.Millisecond), "after a burst of slow trips, Lead stays near the fast one")
+	// After a long quiet while the floor has risen above the recent
+	// samples: Lead is theirs again.
+	sent := t0.Add(10 * time.Minute)
+	c.Observe(sent, serverHeaders(5, 4, sent.Add(ms(100)), sent.Add(ms(1100))))
+	lead, _ = c.Lead()
+	assert.InDelta(t, float64(ms(100)), float64(lead), float64(time.Millisecond))
 }
 
 func TestServerClockNeedsWarmSamples(t *testing.T) {
