@@ -202,25 +202,22 @@ func TestCoreHotChannelIsNotStarvedByTheGlobalQueue(t *testing.T) {
 	require.NotNil(t, hot)
 	require.Equal(t, 50, hot.Admitted)
 	// The cold load takes 4,500/500 = 9 s; the hot channel's 50 requests
-	// need 10 windows of 5. The first is its pioneer's (the bucket is
-	// unknown until it is answered, and by then the cold pioneers hold the
-	// global window); every later window but the last must be full: a
-	// window spent on fewer is a window wasted waiting behind cold
-	// channels.
+	// need 10 windows of 5, 4.5 s from its first request. Waiting behind
+	// the cold backlog (one FIFO, or round-robin over 500 buckets), its
+	// windows open a second apart or more and it needs 9 s or more; served
+	// by its backlog, its windows follow each other: allow three windows
+	// of slack for its pioneer and the start of pacing (its first want
+	// turns pacing on; the bursts before take a period to smooth out).
 	counts, starts := windowsOf(hot.Timeline, 500*time.Millisecond)
-	require.GreaterOrEqual(t, len(counts), 3, "hot windows: %v", counts)
-	for i, n := range counts[1 : len(counts)-1] {
-		assert.Equal(t, 5, n, "hot window %d of %v", i+1, counts)
+	span := hot.Timeline[len(hot.Timeline)-1].At - hot.Timeline[0].At
+	assert.Less(t, span, 6*time.Second, "hot channel took %s for 10 windows of work: windows %v starting %v", span, counts, starts)
+	late := 0
+	for i := 1; i < len(starts); i++ {
+		if starts[i]-(starts[i-1]+500*time.Millisecond) > 100*time.Millisecond {
+			late++
+		}
 	}
-	assert.LessOrEqual(t, hot.Windows, 11, "hot windows: %v", counts)
-	// And back to back while its backlog is long: each window opens as
-	// soon as the previous one ended, not after waiting behind the cold
-	// backlog. (The last one, with little left, may yield to cold
-	// channels that waited longer: that does not delay the load's end.)
-	for i := 2; i < len(starts)-1; i++ {
-		gap := starts[i] - (starts[i-1] + 500*time.Millisecond)
-		assert.Less(t, gap, 100*time.Millisecond, "hot window %d opened %s after the previous one ended (starts %v)", i, gap, starts)
-	}
+	assert.LessOrEqual(t, late, 2, "hot windows opened late: %d (windows %v starting %v)", late, counts, starts)
 }
 
 // windowsOf splits a bucket timeline into windows (a window opens at the

@@ -345,6 +345,9 @@ func (b *bucket) admit(g *gate, c *Call, now time.Time) (ok, global bool) {
 	if c.Route.GlobalExempt {
 		return true, false
 	}
+	if b.sys.global.Blocked(now) > 0 {
+		return false, false // a global 429's pause: even slots in hand wait
+	}
 	if b.grants > 0 {
 		b.grants--
 		return true, true
@@ -467,12 +470,11 @@ func (b *bucket) cancelGrants() {
 		return
 	}
 	now := b.sys.now()
+	n := b.grants
 	for ; b.grants > 0; b.grants-- {
 		b.sys.global.Cancel(now)
 	}
-	if b.sys.waiting.Load() > 0 {
-		b.sys.root.Send(b.sys.sup, &freedMsg{})
-	}
+	b.sys.root.Send(b.sys.sup, &freedMsg{cancelled: n})
 }
 
 // dispatch takes c's slot from its lane (and, for a first pioneer, one from
@@ -561,11 +563,12 @@ func (b *bucket) release(ctx actor.Context, c *Call, at time.Time, h ratelimit.H
 		c.global = false
 		if uncounted {
 			b.sys.global.Cancel(at)
+			ctx.Send(b.sys.sup, &freedMsg{cancelled: 1})
 		} else {
 			b.sys.global.Settle(b.sys.clock.CountedAt(c.sentAt, at, h))
-		}
-		if b.sys.waiting.Load() > 0 {
-			ctx.Send(b.sys.sup, &freedMsg{})
+			if b.sys.waiting.Load() > 0 {
+				ctx.Send(b.sys.sup, &freedMsg{})
+			}
 		}
 	}
 	return l

@@ -69,10 +69,12 @@ type grantMsg struct {
 	err   error
 }
 
-// freedMsg: bucket -> supervisor, sent only while buckets wait for
-// admission: a global slot was settled or given back, so the supervisor
-// recomputes when the next one frees.
-type freedMsg struct{}
+// freedMsg: bucket -> supervisor. Global slots were given back unused
+// (cancelled: a request never sent, a global 429, grants nothing could
+// use), or one was settled while buckets wait for admission: the supervisor
+// returns the cancelled ones to its pacer and recomputes when the next slot
+// frees.
+type freedMsg struct{ cancelled int }
 
 // globalHitMsg: worker -> supervisor. A global 429 paused the global
 // window until then (the worker blocked it already).

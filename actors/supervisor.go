@@ -98,7 +98,7 @@ func newSupervisor(sys *System) actor.Actor {
 		breaker: supervision.NewBreaker(sys.cfg.BanBackoff, ratelimit.MaxWait)}
 	if w, ok := sys.global.(interface{ Limit() (int, time.Duration) }); ok {
 		n, per := w.Limit()
-		s.pacer = pacer{burst: float64(n), every: per / time.Duration(n), tokens: float64(n)}
+		s.pacer = pacer{burst: float64(n), every: per / time.Duration(n), tokens: float64(n), period: per}
 	}
 	s.machine = fsm.NewSupervisor(func(e fsm.SupervisorEvent, from, to fsm.SupervisorState) {
 		sys.supState.Store(int64(to))
@@ -174,6 +174,7 @@ func (s *supervisor) receive(ctx actor.Context) {
 	case *wantMsg:
 		s.want(ctx, m)
 	case *freedMsg:
+		s.pacer.refund(m.cancelled)
 		s.admit(ctx)
 	case *probeDoneMsg:
 		s.probeDone(ctx, m)
@@ -309,6 +310,7 @@ func (s *supervisor) want(ctx actor.Context, m *wantMsg) {
 		return // stopped meanwhile, or closing: drainMsg fails its queue
 	}
 	ch.want, ch.global = m.want, m.global
+	s.pacer.long(s.sys.now(), m.path)
 	// The virtual deadline: when the bucket joined, less pathWeight times
 	// how long its queue still needs at its own pace. The bucket whose
 	// backlog is longest (a hot channel) goes first, so its bucket windows
@@ -444,12 +446,34 @@ func (s *supervisor) clearRing() {
 // channel then gets one bucket window per period); paced, the frees
 // spread out. Its burst lets a limiter idle for a period use the whole
 // window at once, so the long-run rate and the burst are the window's own.
-// The zero value (no Limit known) never waits.
+// It only paces while some waiting bucket has a backlog longer than the
+// window's period (and for two periods after): only such a bucket needs
+// slots in every period; otherwise smoothing would only add the lag
+// between its phase and the window's. The zero value (no Limit known) never
+// waits.
 type pacer struct {
 	burst  float64
 	every  time.Duration // one token per every
 	tokens float64
 	last   time.Time
+	period time.Duration
+	until  time.Time // pacing on before it
+}
+
+// long notes a waiting bucket's backlog at now: one longer than a period
+// turns pacing on.
+func (p *pacer) long(now time.Time, backlog time.Duration) {
+	if p.every > 0 && backlog > p.period {
+		p.until = later(p.until, now.Add(2*p.period))
+	}
+}
+
+// refund returns n tokens spent on slots that were cancelled unused: the
+// server counted nothing for them.
+func (p *pacer) refund(n int) {
+	if p.every > 0 && n > 0 {
+		p.tokens = min(p.burst, p.tokens+float64(n))
+	}
 }
 
 // take spends a token at now, or returns how long until one accrues.
@@ -461,6 +485,10 @@ func (p *pacer) take(now time.Time) time.Duration {
 		p.tokens = min(p.burst, p.tokens+float64(now.Sub(p.last))/float64(p.every))
 	}
 	p.last = later(p.last, now)
+	if !now.Before(p.until) {
+		p.tokens = max(0, p.tokens-1) // not pacing: still counted, never waits
+		return 0
+	}
 	if p.tokens < 1 {
 		return max(time.Microsecond, time.Duration((1-p.tokens)*float64(p.every)))
 	}

@@ -54,6 +54,9 @@ type GlobalLimiter interface {
 	Cancel(now time.Time)
 	// Block stops all reservations until until.
 	Block(until time.Time)
+	// Blocked reports how long from now the block lasts (0: none); slots
+	// reserved earlier are not used meanwhile.
+	Blocked(now time.Time) time.Duration
 	// Wait reports how long from now until Reserve would succeed.
 	Wait(now time.Time) time.Duration
 }

@@ -121,6 +121,15 @@ func (w *SlidingWindow) Cancel(time.Time) {
 	}
 }
 
+// Blocked returns how long from now the window stays blocked by Block (0:
+// not blocked). A slot reserved before the block must not be used during
+// it either.
+func (w *SlidingWindow) Blocked(now time.Time) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return max(0, w.blockedUntil.Sub(now))
+}
+
 // Block stops all reservations until until (a global 429's retry-after). An
 // earlier until than the current block does nothing.
 func (w *SlidingWindow) Block(until time.Time) {
