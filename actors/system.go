@@ -126,7 +126,7 @@ type System struct {
 	waiting atomic.Int32
 	// clock learns the server's clock from every answer (see
 	// ratelimit.ServerClock); safe for concurrent use.
-	clock ratelimit.ServerClock
+	clock    ratelimit.ServerClock
 	supState atomic.Int64 // the supervisor's fsm.SupervisorState
 	tel      *telemetry   // nil: no OpenTelemetry
 	badToken atomic.Bool  // a 401 to the configured token: later calls fail fast
