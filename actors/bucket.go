@@ -200,8 +200,11 @@ func (b *bucket) receive(ctx actor.Context, msg any) {
 		}
 	case *wakeMsg:
 		kind := timerWake
-		if m.retry {
+		switch {
+		case m.retry:
 			kind = timerRetry
+		case m.idle:
+			kind = timerIdle
 		}
 		if b.timers.current(kind, m.gen) {
 			b.pump(ctx)
@@ -818,7 +821,7 @@ func (b *bucket) maybeIdle(ctx actor.Context) {
 	}
 	if len(b.lanes) > 0 {
 		if wake > 0 {
-			b.timers.after(timerWake, wake, func(gen uint64) any { return &wakeMsg{gen: gen} })
+			b.timers.after(timerIdle, wake, func(gen uint64) any { return &wakeMsg{gen: gen, idle: true} })
 		}
 		return
 	}

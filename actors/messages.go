@@ -103,10 +103,11 @@ type idleMsg struct {
 type drainMsg struct{ err error }
 
 // wakeMsg: timer -> bucket. Stale generations are ignored; retry marks
-// the retry timer rather than the window timer.
+// the retry timer and idle the idle timer rather than the window timer.
 type wakeMsg struct {
 	gen   uint64
 	retry bool
+	idle  bool
 }
 
 // dialedMsg: dial goroutine -> supervisor.

@@ -18,6 +18,7 @@ const (
 	timerGlobal
 	timerRetry
 	timerWake
+	timerIdle
 	numTimers
 )
 
