@@ -682,7 +682,7 @@ func FuzzBucketSequence(f *testing.F) {
 			if b.uncredited < 0 || b.uncredited > b.inflight {
 				t.Fatalf("op %d: uncredited %d, inflight %d", op, b.uncredited, b.inflight)
 			}
-			if m := b.Margin(now); m < ReopenMargin || m > ReopenMargin+MaxLateMargin {
+			if m := b.Margin(now); m < b.baseMargin() || m > ReopenMargin+MaxLateMargin {
 				t.Fatalf("op %d: margin %v", op, m)
 			}
 			if d := b.ResetAt.Sub(now); d > MaxWait+MaxLateMargin+WindowTolerance+time.Minute {
