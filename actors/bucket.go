@@ -358,7 +358,7 @@ func (b *bucket) admit(g *gate, c *Call, now time.Time) (ok, global bool) {
 	if b.wanting || b.probe || b.sys.waiting.Load() > 0 {
 		return false, false // others wait for the global window: take our turn
 	}
-	if ok, _ := b.sys.global.Reserve(now); ok {
+	if b.sys.reserveFast(now) {
 		return true, true
 	}
 	return false, false

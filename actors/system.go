@@ -124,6 +124,9 @@ type System struct {
 	// supervisor stores them.
 	gate    atomic.Pointer[gate]
 	waiting atomic.Int32
+	// keeper and keep: the global window's fast path (reserveFast).
+	keeper keeper
+	keep   int
 	// clock learns the server's clock from every answer (see
 	// ratelimit.ServerClock); safe for concurrent use.
 	clock    ratelimit.ServerClock
@@ -163,6 +166,10 @@ func Start(cfg Config) (*System, error) {
 		actor.WithDeadLetterThrottleInterval(time.Millisecond),
 	)
 	s := &System{cfg: cfg, actors: as, root: as.Root, global: cfg.Global, store: cfg.Store, log: log, crashHook: cfg.crashHook}
+	if k, ok := cfg.Global.(keeper); ok {
+		n, _ := k.Limit()
+		s.keeper, s.keep = k, int(float64(n)*(1-fastShare))
+	}
 	tel, err := newTelemetry(cfg.TracerProvider, cfg.MeterProvider, s)
 	if err != nil {
 		as.Shutdown()
@@ -385,6 +392,30 @@ func (s *System) worker(f func()) {
 			return
 		}
 	}
+}
+
+// fastShare is the share of the global window a bucket actor may reserve
+// on its own, while nobody waits; the rest is handed out by the
+// supervisor's admission queue, longest backlog first, so the last slots
+// of a window go where they are most needed (a hot channel) rather than to
+// whoever asked first.
+const fastShare = 0.5
+
+// reserveFast reserves a global slot for a bucket actor on its own, if the
+// window has more than its share free. A GlobalLimiter that cannot tell is
+// reserved from freely.
+func (s *System) reserveFast(now time.Time) bool {
+	if s.keeper != nil {
+		return s.keeper.ReserveKeeping(now, s.keep)
+	}
+	ok, _ := s.global.Reserve(now)
+	return ok
+}
+
+// keeper is a GlobalLimiter that can keep slots free (ratelimit.SlidingWindow).
+type keeper interface {
+	ReserveKeeping(now time.Time, keep int) bool
+	Limit() (int, time.Duration)
 }
 
 // work sends one attempt of c on conn and reports to its bucket actor in

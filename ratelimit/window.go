@@ -90,6 +90,24 @@ func (w *SlidingWindow) Reserve(now time.Time) (ok bool, wait time.Duration) {
 	return true, 0
 }
 
+// ReserveKeeping is Reserve that succeeds only while keep slots stay free
+// after it: a caller may take the first slots of a window on its own and
+// leave the last ones to an arbiter that serves the most urgent callers
+// first.
+func (w *SlidingWindow) ReserveKeeping(now time.Time, keep int) (ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.init()
+	if w.wait(now) > 0 {
+		return false
+	}
+	if w.count+w.inflight+1+keep > w.n {
+		return false
+	}
+	w.inflight++
+	return true
+}
+
 // Settle records that a reserved request was answered at now (or counted
 // by the server at now, as [ServerClock.CountedAt] reckons it): its slot is
 // held until now plus the period. Without a reservation in flight it does

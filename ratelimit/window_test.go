@@ -203,3 +203,17 @@ func TestSlidingWindowConcurrent(t *testing.T) {
 	wg.Wait()
 	assert.Equal(t, 50, admitted)
 }
+
+func TestReserveKeepingLeavesSlotsFree(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	w := NewSlidingWindow(4, time.Second)
+	assert.True(t, w.ReserveKeeping(t0, 2))
+	assert.True(t, w.ReserveKeeping(t0, 2))
+	assert.False(t, w.ReserveKeeping(t0, 2), "two slots stay free for the arbiter")
+	ok, _ := w.Reserve(t0)
+	assert.True(t, ok, "plain Reserve still takes them")
+	w.Block(t0.Add(time.Second))
+	assert.False(t, w.ReserveKeeping(t0, 0), "blocked")
+	assert.Equal(t, time.Second, w.Blocked(t0))
+	assert.Zero(t, w.Blocked(t0.Add(2*time.Second)))
+}

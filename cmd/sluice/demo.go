@@ -301,7 +301,7 @@ func runDemo(ctx context.Context, cfg demoConfig) error {
 		drawLive(cfg.out, lim, t, len(jobs), lines)
 	}
 	elapsed := time.Since(t.started)
-	report(cfg.out, jobs, t, srv.Stats(), rules, reader, elapsed)
+	report(cfg.out, jobs, t, srv.Stats(), rules, faultsFor(cfg.scenario).ExternalGlobal, reader, elapsed)
 	if v := srv.Stats().Violations(); len(v) > 0 {
 		return fmt.Errorf("the simulator saw avoidable 429s: %s", strings.Join(v, "; "))
 	}
@@ -364,7 +364,7 @@ func trim(s string, n int) string {
 
 // report prints what happened: outcomes, rates against what the rules
 // allow, 429s by scope, retries and where the time went.
-func report(w io.Writer, jobs []job, t *tally, st sluicetest.Stats, rules sluicetest.RuleSet, reader *sdkmetric.ManualReader, elapsed time.Duration) {
+func report(w io.Writer, jobs []job, t *tally, st sluicetest.Stats, rules sluicetest.RuleSet, outages []sluicetest.GlobalOutage, reader *sdkmetric.ManualReader, elapsed time.Duration) {
 	fmt.Fprintf(w, "\nDone: %d requests in %s\n\n", len(jobs), elapsed.Round(10*time.Millisecond))
 	kinds := make([]string, 0, len(t.byKind))
 	for k := range t.byKind {
@@ -387,11 +387,11 @@ func report(w io.Writer, jobs []job, t *tally, st sluicetest.Stats, rules sluice
 			exempt++
 		}
 	}
-	ideal, why := idealDuration(len(jobs)-exempt, st, rules)
+	ideal, why := idealDuration(len(jobs)-exempt, st, rules, outages)
 	fmt.Fprintf(w, "\nIdeal for this load, from the rules: %s (%s); achieved %s (%.0f%% of the ideal time)\n",
 		ideal.Round(10*time.Millisecond), why, elapsed.Round(10*time.Millisecond), 100*elapsed.Seconds()/max(ideal.Seconds(), 0.001))
-	if st.InjectedGlobal > 0 {
-		fmt.Fprintln(w, "  (the ideal ignores the simulated external consumer, which held the global limit for 0.8 s)")
+	if len(outages) > 0 {
+		fmt.Fprintln(w, "  (the ideal counts the time the simulated external consumer held the global limit: no window opens then)")
 	}
 	fmt.Fprintf(w, "Global limit: %d per %s; at most %d were admitted in any %s window (sliding); %.1f requests/s overall\n",
 		rules.GlobalLimit, rules.GlobalWindow, st.MaxGlobalWindow, rules.GlobalWindow, float64(st.Requests)/elapsed.Seconds())
@@ -432,18 +432,30 @@ func report(w io.Writer, jobs []job, t *tally, st sluicetest.Stats, rules sluice
 // idealDuration is the least time the rules allow for the load: the
 // global limit's bound for the non-exempt requests, or the busiest
 // bucket's (its requests need ceil(n/limit) windows; the first starts at
-// once), whichever is longer. Sublimits count like buckets.
-func idealDuration(nonExempt int, st sluicetest.Stats, rules sluicetest.RuleSet) (time.Duration, string) {
-	windows := func(n, limit int) int { return (n + limit - 1) / limit }
-	best := time.Duration(max(0, windows(nonExempt, rules.GlobalLimit)-1)) * rules.GlobalWindow.D()
+// once), whichever is longer. Sublimits count like buckets. A window due
+// while an external consumer holds the global limit opens when it lets go.
+func idealDuration(nonExempt int, st sluicetest.Stats, rules sluicetest.RuleSet, outages []sluicetest.GlobalOutage) (time.Duration, string) {
+	chain := func(n, limit int, window time.Duration) time.Duration {
+		var t time.Duration
+		for k := 1; k < (n+limit-1)/limit; k++ {
+			t += window
+			for _, o := range outages {
+				if t >= o.After && t < o.After+o.For {
+					t = o.After + o.For
+				}
+			}
+		}
+		return t
+	}
+	best := chain(nonExempt, rules.GlobalLimit, rules.GlobalWindow.D())
 	why := fmt.Sprintf("the global limit, %d/s", rules.GlobalLimit)
 	for _, b := range st.Buckets {
-		if d := time.Duration(max(0, windows(b.Admitted, b.Limit)-1)) * b.Window.D(); d > best {
+		if d := chain(b.Admitted, b.Limit, b.Window.D()); d > best {
 			best, why = d, fmt.Sprintf("bucket %s %s: %d requests at %d per %s", strings.Join(b.Rules, "+"), b.Major, b.Admitted, b.Limit, b.Window.D())
 		}
 	}
 	for _, sl := range st.Sublimits {
-		if d := time.Duration(max(0, windows(sl.Admitted, sl.Limit)-1)) * sl.Window.D(); d > best {
+		if d := chain(sl.Admitted, sl.Limit, sl.Window.D()); d > best {
 			best, why = d, fmt.Sprintf("hidden sublimit %s: %d at %d per %s", sl.Name, sl.Admitted, sl.Limit, sl.Window.D())
 		}
 	}
