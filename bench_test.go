@@ -491,3 +491,51 @@ func benchWaitNoBuckets(b *testing.B, lim *sluice.Limiter) {
 		}
 	}
 }
+
+// benchClock is a clock a benchmark can move forward: real time plus a
+// skip.
+type benchClock struct{ skip atomic.Int64 }
+
+func (c *benchClock) now() time.Time { return time.Now().Add(time.Duration(c.skip.Load())) }
+
+// BenchmarkManyBucketsExpire touches 50,000 channels once each (50,000
+// buckets), waits until every bucket actor has stopped, then lets the
+// store's TTL pass (the limiter's clock jumps 11 minutes; the store expires
+// lazily, so one Sweep stands for the operations a running bot makes) and
+// reports the heap left above the limiter's baseline: MB-after-expiry. The
+// upstream's windows last 50 ms.
+func BenchmarkManyBucketsExpire(b *testing.B) {
+	n := 50_000
+	if benchRaceEnabled() {
+		n = 200
+	}
+	base, tlsConf := benchUpstream(b, 50*time.Millisecond)
+	paths := benchPaths(n + 1)
+	var sumIdle, sumExpired float64
+	for range b.N {
+		b.StopTimer()
+		clock := &benchClock{}
+		store := &ratelimit.MemoryStore{Clock: clock.now}
+		lim, err := sluice.New(sluice.Options{BaseURL: base, Token: testToken, TLSConfig: tlsConf,
+			GlobalLimit: benchGlobal, Store: store, Clock: clock.now})
+		if err != nil {
+			b.Fatal(err)
+		}
+		benchFill(b, lim, paths[:1])
+		benchWaitNoBuckets(b, lim)
+		_, alloc0 := benchHeap()
+		b.StartTimer()
+		benchFill(b, lim, paths[1:])
+		b.StopTimer()
+		benchWaitNoBuckets(b, lim)
+		_, alloc1 := benchHeap()
+		clock.skip.Store(int64(11 * time.Minute))
+		store.Sweep()
+		_, alloc2 := benchHeap()
+		sumIdle += (float64(alloc1) - float64(alloc0)) / 1e6
+		sumExpired += (float64(alloc2) - float64(alloc0)) / 1e6
+		benchClose(b, lim)
+	}
+	b.ReportMetric(sumIdle/float64(b.N), "MB-idle")
+	b.ReportMetric(sumExpired/float64(b.N), "MB-after-expiry")
+}
