@@ -260,6 +260,11 @@ func (b *bucket) find(key string) *lane {
 
 // laneFor returns the lane of route, creating it.
 func (b *bucket) laneFor(r routes.Route) *lane {
+	for _, l := range b.lanes {
+		if l.serves(r) {
+			return l
+		}
+	}
 	template := r.Method + " " + r.Template
 	hash, known := b.sys.store.Alias(template)
 	key := r.Key()
@@ -267,6 +272,7 @@ func (b *bucket) laneFor(r routes.Route) *lane {
 		key = routes.BucketKey(hash, r.Major)
 	}
 	if l := b.find(key); l != nil {
+		l.routes = append(l.routes, routeRef{r.Method, r.Template})
 		return l
 	}
 	l := newLane(b, key, template, key == r.Key(), !known, r)
@@ -666,6 +672,7 @@ func (b *bucket) learn(l *lane, c *Call, h ratelimit.Headers, status int) {
 	owner.running += l.running
 	owner.serial = owner.serial || l.serial
 	owner.window = max(owner.window, l.window)
+	owner.routes = append(owner.routes, l.routes...)
 	l.queue, l.retries, l.running = nil, nil, 0
 	l.mergedInto = owner
 	for i, x := range b.lanes {

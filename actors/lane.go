@@ -30,6 +30,10 @@ import (
 type lane struct {
 	key        string
 	template   string // "METHOD /template": the key route→hash aliases are learned by
+	// routes are the (method, template) pairs whose requests this lane has
+	// taken: a request of one of them finds its lane without building a
+	// key or asking the store.
+	routes []routeRef
 	routeKeyed bool   // keyed by its route: the hash is not known yet
 	// first is set while the lane's template has never been answered: its
 	// pioneer may land in any bucket of the major parameters, so it takes
@@ -57,9 +61,22 @@ type lane struct {
 	mergedInto *lane
 }
 
+// routeRef names a route family: method and template.
+type routeRef struct{ method, template string }
+
+func (l *lane) serves(r routes.Route) bool {
+	for _, x := range l.routes {
+		if x.method == r.Method && x.template == r.Template {
+			return true
+		}
+	}
+	return false
+}
+
 func newLane(b *bucket, key, template string, routeKeyed, first bool, route routes.Route) *lane {
 	l := &lane{key: key, template: template, routeKeyed: routeKeyed, first: first,
 		perToken: route.PerToken, serial: route.HiddenSublimit}
+	l.routes = []routeRef{{route.Method, route.Template}}
 	if st, ok := b.sys.store.Load(key); ok && !routeKeyed {
 		l.state = st
 	}
