@@ -22,10 +22,12 @@ const (
 	// fast the next request may travel.
 	ClockWarm = 16
 
-	// LeadRise is how fast the floor under Lead may rise, per second of
+	// LeadRise is how fast the floor under Lead may rise, per minute of
 	// samples: the smallest lead seen long ago keeps bounding Lead, so a
 	// request that travels as fast as one did minutes earlier (after a
-	// burst that slowed every recent one) is not counted early.
+	// burst that slowed every recent one) is not counted early. Clocks
+	// drift by microseconds per minute; a clock step that raised the lead
+	// only makes Lead conservative until the floor has risen to it.
 	LeadRise = time.Millisecond
 
 	// maxLead bounds a plausible lead: a sample further than this from
@@ -57,7 +59,7 @@ const (
 //
 // is the offset of the server's clock from ours plus the forward trip of this
 // request. Lead is the smallest phi of the last ClockSamples answers, or
-// less: the smallest phi ever seen, risen by LeadRise per second since, so a
+// less: the smallest phi ever seen, risen by LeadRise per minute since, so a
 // burst that slows every recent trip does not make the next fast one early. A
 // request sent at local time T is counted at server time T + phi_j with
 // phi_j >= Lead, up to the jitter below the smallest phi seen. So the
@@ -112,7 +114,7 @@ type ServerClock struct {
 	lead   time.Duration               // min(smallest of phis[:n], the floor)
 	spread time.Duration               // second smallest less the smallest (0 if n < 2)
 	anchor time.Time                   // sent time of the latest sample
-	// floor is the smallest lead ever seen, rising by LeadRise per second
+	// floor is the smallest lead ever seen, rising by LeadRise per minute
 	// since floorAt.
 	floor   time.Duration
 	floorAt time.Time
@@ -158,7 +160,7 @@ func (c *ServerClock) Observe(sent time.Time, h Headers) {
 // floorAt_ is the floor at local time t: the smallest lead seen, risen by
 // LeadRise per second since.
 func (c *ServerClock) floorAtTime(t time.Time) time.Duration {
-	return c.floor + time.Duration(float64(LeadRise)*t.Sub(c.floorAt).Seconds())
+	return c.floor + time.Duration(float64(LeadRise)*t.Sub(c.floorAt).Minutes())
 }
 
 // Lead returns the smallest lead over the kept samples: how far ahead of
