@@ -48,10 +48,10 @@
 // Windows are computed from the time an answer's headers arrived, and the
 // server clock the answers reveal (X-RateLimit-Reset minus Reset-After)
 // reopens a bucket when the server does, with a margin that grows if the
-// server reopens late; the global window holds each slot one period from
-// when the server counted the request. The proactive global window is a
-// sliding window: latency jitter cannot crowd more than the limit into any
-// window at the server.
+// server reopens late. The proactive global window is a sliding window
+// whose slots are held from reservation until one period after each
+// answer: latency jitter cannot crowd more than the limit into any window at
+// the server.
 //
 // Every 429 is classified once, by its shape: global (X-RateLimit-Global,
 // scope global or body global:true, even with no bucket headers) pauses

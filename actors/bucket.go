@@ -574,7 +574,7 @@ func (b *bucket) release(ctx actor.Context, c *Call, at time.Time, h ratelimit.H
 			b.sys.global.Cancel(at)
 			ctx.Send(b.sys.sup, &freedMsg{cancelled: 1})
 		} else {
-			b.sys.global.Settle(b.sys.clock.CountedAt(c.sentAt, at, h))
+			b.sys.global.Settle(at)
 			if b.sys.waiting.Load() > 0 {
 				ctx.Send(b.sys.sup, &freedMsg{})
 			}

@@ -72,9 +72,10 @@
 // answer's headers arrived. The worker's timestamp and the server clock
 // the answers reveal (ratelimit.ServerClock: X-RateLimit-Reset minus
 // Reset-After is the server's time when it counted the request) reopen a
-// bucket when the server does, within an adaptive margin, and release a
-// global slot one period after the server counted its request rather than
-// after its answer arrived. No actor sleeps: timers are messages with a
+// bucket when the server does, within an adaptive margin. The global window
+// holds a slot one period from the answer's arrival: releasing it from the
+// server's count time instead drew global 429s under scheduling noise
+// (docs/architecture.md). No actor sleeps: timers are messages with a
 // generation (timers.go), so a replaced timer is never acted on.
 //
 // # Invariants

@@ -28,13 +28,13 @@ import (
 //     remains before the reset, open otherwise, idle once the window is
 //     over with nothing to do.
 type lane struct {
-	key        string
-	template   string // "METHOD /template": the key route→hash aliases are learned by
+	key      string
+	template string // "METHOD /template": the key route→hash aliases are learned by
 	// routes are the (method, template) pairs whose requests this lane has
 	// taken: a request of one of them finds its lane without building a
 	// key or asking the store.
-	routes []routeRef
-	routeKeyed bool   // keyed by its route: the hash is not known yet
+	routes     []routeRef
+	routeKeyed bool // keyed by its route: the hash is not known yet
 	// first is set while the lane's template has never been answered: its
 	// pioneer may land in any bucket of the major parameters, so it takes
 	// a slot from each known one (holds) and goes alone.

@@ -207,27 +207,3 @@ func (c *ServerClock) Annotate(h *Headers) {
 		h.Reopen = t
 	}
 }
-
-// CountedAt returns a local instant standing for when the server counted
-// the request sent at sent and answered at recv with headers h, for the
-// global window's Settle (which then holds the request's slot for one period
-// from it): Local(Reset - ResetAfter) when h has both and Local answers, but
-// never later than recv, and recv otherwise; never earlier than sent.
-//
-// A request sent at T' >= CountedAt + period is counted at server time T' +
-// phi' >= Reset - ResetAfter + ResetPrecision + period (as phi' >= Lead),
-// which is after the server counted this one (Reset - ResetAfter reads at
-// most ResetPrecision early) plus a period: the two never fall in one
-// server-side period.
-func (c *ServerClock) CountedAt(sent, recv time.Time, h Headers) time.Time {
-	at := recv
-	if h.Has.Reset && h.Has.ResetAfter {
-		c.mu.Lock()
-		t, ok := c.local(h.Reset.Add(-h.ResetAfter))
-		c.mu.Unlock()
-		if ok && t.Before(at) {
-			at = t
-		}
-	}
-	return later(at, sent)
-}

@@ -40,7 +40,6 @@ func TestServerClockZeroValue(t *testing.T) {
 	h.Reset, h.Has.Reset = t0, true
 	c.Annotate(&h)
 	assert.True(t, h.Reopen.IsZero(), "nothing to go by")
-	assert.Equal(t, at(200), c.CountedAt(at(0), at(200), h), "the receive time")
 }
 
 func TestServerClockLeadIsTheMinimum(t *testing.T) {
@@ -180,30 +179,6 @@ func TestServerClockAnnotate(t *testing.T) {
 	assert.True(t, noReset.Reopen.IsZero())
 }
 
-func TestServerClockCountedAt(t *testing.T) {
-	var c ServerClock
-	warm(&c, ClockWarm, ms(180)) // forward trip 80 ms, server 100 ms ahead
-	sent := t0.Add(time.Minute)
-	h := serverHeaders(5, 4, sent.Add(ms(180)), sent.Add(ms(1180)))
-	recv := sent.Add(ms(200))
-	c.Observe(sent, h)
-	assert.Equal(t, sent.Add(ResetPrecision), c.CountedAt(sent, recv, h),
-		"Local(serverAt): the send time, as this request was one of the fastest")
-
-	// A slow forward trip: counted 150 ms after it was sent (by the fast
-	// requests' reckoning), answered right away.
-	slow := serverHeaders(5, 3, sent.Add(ms(330)), sent.Add(ms(1180)))
-	assert.Equal(t, sent.Add(ms(150)+ResetPrecision), c.CountedAt(sent, sent.Add(ms(160)), slow))
-
-	// Never later than recv, never before sent.
-	assert.Equal(t, sent.Add(ms(100)), c.CountedAt(sent, sent.Add(ms(100)), slow))
-	early := serverHeaders(5, 3, sent.Add(ms(100)), sent.Add(ms(1180)))
-	assert.Equal(t, sent, c.CountedAt(sent, recv, early))
-
-	// Without Reset: recv.
-	assert.Equal(t, recv, c.CountedAt(sent, recv, resp(5, 4, time.Second)))
-}
-
 func TestServerClockConcurrent(t *testing.T) {
 	var c ServerClock
 	var wg sync.WaitGroup
@@ -217,7 +192,7 @@ func TestServerClockConcurrent(t *testing.T) {
 				c.Observe(sent, h)
 				c.Annotate(&h)
 				c.Lead()
-				c.CountedAt(sent, sent.Add(ms(150)), h)
+				c.Local(h.Reset)
 			}
 		}()
 	}
