@@ -33,6 +33,7 @@ type supervisor struct {
 	// Invariant: at most one actor per key; the supervisor is the only
 	// sender of enqueueMsg.
 	children map[string]*child
+	peak     int // most children since children was last rebuilt (see forget)
 	// ring holds the children waiting for admission, each at most once
 	// (child.waiting), served in the order of their virtual deadline (see
 	// admit), so a hot bucket never waits behind a thousand cold ones'
@@ -229,8 +230,9 @@ func (s *supervisor) receive(ctx actor.Context) {
 		s.sys.buckets.Add(-1)
 		for key, ch := range s.children {
 			if ch.pid.Equal(m.Who) {
-				delete(s.children, key)
+				s.forget(key)
 				s.unring(ch)
+				break
 			}
 		}
 	case *snapshotMsg:
@@ -296,6 +298,7 @@ func (s *supervisor) submit(ctx actor.Context, c *Call) {
 		}
 		ch = &child{key: key, pid: pid}
 		s.children[key] = ch
+		s.peak = max(s.peak, len(s.children))
 		s.sys.buckets.Add(1)
 	}
 	ch.forwarded++
@@ -635,9 +638,23 @@ func (s *supervisor) idle(ctx actor.Context, m *idleMsg) {
 	if ch.forwarded != m.received {
 		return // an enqueue is on its way; the bucket will report again
 	}
-	delete(s.children, m.key)
+	s.forget(m.key)
 	s.unring(ch)
 	ctx.Poison(from)
+}
+
+// forget removes a child from the map, and rebuilds the map once it has
+// fallen to a quarter of its peak: Go maps never shrink, and a bot that
+// touched 50,000 channels once would keep their buckets for good.
+func (s *supervisor) forget(key string) {
+	delete(s.children, key)
+	if s.peak >= 1024 && len(s.children) < s.peak/4 {
+		m := make(map[string]*child, len(s.children))
+		for k, v := range s.children {
+			m[k] = v
+		}
+		s.children, s.peak = m, len(m)
+	}
 }
 
 func (s *supervisor) close(ctx actor.Context, err error) {
