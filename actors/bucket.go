@@ -693,7 +693,7 @@ func (b *bucket) limited(ctx actor.Context, l *lane, c *Call, v ratelimit.Verdic
 		c.Complete(nil, &RateLimitError{Scope: scope, RetryAfter: v.Wait, Attempts: c.attempts + 1, Bucket: c.Route.Redacted()})
 		return
 	case ratelimit.GlobalLimit:
-		// The worker paused the global window already (globalSent).
+		// The worker paused the global window already (System.work).
 	case ratelimit.SharedLimit, ratelimit.Sublimit:
 		l.serial = true // a limit no header shows: no more pipelining here
 		l.state.Pause(at.Add(v.Wait))

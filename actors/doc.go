@@ -57,14 +57,16 @@
 // A request needs its bucket's slot, the connection, no ban, and (unless
 // it is an interaction callback) a slot of the global window. The
 // supervisor publishes the connection and the ban hold (gate); a bucket
-// actor reserves global slots itself while nobody waits. When one cannot,
-// it sends want with the number of requests it has ready and stops asking;
-// the supervisor queues each waiting actor once (ring) and serves the queue
-// round-robin, one global slot per actor per turn, answering each with one
-// grant of reserved slots. While any actor waits, none reserves on its own,
-// so a hot channel waits its turn behind a round of cold ones, not behind
-// their backlog, and waiting for the global window never spends a bucket
-// window: the bucket slot is taken only when the global slot is in hand.
+// actor reserves global slots itself while nobody waits and at least half
+// the window is free. Otherwise it sends want with the number of requests
+// it has ready and its backlog, and stops asking; the supervisor queues
+// each waiting actor once (ring) and serves the earliest virtual deadline
+// first (join time less eight times the backlog), answering each with one
+// grant of reserved slots, paced while a long backlog waits. While any
+// actor waits, none reserves on its own, so a hot channel is served before
+// cold ones with little to send, and waiting for the global window never
+// spends a bucket window: the bucket slot is taken only when the global
+// slot is in hand.
 //
 // # Time
 //

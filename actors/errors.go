@@ -48,11 +48,8 @@ var (
 // there): package sluice converts it, field for field, before a caller
 // sees it. It matches ErrInvalidRequestBudget.
 type BudgetError struct {
-	// Count is the number of invalid answers in the window.
-	Count int
-	// Window is the budget's window (Discord's: 10 minutes).
-	Window time.Duration
-	// RetryAfter is when the oldest counted answer leaves the window.
+	Count      int
+	Window     time.Duration
 	RetryAfter time.Duration
 }
 
@@ -67,13 +64,8 @@ func (e *BudgetError) Unwrap() error { return ErrInvalidRequestBudget }
 // WaitError is the actors' form of sluice.WaitError (documented there). It
 // matches ErrWaitTooLong with errors.Is.
 type WaitError struct {
-	// Bucket is the bucket the request waited for (tokens redacted).
-	Bucket string
-	// Wait is the predicted wait.
-	Wait time.Duration
-	// Limit is the wait that was allowed (MaxWait or the time left before
-	// the context's deadline).
-	Limit time.Duration
+	Bucket      string
+	Wait, Limit time.Duration
 }
 
 func (e *WaitError) Error() string {
@@ -86,14 +78,10 @@ func (e *WaitError) Unwrap() error { return ErrWaitTooLong }
 // RateLimitError is the actors' form of sluice.RateLimitError (documented
 // there). It matches ErrRateLimited (or ErrBanned) with errors.Is.
 type RateLimitError struct {
-	// Scope is "user", "global", "shared", "sublimit" or "ban".
-	Scope string
-	// RetryAfter is the wait the API asked for.
+	Scope      string
 	RetryAfter time.Duration
-	// Attempts is the number of times the request was sent.
-	Attempts int
-	// Bucket is the bucket (tokens redacted).
-	Bucket string
+	Attempts   int
+	Bucket     string
 }
 
 func (e *RateLimitError) Error() string {

@@ -39,16 +39,14 @@ type resultMsg struct {
 	resp    *http.Response // body fully read and replaced by a buffer
 	headers ratelimit.Headers
 	verdict ratelimit.Verdict
-	// globalSent is set when the worker already paused the global window
-	// for a global 429 and told the supervisor.
-	globalSent bool
-	err        error
+	err     error
 }
 
 // wantMsg: bucket -> supervisor. The bucket has want requests ready to go
 // but admission is held: no connection, a global pause, a ban, the global
 // window full, or other buckets already waiting for it. The supervisor
-// queues the bucket (once) and answers with a grantMsg in round-robin order.
+// queues the bucket (once) and answers with a grantMsg, earliest virtual
+// deadline first (see supervisor.want).
 type wantMsg struct {
 	key    string // the bucket actor's key (its major parameters)
 	want   int    // requests ready to go
@@ -147,53 +145,21 @@ type bucketSnapshotMsg struct{ reply chan []BucketSnapshot }
 // sluice.BucketSnapshot, which document every field; package sluice
 // converts them (BucketSnapshot must stay identical to its public twin).
 type Snapshot struct {
-	// Time is when the supervisor answered.
-	Time time.Time
-	// State is the supervisor's state: disconnected, connecting,
-	// connected or global_limit.
-	State string
-	// Breaker is the ban breaker's state: closed, open or half_open.
-	Breaker string
-	// Pending is the number of requests ready to go but waiting for
-	// admission (the connection, the global limit or a ban), as the
-	// waiting buckets last reported.
-	Pending int
-	// Waiting is the number of bucket actors waiting for admission.
-	Waiting int
-	// Running is the number of requests on the wire.
-	Running int
-	// GlobalUsed is the number of global-limit slots held now (requests in
-	// flight and answered within the window).
-	GlobalUsed int
-	// Buckets are the live buckets, sorted by key.
-	Buckets []BucketSnapshot
+	Time                                  time.Time
+	State, Breaker                        string
+	Pending, Waiting, Running, GlobalUsed int
+	Buckets                               []BucketSnapshot
 }
 
-// BucketSnapshot is one bucket's state.
 type BucketSnapshot struct {
-	// Key is the bucket's key (no token: tokens are hashed): the route
-	// while its hash is unknown, then hash and major parameters.
-	Key string
-	// State is the bucket machine's state: initial, open, exhausted,
-	// limited or idle.
-	State string
-	// Known reports whether a response revealed the limit.
-	Known bool
-	// Limit and Remaining are the bucket's count in its current window.
+	Key              string
+	State            string
+	Known            bool
 	Limit, Remaining int
-	// ResetIn is the time left in the current window (0 when over).
-	ResetIn time.Duration
-	// PausedFor is the time left of a 429's pause (0 when none).
-	PausedFor time.Duration
-	// Margin is the reopening margin added to the resets the bucket
-	// predicts (raised when the server reopened a window late).
-	Margin time.Duration
-	// Queued requests wait for the bucket; Retrying ones wait for a
-	// backoff after a 5xx or a lost connection.
+	ResetIn          time.Duration
+	PausedFor        time.Duration
+	Margin           time.Duration
 	Queued, Retrying int
-	// Running requests are on the wire, unanswered.
-	Running int
-	// Serial is set when the bucket sends one request at a time (hidden
-	// sublimits).
-	Serial bool
+	Running          int
+	Serial           bool
 }

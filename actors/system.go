@@ -460,7 +460,6 @@ func (s *System) work(conn *transport.Conn, c *Call, bucket *actor.PID) {
 		until := at.Add(m.verdict.Wait)
 		s.global.Block(until)
 		s.root.Send(s.sup, &globalHitMsg{until: until})
-		m.globalSent = true
 	}
 	resp.Body = io.NopCloser(bytes.NewReader(body))
 	resp.ContentLength = int64(len(body))

@@ -14,34 +14,18 @@ import (
 // TraceEvent is the actors' form of sluice.TraceEvent, which documents
 // every field; package sluice converts it (the two must stay identical).
 type TraceEvent struct {
-	// Time is when the event happened (the limiter's clock).
-	Time time.Time
-	// Kind is "receive", "send" or "transition".
-	Kind string
-	// Actor is "supervisor" or "bucket"; ActorID the actor's process id.
-	Actor, ActorID string
-	// Bucket is the bucket actor's key (route key, or hash and major
-	// parameters once known); empty for the supervisor.
-	Bucket string
-	// Message is the message type ("submit", "enqueue", "dispatch",
-	// "headers", "result", …) for receive and send events.
-	Message string
-	// To is the receiving actor's id, for send events.
-	To string
-	// Event is the state machine event, for transitions ("dial",
-	// "discovered", …).
-	Event string
-	// From and To states: the actor's state before and after a received
-	// message, or the transition's source and destination.
+	Time                    time.Time
+	Kind                    string
+	Actor, ActorID          string
+	Bucket                  string
+	Message                 string
+	To                      string
+	Event                   string
 	StateBefore, StateAfter string
-	// RequestID identifies the request the message is about (0: none).
-	RequestID uint64
-	// Route is the request's route with tokens redacted, when there is one.
-	Route string
-	// Status is the HTTP status carried by headers and result messages.
-	Status int
-	// Took is how long the actor spent handling a received message.
-	Took time.Duration
+	RequestID               uint64
+	Route                   string
+	Status                  int
+	Took                    time.Duration
 }
 
 // tracer is implemented by the actors so the middleware can read the state
