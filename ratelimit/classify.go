@@ -45,8 +45,11 @@ const (
 	// channel rename limit. Pause the bucket for Wait.
 	Sublimit
 	// CloudflareBan is a 429 that does not come from Discord's rate limiter:
-	// no X-RateLimit-* header and no JSON retry_after, or a body that is not
-	// JSON. Stop sending from this IP for Wait; never retry at once.
+	// it carries no X-RateLimit-* header and its body is not JSON with a
+	// usable retry_after (Cloudflare's ban page is HTML without either).
+	// A 429 with any X-RateLimit-* header is never a CloudflareBan,
+	// whatever its body. Stop sending from this IP for Wait; never retry at
+	// once.
 	CloudflareBan
 )
 
@@ -104,22 +107,26 @@ type Verdict struct {
 // its first few kilobytes; a truncated body reads as non-JSON, so callers
 // should read a whole 429 body up to a sane limit such as 64 KiB).
 //
-// The rules, in order:
+// A 429 is Discord's when it carries any X-RateLimit-* header (Limit,
+// Remaining, Reset, Reset-After, Bucket, Scope, Global, valid or not), or,
+// without one, when its body is JSON with a usable "retry_after". Its body
+// matters only if it is JSON: plain text, HTML, an empty or a truncated body
+// is read as no body, and the headers decide. The rules, in order:
 //
 //  1. A status other than 429 is OK.
 //  2. CloudflareBan when the response carries no X-RateLimit-* header and
-//     the body has no usable "retry_after", or when the body is not empty
-//     and not JSON. Wait is Retry-After if present, else DefaultBanWait.
+//     the body is not JSON with a usable "retry_after". Wait is Retry-After
+//     if present, else DefaultBanWait.
 //  3. GlobalLimit when X-RateLimit-Global is true, the scope is global, or
-//     the body says "global": true, with or without bucket headers.
+//     a JSON body says "global": true, with or without bucket headers.
 //  4. SharedLimit when the scope is shared.
 //  5. Sublimit when the scope is user or absent and X-RateLimit-Remaining is
 //     above 0. Wait is the later of the retry wait (below) and
 //     X-RateLimit-Reset-After.
 //  6. Otherwise UserLimit.
 //
-// For rules 3 to 6 the retry wait is the body's retry_after (float seconds)
-// if usable, else Retry-After, else X-RateLimit-Reset-After, else
+// For rules 3 to 6 the retry wait is a JSON body's retry_after (float
+// seconds) if usable, else Retry-After, else X-RateLimit-Reset-After, else
 // DefaultRetryWait. Every wait is capped at MaxWait.
 func Classify(status int, h Headers, body []byte) Verdict {
 	if status != http.StatusTooManyRequests {
@@ -128,7 +135,7 @@ func Classify(status int, h Headers, body []byte) Verdict {
 	b := parseBody(body)
 	v := Verdict{Code: b.code}
 
-	if b.notJSON || !h.Has.RateLimit && !b.hasRetryAfter {
+	if !hasRateLimitHeader(h) && !b.hasRetryAfter {
 		v.Kind = CloudflareBan
 		v.Wait = DefaultBanWait
 		if h.Has.RetryAfter {
@@ -165,6 +172,14 @@ func Classify(status int, h Headers, body []byte) Verdict {
 	return v
 }
 
+// hasRateLimitHeader reports whether h comes from a response with at least
+// one X-RateLimit-* header: the mark of Discord's limiter, which a
+// Cloudflare ban page never carries.
+func hasRateLimitHeader(h Headers) bool {
+	p := h.Has
+	return p.RateLimit || p.Limit || p.Remaining || p.Reset || p.ResetAfter || p.Bucket || p.Global || p.Scope
+}
+
 // CountsAsInvalid reports whether a response counts against Discord's
 // invalid-request limit (10,000 per 10 minutes per IP): every 401 and 403,
 // and every 429 except those of scope shared.
@@ -178,9 +193,9 @@ func CountsAsInvalid(status int, v Verdict) bool {
 	return false
 }
 
-// body is what Classify reads from a 429 body.
+// body is what Classify reads from a 429 body. A body that is not a JSON
+// object (plain text, HTML, truncated JSON) reads as the zero value.
 type body struct {
-	notJSON       bool // non-empty and not valid JSON
 	hasRetryAfter bool
 	retryAfter    time.Duration
 	global        bool
@@ -194,7 +209,6 @@ func parseBody(raw []byte) body {
 		return out
 	}
 	if !json.Valid(raw) {
-		out.notJSON = true
 		return out
 	}
 	var fields struct {

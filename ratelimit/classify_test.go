@@ -106,12 +106,125 @@ func TestClassify(t *testing.T) {
 			invalid: true,
 		},
 		{
-			name:   "non-JSON body even with headers",
+			name:    "Cloudflare: truncated JSON with retry_after and no headers",
+			status:  429,
+			body:    `{"message": "You are being rate limited.", "retry_after": 2.5, "glo`,
+			want:    Verdict{Kind: CloudflareBan, Wait: DefaultBanWait},
+			invalid: true,
+		},
+		{
+			name:    "Cloudflare: Retry-After alone is not a rate-limit header",
+			status:  429,
+			headers: hdr("Retry-After", "30"),
+			want:    Verdict{Kind: CloudflareBan, Wait: 30 * time.Second},
+			invalid: true,
+		},
+		{
+			name:   "HTML body with headers is Discord's, by its headers",
 			status: 429,
-			headers: hdr("X-RateLimit-Limit", "5", "X-RateLimit-Remaining", "0",
+			headers: hdr("Content-Type", "text/html", "X-RateLimit-Limit", "5", "X-RateLimit-Remaining", "0",
 				"X-RateLimit-Reset-After", "1"),
 			body:    "<html>Too Many Requests</html>",
-			want:    Verdict{Kind: CloudflareBan, Wait: DefaultBanWait},
+			want:    Verdict{Kind: UserLimit, Wait: time.Second},
+			invalid: true,
+		},
+		{
+			name:   "plain-text body with user scope",
+			status: 429,
+			headers: hdr("Content-Type", "text/plain", "X-RateLimit-Limit", "5", "X-RateLimit-Remaining", "0",
+				"X-RateLimit-Reset-After", "1.25", "X-RateLimit-Bucket", "abcd1234", "X-RateLimit-Scope", "user"),
+			body:    "You are being rate limited.",
+			want:    Verdict{Kind: UserLimit, Wait: 1250 * time.Millisecond},
+			invalid: true,
+		},
+		{
+			name:   "plain-text body: Retry-After before Reset-After",
+			status: 429,
+			headers: hdr("X-RateLimit-Limit", "5", "X-RateLimit-Remaining", "0",
+				"X-RateLimit-Reset-After", "1.25", "Retry-After", "2"),
+			body:    "429 Too Many Requests",
+			want:    Verdict{Kind: UserLimit, Wait: 2 * time.Second},
+			invalid: true,
+		},
+		{
+			name:    "plain-text body with X-RateLimit-Global",
+			status:  429,
+			headers: hdr("X-RateLimit-Global", "true", "Retry-After", "4"),
+			body:    "You are being rate limited.",
+			want:    Verdict{Kind: GlobalLimit, Wait: 4 * time.Second},
+			invalid: true,
+		},
+		{
+			name:    "plain-text body with global scope and no wait",
+			status:  429,
+			headers: hdr("X-RateLimit-Scope", "global"),
+			body:    "You are being rate limited.",
+			want:    Verdict{Kind: GlobalLimit, Wait: DefaultRetryWait},
+			invalid: true,
+		},
+		{
+			name:   "plain-text body with shared scope",
+			status: 429,
+			headers: hdr("X-RateLimit-Limit", "10", "X-RateLimit-Remaining", "9",
+				"X-RateLimit-Reset-After", "64.57", "X-RateLimit-Scope", "shared", "Retry-After", "1337"),
+			body:    "You are being rate limited.",
+			want:    Verdict{Kind: SharedLimit, Wait: 1337 * time.Second},
+			invalid: false,
+		},
+		{
+			name:   "plain-text body with remaining: sublimit",
+			status: 429,
+			headers: hdr("X-RateLimit-Limit", "5", "X-RateLimit-Remaining", "3",
+				"X-RateLimit-Reset-After", "4.5", "X-RateLimit-Scope", "user", "Retry-After", "2"),
+			body:    "slow down",
+			want:    Verdict{Kind: Sublimit, Wait: 4500 * time.Millisecond},
+			invalid: true,
+		},
+		{
+			name:   "empty body with unscoped headers",
+			status: 429,
+			headers: hdr("X-RateLimit-Limit", "5", "X-RateLimit-Remaining", "0",
+				"X-RateLimit-Reset-After", "0.75", "X-RateLimit-Bucket", "abcd1234"),
+			want:    Verdict{Kind: UserLimit, Wait: 750 * time.Millisecond},
+			invalid: true,
+		},
+		{
+			name:    "empty body with shared scope",
+			status:  429,
+			headers: hdr("X-RateLimit-Scope", "shared", "Retry-After", "20"),
+			want:    Verdict{Kind: SharedLimit, Wait: 20 * time.Second},
+			invalid: false,
+		},
+		{
+			name:    "a bucket header alone makes it Discord's",
+			status:  429,
+			headers: hdr("X-RateLimit-Bucket", "abcd1234"),
+			body:    "error",
+			want:    Verdict{Kind: UserLimit, Wait: DefaultRetryWait},
+			invalid: true,
+		},
+		{
+			name:    "a reset header alone makes it Discord's",
+			status:  429,
+			headers: hdr("X-RateLimit-Reset", "1470173023.123", "Retry-After", "3"),
+			body:    "<html></html>",
+			want:    Verdict{Kind: UserLimit, Wait: 3 * time.Second},
+			invalid: true,
+		},
+		{
+			name:   "truncated JSON with headers: the headers decide",
+			status: 429,
+			headers: hdr("X-RateLimit-Limit", "5", "X-RateLimit-Remaining", "0",
+				"X-RateLimit-Reset-After", "2.5", "X-RateLimit-Scope", "user"),
+			body:    `{"message": "You are being rate limited.", "retry_after": 64.57, "glo`,
+			want:    Verdict{Kind: UserLimit, Wait: 2500 * time.Millisecond},
+			invalid: true,
+		},
+		{
+			name:    "JSON retry_after and global without headers is a global limit",
+			status:  429,
+			body:    `{"message": "You are being rate limited.", "retry_after": 1.5, "global": true}`,
+			want:    Verdict{Kind: GlobalLimit, Wait: 1500 * time.Millisecond},
 			invalid: true,
 		},
 		{
@@ -205,6 +318,18 @@ func TestClassify(t *testing.T) {
 			assert.Equal(t, tt.invalid, CountsAsInvalid(tt.status, got))
 		})
 	}
+}
+
+func TestClassifyMalformedRateLimitHeaderIsDiscords(t *testing.T) {
+	// A rate-limit header Discord sent wrong still marks Discord's limiter:
+	// Cloudflare's ban page carries none.
+	h, err := ParseHeaders(hdr("X-RateLimit-Scope", "route", "X-RateLimit-Remaining", "x"), t0)
+	require.ErrorIs(t, err, ErrMalformedHeader)
+	assert.Equal(t, Verdict{Kind: UserLimit, Wait: DefaultRetryWait}, Classify(429, h, []byte("rate limited")))
+
+	// Headers built by hand, without Has.RateLimit, count as well.
+	h = Headers{Scope: ScopeShared, Has: Present{Scope: true}}
+	assert.Equal(t, Verdict{Kind: SharedLimit, Wait: DefaultRetryWait}, Classify(429, h, []byte("<html>")))
 }
 
 func TestCountsAsInvalid(t *testing.T) {

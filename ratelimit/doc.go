@@ -78,8 +78,10 @@
 //     ignored as if absent. A header with no usable rate-limit information
 //     leaves a known bucket as it was and keeps an unknown one to one
 //     request at a time.
-//   - A 429 without X-RateLimit-* headers or a JSON retry_after, or with a
-//     body that is not JSON, is a CloudflareBan, never retried at once.
+//   - A 429 with neither an X-RateLimit-* header nor a JSON retry_after is a
+//     CloudflareBan, never retried at once. A 429 with such a header is
+//     Discord's, classified by its headers whatever its body (plain text,
+//     HTML, empty, truncated).
 //   - If the caller loses a request (neither Observe nor Refund), the bucket
 //     stops waiting for it after PioneerTimeout, a pioneer and a probe alike.
 //   - An implausible X-RateLimit-Reset (further than an hour from the local
