@@ -28,6 +28,13 @@
 //     (webhooks), and interaction callbacks exempt.
 //   - Hidden sublimits (channel renames: 2 per 10 minutes) answered with a
 //     shared-scope 429 while the headers still show calls remaining.
+//   - Limits that change from one window to the next (Rule.LimitCycle),
+//     reported in each window's headers.
+//   - Message creation (Rule.CreatesMessage) with Discord's nonce
+//     deduplication: "nonce" plus "enforce_nonce": true returns the message
+//     the same author created in that channel within NonceWindow instead of
+//     a new one. Stats counts messages created, deduplicated and created
+//     twice (AssertNoDuplicateMessages).
 //   - The invalid-request limit: more than 10,000 401, 403 and non-shared
 //     429 answers in 10 minutes ban the IP, which then gets Cloudflare's
 //     HTML 429 without rate-limit headers.

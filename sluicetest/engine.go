@@ -100,6 +100,7 @@ type Engine struct {
 	bans      map[string]time.Time   // IP -> banned until
 	outages   []outage               // external consumer windows
 	seen      map[[32]byte]bool      // request hashes, with TrackDuplicates
+	messages  messageLog             // messages of the last NonceWindow
 	stats     counters
 	timeline  int
 	lateReset time.Duration
@@ -111,7 +112,11 @@ type bucketState struct {
 	// window an on-time Discord would have opened at its announced reset:
 	// a late 429 it would have admitted is excused (Stats.LateResetExcused).
 	onTime fixedWindow
-	stats  BucketStats
+	// onTimeWindows counts the windows onTime opened since win last
+	// opened: with a LimitCycle, the on-time window i takes the limit of
+	// window stats.Windows+i.
+	onTimeWindows int
+	stats         BucketStats
 }
 
 type sublimitState struct {
@@ -145,6 +150,10 @@ type counters struct {
 	lateReset      int
 	lateExcused    int
 	lastBanExpires time.Time
+
+	messagesCreated      int
+	messagesDeduplicated int
+	duplicateMessages    int
 }
 
 // NewEngine returns an engine whose clock starts at start (Stats report
@@ -176,6 +185,7 @@ func NewEngine(start time.Time, cfg Config) (*Engine, error) {
 		bans:      map[string]time.Time{},
 		timeline:  cfg.TimelineLimit,
 		lateReset: max(cfg.LateReset, 0),
+		messages:  newMessageLog(),
 	}
 	if e.timeline == 0 {
 		e.timeline = 10000
@@ -251,6 +261,7 @@ func parseAuthorization(v string) (token string, ok bool) {
 func (e *Engine) Handle(now time.Time, req Request) Decision {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.messages.expire(now)
 	d := e.decide(now, req)
 	if e.seen != nil {
 		h := sha256.New()
@@ -343,7 +354,7 @@ func (e *Engine) decide(now time.Time, req Request) Decision {
 			onTime: fixedWindow{limit: rule.Limit, length: rule.Window.D()},
 			stats: BucketStats{
 				Key: key, Hash: rule.Bucket, Major: major, Identity: who,
-				Limit: rule.Limit, Window: rule.Window,
+				Limit: rule.Limit, LimitCycle: rule.LimitCycle, Window: rule.Window,
 			},
 		}
 		e.buckets[key] = b
@@ -351,14 +362,25 @@ func (e *Engine) decide(now time.Time, req Request) Decision {
 	b.stats.addRule(rule.Name)
 	b.win.late = e.lateReset
 	if b.win.roll(now) {
-		b.onTime.open, b.onTime.count = false, 0
+		b.onTime.open, b.onTime.count, b.onTimeWindows = false, 0, 0
 	}
 	// In the late interval the client was told the window had reset; what
-	// would an on-time Discord have done with this request?
+	// would an on-time Discord have done with this request? Its window
+	// would be the bucket's next one, with the next limit of a LimitCycle.
 	late, onTimeAdmits := b.win.inLate(now), false
 	if late {
 		b.onTime.roll(now)
-		onTimeAdmits, _ = b.onTime.take(now)
+		if !b.onTime.open {
+			b.onTime.limit = rule.windowLimit(b.stats.Windows + b.onTimeWindows)
+		}
+		var onTimeOpened bool
+		onTimeAdmits, onTimeOpened = b.onTime.take(now)
+		if onTimeOpened {
+			b.onTimeWindows++
+		}
+	}
+	if !b.win.open {
+		b.win.limit = rule.windowLimit(b.stats.Windows) // each window its own limit
 	}
 	admitted, opened := b.win.take(now)
 	if opened {
@@ -386,6 +408,9 @@ func (e *Engine) decide(now time.Time, req Request) Decision {
 	if b.win.count > b.stats.MaxAdmitted {
 		b.stats.MaxAdmitted = b.win.count
 	}
+	if over := b.win.count - b.win.limit; over > b.stats.MaxOverLimit {
+		b.stats.MaxOverLimit = over
+	}
 	if b.win.count > e.stats.maxBucket {
 		e.stats.maxBucket = b.win.count
 	}
@@ -407,7 +432,9 @@ func (e *Engine) decide(now time.Time, req Request) Decision {
 	}
 
 	d := Decision{Status: rule.Status, Header: h, Late: late}
-	if rule.Status != http.StatusNoContent {
+	if rule.CreatesMessage {
+		d = e.createMessage(now, rule, params, who, major, req.Body, d)
+	} else if rule.Status != http.StatusNoContent {
 		d.Header.Set("Content-Type", "application/json")
 		d.Body = e.successBody(now, rule, params, req.Body)
 	}
@@ -563,25 +590,28 @@ func (e *Engine) Stats() Stats {
 	defer e.mu.Unlock()
 	c := e.stats
 	s := Stats{
-		Requests:         c.requests,
-		ByStatus:         map[int]int{},
-		RateLimited:      map[string]int{},
-		Duplicates:       map[string]int{},
-		InjectedGlobal:   c.injected,
-		Banned:           c.banned,
-		Bans:             c.bans,
-		Invalid:          c.invalid,
-		ServerErrors:     c.serverErrors,
-		Dropped:          c.dropped,
-		GoAways:          c.goAways,
-		MaxBucketWindow:  c.maxBucket,
-		MaxGlobalWindow:  c.maxGlobal,
-		LateReset429s:    c.lateReset,
-		LateResetExcused: c.lateExcused,
-		GlobalLimit:      e.rules.GlobalLimit,
-		GlobalWindow:     e.rules.GlobalWindow,
-		InvalidLimit:     e.rules.InvalidLimit,
-		InvalidWindowLen: e.rules.InvalidWindow,
+		Requests:             c.requests,
+		ByStatus:             map[int]int{},
+		RateLimited:          map[string]int{},
+		Duplicates:           map[string]int{},
+		InjectedGlobal:       c.injected,
+		Banned:               c.banned,
+		Bans:                 c.bans,
+		Invalid:              c.invalid,
+		ServerErrors:         c.serverErrors,
+		Dropped:              c.dropped,
+		GoAways:              c.goAways,
+		MaxBucketWindow:      c.maxBucket,
+		MaxGlobalWindow:      c.maxGlobal,
+		LateReset429s:        c.lateReset,
+		LateResetExcused:     c.lateExcused,
+		MessagesCreated:      c.messagesCreated,
+		MessagesDeduplicated: c.messagesDeduplicated,
+		DuplicateMessages:    c.duplicateMessages,
+		GlobalLimit:          e.rules.GlobalLimit,
+		GlobalWindow:         e.rules.GlobalWindow,
+		InvalidLimit:         e.rules.InvalidLimit,
+		InvalidWindowLen:     e.rules.InvalidWindow,
 	}
 	for k, v := range c.byStatus {
 		s.ByStatus[k] = v
@@ -595,6 +625,9 @@ func (e *Engine) Stats() Stats {
 	for _, b := range e.buckets {
 		bs := b.stats
 		bs.Rules = append([]string(nil), bs.Rules...)
+		if bs.LimitCycle != nil {
+			bs.LimitCycle = append([]int(nil), bs.LimitCycle...)
+		}
 		bs.Timeline = append([]Event(nil), bs.Timeline...)
 		s.Buckets = append(s.Buckets, bs)
 	}
@@ -610,9 +643,9 @@ func (e *Engine) Stats() Stats {
 	return s
 }
 
-// Reset forgets every bucket, window, ban and count, as if the engine had
-// just been created at now. The rules, scheduled outages and LateReset
-// stay.
+// Reset forgets every bucket, window, ban, count and remembered message
+// (nonce deduplication starts afresh), as if the engine had just been
+// created at now. The rules, scheduled outages and LateReset stay.
 func (e *Engine) Reset(now time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -622,6 +655,7 @@ func (e *Engine) Reset(now time.Time) {
 	e.globals = map[string]*globalState{}
 	e.invalid = map[string]*slidingLog{}
 	e.bans = map[string]time.Time{}
+	e.messages = newMessageLog()
 	if e.seen != nil {
 		e.seen = map[[32]byte]bool{}
 	}

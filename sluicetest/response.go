@@ -1,6 +1,7 @@
 package sluicetest
 
 import (
+	"bytes"
 	"encoding/json"
 	"math"
 	"net/http"
@@ -134,7 +135,9 @@ func (e *Engine) snowflake(now time.Time) string {
 
 // successBody is a plausible JSON object for a successful request: an id,
 // the path parameters (tokens left out) and the request's own top-level
-// JSON fields echoed back, with a few route-specific shapes.
+// JSON fields echoed back, with a few route-specific shapes. For a rule
+// with CreatesMessage it is a message object: a fresh snowflake id,
+// channel_id, content, the nonce when given, a timestamp and type 0.
 func (e *Engine) successBody(now time.Time, rule *compiledRule, params map[string]string, reqBody []byte) []byte {
 	var obj map[string]any
 	switch rule.Name {
@@ -149,9 +152,10 @@ func (e *Engine) successBody(now time.Time, rule *compiledRule, params map[strin
 		obj = map[string]any{"id": e.snowflake(now), "username": "sluice-simulator", "bot": true}
 	default:
 		obj = map[string]any{}
-		_ = json.Unmarshal(reqBody, &obj) // a body that is not an object is not echoed
-		if obj == nil {
-			obj = map[string]any{}
+		dec := json.NewDecoder(bytes.NewReader(reqBody))
+		dec.UseNumber() // integers (a nonce) are echoed digit for digit
+		if dec.Decode(&obj) != nil || obj == nil {
+			obj = map[string]any{} // a body that is not an object is not echoed
 		}
 		for k, v := range params {
 			if !strings.HasSuffix(k, "_token") {
@@ -163,8 +167,23 @@ func (e *Engine) successBody(now time.Time, rule *compiledRule, params map[strin
 		} else {
 			obj["id"] = params["message_id"]
 		}
-		if strings.HasSuffix(rule.Name, "_message") || rule.Name == "execute_webhook" {
+		if strings.HasSuffix(rule.Name, "_message") || rule.Name == "execute_webhook" || rule.CreatesMessage {
 			obj["timestamp"] = now.UTC().Format(time.RFC3339Nano)
+		}
+		if rule.CreatesMessage {
+			// A message object: enforce_nonce is a request flag, not a
+			// message field; the nonce, if any, is echoed. A webhook's
+			// route names no channel: the webhook id stands for it.
+			delete(obj, "enforce_nonce")
+			if _, ok := obj["channel_id"]; !ok {
+				if id, ok := params["webhook_id"]; ok {
+					obj["channel_id"] = id
+				}
+			}
+			if _, ok := obj["content"]; !ok {
+				obj["content"] = ""
+			}
+			obj["type"] = 0
 		}
 	}
 	if rule.Name == "get_messages" {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -15,8 +16,9 @@ import (
 )
 
 // ErrInvalidRules is returned (wrapped, with the offending rule named) when a
-// RuleSet fails validation: a missing route, a limit below 1, a zero window,
-// a template that does not parse, or two rules for the same method and route.
+// RuleSet fails validation: a missing route, a limit (or limit_cycle entry)
+// below 1, a zero window, a template that does not parse, or two rules for
+// the same method and route.
 var ErrInvalidRules = errors.New("sluicetest: invalid rules")
 
 // Auth says whether a route needs an Authorization header.
@@ -36,8 +38,8 @@ const (
 //
 // Several rules may name the same Bucket hash: their requests then share one
 // counter per combination of major parameters, exactly as routes that
-// Discord reports with the same X-RateLimit-Bucket do. The Limit and Window
-// of rules sharing a hash must agree.
+// Discord reports with the same X-RateLimit-Bucket do. The Limit, Window
+// and LimitCycle of rules sharing a hash must agree.
 type Rule struct {
 	// Name identifies the rule in stats and errors, e.g. "create_message".
 	Name string `json:"name" yaml:"name"`
@@ -49,8 +51,17 @@ type Rule struct {
 	Route string `json:"route" yaml:"route"`
 	// Bucket is the hash sent in X-RateLimit-Bucket.
 	Bucket string `json:"bucket" yaml:"bucket"`
-	// Limit is the number of requests a bucket admits per window.
+	// Limit is the number of requests a bucket admits per window. With a
+	// LimitCycle it may be 0 and then defaults to LimitCycle[0]; if set, it
+	// must equal LimitCycle[0].
 	Limit int `json:"limit" yaml:"limit"`
+	// LimitCycle, when set, makes the limit change from one window to the
+	// next: each real bucket's first window admits LimitCycle[0] requests,
+	// its second LimitCycle[1], and so on, wrapping around at the end.
+	// X-RateLimit-Limit and -Remaining report the open window's limit, and
+	// the accounting judges each window against its own limit. Every entry
+	// must be at least 1. Empty means Limit for every window.
+	LimitCycle []int `json:"limit_cycle,omitempty" yaml:"limit_cycle,omitempty"`
 	// Window is the bucket's window. It starts with the first request into
 	// an empty bucket and admits Limit requests until it ends.
 	Window Duration `json:"window" yaml:"window"`
@@ -63,6 +74,34 @@ type Rule struct {
 	Status int `json:"status,omitempty" yaml:"status,omitempty"`
 	// Sublimits are hidden limits that no header advertises.
 	Sublimits []Sublimit `json:"sublimits,omitempty" yaml:"sublimits,omitempty"`
+	// CreatesMessage marks a route that creates a message (create_message,
+	// execute_webhook): its success answer is a message object with a fresh
+	// snowflake id, and it applies Discord's nonce deduplication: a request
+	// whose JSON body carries "nonce" (a string or an integer of at most 25
+	// characters) and "enforce_nonce": true gets back the message the same
+	// author already created in the same channel with that nonce within
+	// NonceWindow, and creates nothing. Created, deduplicated and duplicate
+	// messages are counted in Stats (MessagesCreated, MessagesDeduplicated,
+	// DuplicateMessages). A nonce of another type or longer than 25
+	// characters is answered 400 (Invalid Form Body, code 50035).
+	CreatesMessage bool `json:"creates_message,omitempty" yaml:"creates_message,omitempty"`
+}
+
+// windowLimit is the limit of a bucket's window number i (0 for the first).
+func (r *Rule) windowLimit(i int) int {
+	if len(r.LimitCycle) == 0 {
+		return r.Limit
+	}
+	return r.LimitCycle[i%len(r.LimitCycle)]
+}
+
+// effectiveLimit is Limit, or LimitCycle[0] when Limit is 0 and a cycle is
+// set (before withDefaults fills it in).
+func (r *Rule) effectiveLimit() int {
+	if r.Limit == 0 && len(r.LimitCycle) > 0 {
+		return r.LimitCycle[0]
+	}
+	return r.Limit
 }
 
 // Sublimit is a hidden limit inside a bucket, such as Discord's two channel
@@ -211,6 +250,13 @@ func (rs RuleSet) withDefaults() RuleSet {
 		if r.Auth == "" {
 			r.Auth = AuthRequired
 		}
+		if r.Limit == 0 && len(r.LimitCycle) > 0 {
+			r.Limit = r.LimitCycle[0]
+		}
+		r.LimitCycle = append([]int(nil), r.LimitCycle...)
+		if len(r.LimitCycle) == 0 {
+			r.LimitCycle = nil
+		}
 		if r.Status == 0 {
 			r.Status = 200
 			if r.Method == "DELETE" || r.Method == "PUT" {
@@ -253,7 +299,16 @@ func (rs RuleSet) Validate() error {
 		if r.Bucket == "" {
 			return bad("%s: no bucket hash", id)
 		}
-		if r.Limit < 1 {
+		if len(r.LimitCycle) > 0 {
+			for j, l := range r.LimitCycle {
+				if l < 1 {
+					return bad("%s: limit_cycle[%d] = %d must be at least 1", id, j, l)
+				}
+			}
+			if r.Limit != 0 && r.Limit != r.LimitCycle[0] {
+				return bad("%s: limit %d disagrees with limit_cycle[0] = %d (leave limit out or make them equal)", id, r.Limit, r.LimitCycle[0])
+			}
+		} else if r.Limit < 1 {
 			return bad("%s: limit %d must be at least 1", id, r.Limit)
 		}
 		if r.Window <= 0 {
@@ -270,8 +325,9 @@ func (rs RuleSet) Validate() error {
 			return bad("%s: %s %s is already served by %s", id, r.Method, r.Route, prev)
 		}
 		seen[key] = id
-		if prev, ok := hashes[r.Bucket]; ok && (prev.Limit != r.Limit || prev.Window != r.Window) {
-			return bad("%s: bucket %s is shared with %s but has another limit or window", id, r.Bucket, prev.Name)
+		if prev, ok := hashes[r.Bucket]; ok && (prev.effectiveLimit() != r.effectiveLimit() || prev.Window != r.Window ||
+			!slices.Equal(prev.LimitCycle, r.LimitCycle)) {
+			return bad("%s: bucket %s is shared with %s but has another limit, limit cycle or window", id, r.Bucket, prev.Name)
 		}
 		hashes[r.Bucket] = r
 		for _, s := range r.Sublimits {
@@ -293,6 +349,9 @@ func (rs RuleSet) Scaled(f float64) RuleSet {
 	out.Rules = make([]Rule, len(rs.Rules))
 	for i, r := range rs.Rules {
 		r.Window = Duration(float64(r.Window) * f)
+		if r.LimitCycle != nil {
+			r.LimitCycle = append([]int(nil), r.LimitCycle...)
+		}
 		subs := make([]Sublimit, len(r.Sublimits))
 		for j, s := range r.Sublimits {
 			s.Window = Duration(float64(s.Window) * f)

@@ -306,3 +306,56 @@ func TestServerLateReset(t *testing.T) {
 	require.NoError(t, json.Unmarshal(b, &f))
 	assert.Equal(t, 300*time.Millisecond, f.LateReset)
 }
+
+func TestServerEnforcedNonceAfterADroppedAnswer(t *testing.T) {
+	s := start(t, sluicetest.Options{Faults: sluicetest.Faults{DropRate: 1}})
+	c := s.Client()
+	url := s.APIBase() + "/channels/42/messages"
+	body := `{"content":"once","nonce":"resend-me","enforce_nonce":true}`
+	req, err := http.NewRequest("POST", url, strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bot t")
+	_, err = c.Do(req)
+	require.Error(t, err, "the connection was closed before the answer")
+	st := s.Stats()
+	assert.Equal(t, 1, st.Dropped)
+	assert.Equal(t, 1, st.MessagesCreated, "the engine created the message before the drop")
+
+	s.SetFaults(sluicetest.Faults{})
+	resp, got := get(t, c, "POST", url, "Bot t", body)
+	require.Equal(t, 200, resp.StatusCode)
+	assert.Equal(t, 2, resp.ProtoMajor)
+	assert.Equal(t, "3", resp.Header.Get("X-RateLimit-Remaining"), "both requests spent the bucket")
+	var m struct {
+		ID        string `json:"id"`
+		ChannelID string `json:"channel_id"`
+		Content   string `json:"content"`
+		Nonce     string `json:"nonce"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(got), &m))
+	assert.NotEmpty(t, m.ID)
+	assert.Equal(t, "42", m.ChannelID)
+	assert.Equal(t, "once", m.Content)
+	assert.Equal(t, "resend-me", m.Nonce)
+	assert.NotContains(t, got, "enforce_nonce")
+	// A third send gets the same message again.
+	_, again := get(t, c, "POST", url, "Bot t", body)
+	assert.JSONEq(t, got, again)
+
+	st = s.Stats()
+	assert.Equal(t, 1, st.MessagesCreated)
+	assert.Equal(t, 2, st.MessagesDeduplicated)
+	assert.Zero(t, st.DuplicateMessages)
+	assert.True(t, sluicetest.AssertNoDuplicateMessages(t, st))
+	assert.True(t, s.AssertNoViolations(t))
+
+	// Resending without enforce_nonce creates the message twice.
+	get(t, c, "POST", url, "Bot t", `{"content":"once","nonce":"resend-me"}`)
+	resp, raw := get(t, c, "GET", s.URL+"/_sluice/stats?timeline=0", "", "")
+	require.Equal(t, 200, resp.StatusCode)
+	var js map[string]any
+	require.NoError(t, json.Unmarshal([]byte(raw), &js))
+	assert.EqualValues(t, 2, js["messages_created"])
+	assert.EqualValues(t, 2, js["messages_deduplicated"])
+	assert.EqualValues(t, 1, js["duplicate_messages"])
+}

@@ -52,11 +52,35 @@ type Stats struct {
 	// injection.
 	GoAways int `json:"goaways"`
 	// MaxBucketWindow is the most requests ever admitted in one window of
-	// any bucket.
+	// any bucket. With a Rule.LimitCycle each window is held to its own
+	// limit; BucketStats.MaxOverLimit says whether one ever exceeded it.
 	MaxBucketWindow int `json:"max_bucket_window"`
 	// MaxGlobalWindow is the most requests ever admitted, for one token or
 	// IP, in any interval of length GlobalWindow.
 	MaxGlobalWindow int `json:"max_global_window"`
+	// MessagesCreated counts messages the routes with Rule.CreatesMessage
+	// really created: admitted requests (2xx) that were not answered with
+	// an existing message. A request whose connection was then dropped
+	// (Faults.DropRate) still created its message.
+	MessagesCreated int `json:"messages_created"`
+	// MessagesDeduplicated counts admitted requests that created nothing
+	// because they carried "enforce_nonce": true and a nonce with which the
+	// same author had created a message in the same channel within
+	// NonceWindow: they were answered with that message (same id). They
+	// are requests like any other for the bucket and global limits.
+	MessagesDeduplicated int `json:"messages_deduplicated"`
+	// DuplicateMessages counts messages created twice, which a client that
+	// resends a message create (after a lost answer or a 5xx) without
+	// enforce_nonce produces. Each is one of MessagesCreated that the same
+	// author had already created in the same channel within NonceWindow:
+	// with a nonce, a creation whose nonce had already created a message
+	// (only possible without enforce_nonce); without a nonce, a creation
+	// whose exact body equals that of a message created without a nonce.
+	// Two messages alike by chance count too, so a client that sends the
+	// same text twice on purpose should give each a distinct nonce. They
+	// are not rate-limit violations: Violations leaves them out, and
+	// AssertNoDuplicateMessages checks them.
+	DuplicateMessages int `json:"duplicate_messages"`
 	// GlobalLimit and GlobalWindow are the token global limit in force.
 	GlobalLimit  int      `json:"global_limit"`
 	GlobalWindow Duration `json:"global_window"`
@@ -79,9 +103,14 @@ type BucketStats struct {
 	Major    string `json:"major"`
 	// Rules are the names of the rules whose requests landed here, in the
 	// order first seen; more than one means a shared hash.
-	Rules  []string `json:"rules"`
-	Limit  int      `json:"limit"`
-	Window Duration `json:"window"`
+	Rules []string `json:"rules"`
+	// Limit is the rule's limit: that of the first window when LimitCycle
+	// is set.
+	Limit int `json:"limit"`
+	// LimitCycle is the rule's Rule.LimitCycle: window i admits
+	// LimitCycle[i % len(LimitCycle)]. Empty means Limit for every window.
+	LimitCycle []int    `json:"limit_cycle,omitempty"`
+	Window     Duration `json:"window"`
 	// Requests reached the bucket (after the global limit); Admitted of
 	// them fitted the window; RateLimited got a user-scope 429.
 	Requests    int `json:"requests"`
@@ -94,8 +123,12 @@ type BucketStats struct {
 	LateResetExcused int `json:"late_reset_excused"`
 	// Windows is the number of windows opened.
 	Windows int `json:"windows"`
-	// MaxAdmitted is the most requests admitted in one window (<= Limit).
+	// MaxAdmitted is the most requests admitted in one window (at most
+	// Limit, or the largest entry of LimitCycle).
 	MaxAdmitted int `json:"max_admitted"`
+	// MaxOverLimit is the most requests one window admitted beyond its own
+	// limit: always 0 unless the simulator is broken.
+	MaxOverLimit int `json:"max_over_limit,omitempty"`
 	// Timeline lists the bucket's answers in order (capped by
 	// Config.TimelineLimit).
 	Timeline []Event `json:"timeline,omitempty"`
@@ -159,6 +192,8 @@ func (b *BucketStats) addRule(name string) {
 // (excused late-reset ones excluded), global 429s it caused (injected ones
 // excluded), more than one shared 429 in a hidden sublimit's window, and
 // bans. Empty means the client never exceeded a limit it could have known.
+// Duplicate messages are not rate-limit violations and are not listed; see
+// AssertNoDuplicateMessages.
 func (s Stats) Violations() []string {
 	var v []string
 	if n := s.RateLimited["user"] - s.LateResetExcused; n > 0 {
@@ -180,7 +215,9 @@ func (s Stats) Violations() []string {
 		v = append(v, fmt.Sprintf("banned %d times; %d requests answered with the Cloudflare page", s.Bans, s.Banned))
 	}
 	for _, b := range s.Buckets {
-		if b.MaxAdmitted > b.Limit {
+		if b.MaxOverLimit > 0 {
+			v = append(v, fmt.Sprintf("bucket %s admitted %d beyond one window's own limit (simulator bug)", b.Key, b.MaxOverLimit))
+		} else if len(b.LimitCycle) == 0 && b.MaxAdmitted > b.Limit {
 			v = append(v, fmt.Sprintf("bucket %s admitted %d in one window, limit %d (simulator bug)", b.Key, b.MaxAdmitted, b.Limit))
 		}
 	}
@@ -211,13 +248,16 @@ func (s Stats) Summary() string {
 	if s.LateReset429s > 0 {
 		fmt.Fprintf(&b, " late_reset_429s=%d excused=%d", s.LateReset429s, s.LateResetExcused)
 	}
+	if s.MessagesCreated > 0 || s.MessagesDeduplicated > 0 {
+		fmt.Fprintf(&b, " messages_created=%d deduplicated=%d duplicate=%d", s.MessagesCreated, s.MessagesDeduplicated, s.DuplicateMessages)
+	}
 	fmt.Fprintf(&b, " injected_global=%d 5xx=%d dropped=%d goaways=%d max_bucket_window=%d max_global_window=%d/%d buckets=%d",
 		s.InjectedGlobal, s.ServerErrors, s.Dropped, s.GoAways, s.MaxBucketWindow, s.MaxGlobalWindow, s.GlobalLimit, len(s.Buckets))
 	return b.String()
 }
 
-// TB is the part of testing.TB that AssertNoViolations uses, so this
-// package does not import testing.
+// TB is the part of testing.TB that AssertNoViolations and
+// AssertNoDuplicateMessages use, so this package does not import testing.
 type TB interface {
 	Helper()
 	Errorf(format string, args ...any)
@@ -232,5 +272,19 @@ func AssertNoViolations(t TB, s Stats) bool {
 		return true
 	}
 	t.Errorf("sluicetest: the client exceeded the simulated API's limits:\n  %s\n%s", strings.Join(v, "\n  "), s.Summary())
+	return false
+}
+
+// AssertNoDuplicateMessages fails t if any message was created twice (see
+// Stats.DuplicateMessages): the client resent a message create that had
+// already succeeded without letting the API deduplicate it (a nonce with
+// "enforce_nonce": true).
+func AssertNoDuplicateMessages(t TB, s Stats) bool {
+	t.Helper()
+	if s.DuplicateMessages == 0 {
+		return true
+	}
+	t.Errorf("sluicetest: %d messages were created twice (%d created, %d deduplicated by enforce_nonce)\n%s",
+		s.DuplicateMessages, s.MessagesCreated, s.MessagesDeduplicated, s.Summary())
 	return false
 }
