@@ -42,21 +42,17 @@ type job struct {
 // end.
 func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	cfg := demoConfig{out: stdout, errOut: stderr}
 	fs.StringVar(&cfg.scenario, "scenario", "mixed", "load to drive: mixed, saturated, fanout, burst, shared, sublimit, global429, faults")
-	fs.IntVar(&cfg.size, "size", 600, "number of requests")
+	fs.IntVar(&cfg.size, "size", 600, "number of requests, 1 to 100000")
 	fs.BoolVar(&cfg.trace, "trace", false, "print every actor message and state transition to stderr")
 	progress := fs.String("progress", "auto", "live view: auto (when stdout is a terminal), on, off")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, "Usage: sluice demo [flags]\n\nStart the simulator in-process, drive a realistic load through Sluice and report.\nNo network is needed.\n\n")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
+	const usage = "Usage: sluice demo [flags]\n\nStart the simulator in-process, drive a realistic load through Sluice and report.\nNo network is needed. Interrupted (Ctrl-C), it reports what completed and exits 130.\n"
+	if done, err := parseFlags(fs, args, usage, stdout); done {
 		return err
 	}
-	if cfg.size < 1 || cfg.size > 100_000 {
-		return errors.New("-size must be between 1 and 100000")
+	if err := between("demo", "size", cfg.size, 1, 100_000); err != nil {
+		return err
 	}
 	switch *progress {
 	case "on":
@@ -69,10 +65,10 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 		}
 	default:
-		return fmt.Errorf("-progress must be auto, on or off, not %q", *progress)
+		return usageErrorf("demo", "-progress must be auto, on or off, got %q", *progress)
 	}
 	if _, ok := scenarios[cfg.scenario]; !ok {
-		return fmt.Errorf("unknown scenario %q (see -h)", cfg.scenario)
+		return usageErrorf("demo", "unknown -scenario %q", cfg.scenario)
 	}
 	return runDemo(ctx, cfg)
 }
@@ -207,10 +203,11 @@ func faultsFor(scenario string) sluicetest.Faults {
 }
 
 type tally struct {
-	mu      sync.Mutex
-	byKind  map[string]map[string]int // kind -> outcome -> count
-	done    atomic.Int64
-	started time.Time
+	mu        sync.Mutex
+	byKind    map[string]map[string]int // kind -> outcome -> count
+	done      atomic.Int64              // requests ended, cancelled ones included
+	cancelled atomic.Int64              // requests ended by the demo's interruption
+	started   time.Time
 }
 
 func (t *tally) add(kind string, resp *http.Response, err error) {
@@ -223,6 +220,9 @@ func (t *tally) add(kind string, resp *http.Response, err error) {
 		outcome = "connection died"
 	case errors.Is(err, sluice.ErrRateLimited):
 		outcome = "rate limited"
+	case errors.Is(err, context.Canceled): // the demo was interrupted
+		outcome = "cancelled"
+		t.cancelled.Add(1)
 	default:
 		outcome = "error: " + err.Error()
 	}
@@ -301,11 +301,17 @@ func runDemo(ctx context.Context, cfg demoConfig) error {
 		drawLive(cfg.out, lim, t, len(jobs), lines)
 	}
 	elapsed := time.Since(t.started)
-	report(cfg.out, jobs, t, srv.Stats(), rules, faultsFor(cfg.scenario).ExternalGlobal, reader, elapsed)
+	// Interrupted: some requests were cancelled. (Every request ended
+	// before a late signal is a finished run.)
+	interrupted := t.cancelled.Load() > 0
+	report(cfg.out, jobs, t, srv.Stats(), rules, faultsFor(cfg.scenario).ExternalGlobal, reader, elapsed, interrupted)
+	if interrupted {
+		return context.Cause(ctx)
+	}
 	if v := srv.Stats().Violations(); len(v) > 0 {
 		return fmt.Errorf("the simulator saw avoidable 429s: %s", strings.Join(v, "; "))
 	}
-	return ctx.Err()
+	return nil
 }
 
 // drawLive redraws the live view: a progress bar, the supervisor and the
@@ -363,9 +369,17 @@ func trim(s string, n int) string {
 }
 
 // report prints what happened: outcomes, rates against what the rules
-// allow, 429s by scope, retries and where the time went.
-func report(w io.Writer, jobs []job, t *tally, st sluicetest.Stats, rules sluicetest.RuleSet, outages []sluicetest.GlobalOutage, reader *sdkmetric.ManualReader, elapsed time.Duration) {
-	fmt.Fprintf(w, "\nDone: %d requests in %s\n\n", len(jobs), elapsed.Round(10*time.Millisecond))
+// allow, 429s by scope, retries and where the time went. An interrupted
+// run says so, counts the requests that completed, and is not compared
+// with the ideal time of the whole load.
+func report(w io.Writer, jobs []job, t *tally, st sluicetest.Stats, rules sluicetest.RuleSet, outages []sluicetest.GlobalOutage, reader *sdkmetric.ManualReader, elapsed time.Duration, interrupted bool) {
+	completed := len(jobs) - int(t.cancelled.Load())
+	if interrupted {
+		fmt.Fprintf(w, "\nInterrupted after %s: %d of %d requests completed, %d cancelled\n\n",
+			elapsed.Round(10*time.Millisecond), completed, len(jobs), len(jobs)-completed)
+	} else {
+		fmt.Fprintf(w, "\nDone: %d requests in %s\n\n", len(jobs), elapsed.Round(10*time.Millisecond))
+	}
 	kinds := make([]string, 0, len(t.byKind))
 	for k := range t.byKind {
 		kinds = append(kinds, k)
@@ -387,11 +401,15 @@ func report(w io.Writer, jobs []job, t *tally, st sluicetest.Stats, rules sluice
 			exempt++
 		}
 	}
-	ideal, why := idealDuration(len(jobs)-exempt, st, rules, outages)
-	fmt.Fprintf(w, "\nIdeal for this load, from the rules: %s (%s); achieved %s (%.0f%% of the ideal time)\n",
-		ideal.Round(10*time.Millisecond), why, elapsed.Round(10*time.Millisecond), 100*elapsed.Seconds()/max(ideal.Seconds(), 0.001))
-	if len(outages) > 0 {
-		fmt.Fprintln(w, "  (the ideal counts the time the simulated external consumer held the global limit: no window opens then)")
+	if interrupted {
+		fmt.Fprintf(w, "\nNo ratio to the ideal time: the run was interrupted, and the ideal is for all %d requests\n", len(jobs))
+	} else {
+		ideal, why := idealDuration(len(jobs)-exempt, st, rules, outages)
+		fmt.Fprintf(w, "\nIdeal for this load, from the rules: %s (%s); achieved %s (%.0f%% of the ideal time)\n",
+			ideal.Round(10*time.Millisecond), why, elapsed.Round(10*time.Millisecond), 100*elapsed.Seconds()/max(ideal.Seconds(), 0.001))
+		if len(outages) > 0 {
+			fmt.Fprintln(w, "  (the ideal counts the time the simulated external consumer held the global limit: no window opens then)")
+		}
 	}
 	fmt.Fprintf(w, "Global limit: %d per %s; at most %d were admitted in any %s window (sliding); %.1f requests/s overall\n",
 		rules.GlobalLimit, rules.GlobalWindow, st.MaxGlobalWindow, rules.GlobalWindow, float64(st.Requests)/elapsed.Seconds())

@@ -1,9 +1,17 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"io"
+	"os"
+	"os/exec"
+	"regexp"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -37,8 +45,93 @@ func TestDemoTraceAndLiveView(t *testing.T) {
 }
 
 func TestDemoFlags(t *testing.T) {
-	ctx := context.Background()
-	assert.Error(t, run(ctx, []string{"demo", "-scenario", "nope"}, &strings.Builder{}, &strings.Builder{}))
-	assert.Error(t, run(ctx, []string{"demo", "-size", "0"}, &strings.Builder{}, &strings.Builder{}))
-	assert.Error(t, run(ctx, []string{"demo", "-progress", "sometimes"}, &strings.Builder{}, &strings.Builder{}))
+	for _, tc := range []struct {
+		args []string
+		want string // in the error
+	}{
+		{[]string{"-scenario", "nope"}, `unknown -scenario "nope"`},
+		{[]string{"-size", "0"}, "-size must be between 1 and 100000, got 0"},
+		{[]string{"-size", "-5"}, "-size must be between 1 and 100000, got -5"},
+		{[]string{"-size", "100001"}, "-size must be between 1 and 100000, got 100001"},
+		{[]string{"-progress", "sometimes"}, "-progress must be auto, on or off"},
+		{[]string{"-bogus"}, "flag provided but not defined: -bogus"},
+		// Go's flag stops at the first argument that is not a flag: the
+		// demo must not run with "-size 1" silently ignored.
+		{[]string{"extra", "-size", "1"}, `unexpected argument "extra"`},
+		{[]string{"-size", "1", "extra"}, `unexpected argument "extra"`},
+		{[]string{"--", "extra"}, `unexpected argument "extra"`},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			var out, errOut strings.Builder
+			err := run(context.Background(), append([]string{"demo"}, tc.args...), &out, &errOut)
+			var ue usageError
+			require.ErrorAs(t, err, &ue)
+			assert.Equal(t, "demo", ue.cmd)
+			assert.Contains(t, err.Error(), tc.want)
+			assert.Empty(t, out.String(), "a rejected demo must not start")
+			assert.Empty(t, errOut.String(), "main prints the error, once")
+		})
+	}
+}
+
+// TestDemoInterruptedReportsWhatCompletedAndExits130 runs the binary, sends
+// it SIGINT once it has started, and checks that the report says the run
+// was interrupted, counts what completed, draws no ratio to the ideal time,
+// and that the process exits 130.
+func TestDemoInterruptedReportsWhatCompletedAndExits130(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("no SIGINT to send on Windows")
+	}
+	bin := buildSluice(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// 1000 requests to one channel at 5/s: over three minutes if not stopped.
+	cmd := exec.CommandContext(ctx, bin, "demo", "-scenario", "saturated", "-size", "1000", "-progress", "off")
+	cmd.WaitDelay = 10 * time.Second
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	// Interrupt once the demo has started and printed a progress line with
+	// requests done ("  5/1000 done after 2s").
+	r := bufio.NewReader(stdout)
+	var head strings.Builder
+	progress := regexp.MustCompile(`^  (\d+)/1000 done after`)
+	doneBefore := 0
+	for doneBefore == 0 {
+		line, err := r.ReadString('\n')
+		require.NoError(t, err, "output so far: %s", head.String())
+		if head.Len() == 0 {
+			require.Contains(t, line, `Sluice demo: "saturated", 1000 requests`)
+		}
+		head.WriteString(line)
+		if m := progress.FindStringSubmatch(line); m != nil {
+			doneBefore, _ = strconv.Atoi(m[1])
+		}
+	}
+	require.NoError(t, cmd.Process.Signal(os.Interrupt))
+	rest, err := io.ReadAll(r)
+	require.NoError(t, err)
+	err = cmd.Wait()
+	out := head.String() + string(rest)
+	t.Log(out)
+
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "stderr: %s", stderr.String())
+	assert.Equal(t, 130, exit.ExitCode())
+	assert.Empty(t, stderr.String())
+	m := regexp.MustCompile(`\nInterrupted after [0-9.]+m?s: (\d+) of 1000 requests completed, (\d+) cancelled\n`).FindStringSubmatch(out)
+	require.NotNil(t, m, "no interruption line")
+	completed, _ := strconv.Atoi(m[1])
+	cancelled, _ := strconv.Atoi(m[2])
+	assert.Equal(t, 1000, completed+cancelled)
+	assert.GreaterOrEqual(t, completed, doneBefore)
+	assert.Positive(t, completed)
+	assert.Positive(t, cancelled)
+	assert.Contains(t, out, "hot channel   200 ×")
+	assert.Contains(t, out, "cancelled ×")
+	assert.Contains(t, out, "No ratio to the ideal time: the run was interrupted")
+	assert.NotContains(t, out, "of the ideal time")
+	assert.NotContains(t, out, "Done:")
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -17,35 +16,45 @@ import (
 // simulate serves the simulated Discord API until ctx ends or -for passes.
 func simulate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var (
 		addr       = fs.String("addr", "127.0.0.1:8443", "listen `address` (port 0 picks a free one)")
 		rulesPath  = fs.String("rules", "", "rules `file` (.yaml, .yml or .json); default: the built-in Discord-like rules")
 		dumpRules  = fs.Bool("dump-rules", false, "print the built-in rules as YAML and exit")
 		h2c        = fs.Bool("h2c", false, "serve cleartext HTTP/2 and HTTP/1.1 instead of TLS")
-		global     = fs.Int("global", 0, "global limit per token per second (0: the rules' value, 50 by default)")
-		ipGlobal   = fs.Int("ip-global", 0, "global limit per IP for requests without a token (0: the rules' value)")
-		scale      = fs.Float64("scale", 1, "multiply every bucket and sublimit window by `factor`")
+		global     = fs.Int("global", 0, "global limit per token per second, 0 or more (0: the rules' value, 50 by default)")
+		ipGlobal   = fs.Int("ip-global", 0, "global limit per IP for requests without a token, 0 or more (0: the rules' value)")
+		scale      = fs.Float64("scale", 1, "multiply every bucket and sublimit window by `factor`, 0.001 to 1000")
 		tokens     = fs.String("tokens", "", "comma-separated valid bot tokens (default: any token is valid)")
-		latency    = fs.Duration("latency", 0, "delay every answer by this much")
-		jitter     = fs.Duration("jitter", 0, "add a random delay up to this much")
-		errorRate  = fs.Float64("error-rate", 0, "probability of a 502 without rate-limit headers")
-		dropRate   = fs.Float64("drop-rate", 0, "probability of closing a request's connection abruptly")
-		goAwayRate = fs.Float64("goaway-rate", 0, "probability of an HTTP/2 GOAWAY after an answer")
+		latency    = fs.Duration("latency", 0, "delay every answer by this much (0 or more)")
+		jitter     = fs.Duration("jitter", 0, "add a random delay up to this much (0 or more)")
+		errorRate  = fs.Float64("error-rate", 0, "probability of a 502 without rate-limit headers, 0 to 1")
+		dropRate   = fs.Float64("drop-rate", 0, "probability of closing a request's connection abruptly, 0 to 1")
+		goAwayRate = fs.Float64("goaway-rate", 0, "probability of an HTTP/2 GOAWAY after an answer, 0 to 1")
 		lateReset  = fs.Duration("late-reset", 0, "reopen every bucket window this long after its announced reset (Discord is reported to be 250-400 ms late)")
 		certOut    = fs.String("cert-out", filepath.Join(os.TempDir(), "sluice-simulator.pem"), "write the self-signed certificate to `file`")
 		runFor     = fs.Duration("for", 0, "stop after this long (0: run until interrupted)")
 		statsEvery = fs.Duration("stats-every", 10*time.Second, "print a stats line this often (0: only at exit)")
 	)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, "Usage: sluice simulate [flags]\n\nServe a simulated, rate-limited Discord REST API on loopback.\n\n")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
+	const usage = "Usage: sluice simulate [flags]\n\nServe a simulated, rate-limited Discord REST API on loopback.\n"
+	if done, err := parseFlags(fs, args, usage, stdout); done {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("simulate takes no arguments, got %q", fs.Args())
+	for _, err := range []error{
+		atLeast("simulate", "global", *global, 0),
+		atLeast("simulate", "ip-global", *ipGlobal, 0),
+		between("simulate", "scale", *scale, 0.001, 1000),
+		atLeast("simulate", "latency", *latency, 0),
+		atLeast("simulate", "jitter", *jitter, 0),
+		between("simulate", "error-rate", *errorRate, 0, 1),
+		between("simulate", "drop-rate", *dropRate, 0, 1),
+		between("simulate", "goaway-rate", *goAwayRate, 0, 1),
+		atLeast("simulate", "late-reset", *lateReset, 0),
+		atLeast("simulate", "for", *runFor, 0),
+		atLeast("simulate", "stats-every", *statsEvery, 0),
+	} {
+		if err != nil {
+			return err
+		}
 	}
 	if *dumpRules {
 		_, err := stdout.Write(sluicetest.DefaultRulesYAML())
@@ -58,9 +67,6 @@ func simulate(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 	}
-	if *scale <= 0 {
-		return errors.New("-scale must be positive")
-	}
 	if *scale != 1 {
 		rules = rules.Scaled(*scale)
 	}
@@ -69,14 +75,6 @@ func simulate(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if *ipGlobal > 0 {
 		rules.IPGlobalLimit = *ipGlobal
-	}
-	for _, p := range []*float64{errorRate, dropRate, goAwayRate} {
-		if *p < 0 || *p > 1 {
-			return errors.New("rates must be between 0 and 1")
-		}
-	}
-	if *lateReset < 0 {
-		return errors.New("-late-reset must not be negative")
 	}
 	var valid []string
 	for _, t := range strings.Split(*tokens, ",") {
