@@ -1,6 +1,9 @@
 package sluice
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/sluicehq/sluice/actors"
@@ -39,6 +42,21 @@ var (
 	// that was sent on a connection that died before it was answered; it
 	// may have been processed. The error says why the connection died.
 	ErrConnectionDied = transport.ErrConnectionDied
+	// ErrTimeout is matched (errors.Is) by the *TimeoutError of a request
+	// that reached Options.Timeout, the deadline given to requests whose
+	// context has none.
+	ErrTimeout = errors.New("sluice: request timed out (Options.Timeout)")
+	// ErrAttemptTimeout is returned (wrapped) when an attempt got no
+	// complete answer within Options.AttemptTimeout and the request was
+	// not safe to send again: it may have been processed.
+	ErrAttemptTimeout = actors.ErrAttemptTimeout
+	// ErrUnavailable is matched (errors.Is) by the *UnavailableError of a
+	// request that waited for a connection while several in a row failed.
+	ErrUnavailable = actors.ErrUnavailable
+	// ErrInternal is returned (wrapped, with the panic's value) for a
+	// request whose handling hit a bug in the library. The panic was
+	// recovered: that request failed, nothing else is affected.
+	ErrInternal = actors.ErrInternal
 	// ErrActorCrashed is returned for the one request whose message made a
 	// bucket actor panic; the actor restarts with its queue and limits.
 	ErrActorCrashed = actors.ErrActorCrashed
@@ -105,6 +123,41 @@ func (e *RateLimitError) Error() string { return (*actors.RateLimitError)(e).Err
 // Unwrap returns ErrBanned for a ban and ErrRateLimited otherwise.
 func (e *RateLimitError) Unwrap() error { return (*actors.RateLimitError)(e).Unwrap() }
 
+// TimeoutError is the error of a request that reached Options.Timeout: its
+// context had no deadline, so the limiter gave it one. It matches
+// ErrTimeout and context.DeadlineExceeded with errors.Is.
+type TimeoutError struct {
+	// Timeout is Options.Timeout.
+	Timeout time.Duration
+}
+
+func (e *TimeoutError) Error() string {
+	return fmt.Sprintf("sluice: request timed out after %s (Options.Timeout; give the request a context with a deadline to choose another)", e.Timeout)
+}
+
+// Is reports whether target is ErrTimeout or context.DeadlineExceeded.
+func (e *TimeoutError) Is(target error) bool {
+	return target == ErrTimeout || target == context.DeadlineExceeded
+}
+
+// UnavailableError is the error of requests that waited for a connection
+// while Failures connections in a row failed: dials that failed, or
+// connections that died before answering anything (a server that closes
+// at once, or sends GOAWAY before any answer). The limiter keeps trying
+// with a growing backoff; requests submitted later wait for it. It matches
+// ErrUnavailable and, through Err, the last failure's error.
+type UnavailableError struct {
+	// Failures is the number of connections in a row that failed.
+	Failures int
+	// Err is the last failure's error.
+	Err error
+}
+
+func (e *UnavailableError) Error() string { return (*actors.UnavailableError)(e).Error() }
+
+// Unwrap returns ErrUnavailable and Err.
+func (e *UnavailableError) Unwrap() []error { return (*actors.UnavailableError)(e).Unwrap() }
+
 // publicError gives the caller the error types of this package: the actors
 // build their own, with the same fields, and every outcome passes here.
 func publicError(err error) error {
@@ -115,6 +168,8 @@ func publicError(err error) error {
 		return (*WaitError)(e)
 	case *actors.BudgetError:
 		return (*BudgetError)(e)
+	case *actors.UnavailableError:
+		return (*UnavailableError)(e)
 	}
 	return err
 }

@@ -12,10 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/actors"
-	"github.com/sluicehq/sluice/ratelimit"
 	"github.com/sluicehq/sluice/routes"
-	"github.com/sluicehq/sluice/supervision"
-	"github.com/sluicehq/sluice/transport"
 )
 
 // maxRequestBody bounds a request body Sluice buffers to resend it.
@@ -28,127 +25,57 @@ const maxRequestBody = 64 << 20
 // Behind it run a supervisor actor holding one HTTP/2 connection and a
 // bucket actor per rate-limit bucket; see the package documentation.
 type Limiter struct {
-	sys *actors.System
+	sys     *actors.System
+	timeout time.Duration   // Options.Timeout resolved (0: none)
+	base    *url.URL        // Options.BaseURL resolved
+	direct  *http.Transport // requests to other hosts (see onSite)
 }
 
 // New starts a limiter; it connects in the background. Close it when done.
+// It returns an *OptionError, and starts nothing, if an option is out of
+// range.
 func New(opts Options) (*Limiter, error) {
-	base := opts.BaseURL
-	if base == "" {
-		base = DefaultBaseURL
-	}
-	u, err := url.Parse(base)
-	if err != nil {
-		return nil, fmt.Errorf("sluice: BaseURL: %w", err)
-	}
-	if u.Scheme != "https" && u.Scheme != "http" || u.Host == "" {
-		return nil, fmt.Errorf("sluice: BaseURL %q must be an absolute http or https URL", u.Redacted())
-	}
-	if u.User != nil || u.RawQuery != "" || u.Fragment != "" {
-		return nil, fmt.Errorf("sluice: BaseURL must not carry credentials, a query or a fragment")
-	}
-	if opts.GlobalLimit < 0 || opts.GlobalWindow < 0 || opts.MaxWait < 0 {
-		return nil, errors.New("sluice: GlobalLimit, GlobalWindow and MaxWait must not be negative")
-	}
-	limit, window := opts.GlobalLimit, opts.GlobalWindow
-	if limit == 0 {
-		limit = 50
-	}
-	if window == 0 {
-		window = time.Second
-	}
-	global := opts.Global
-	if global == nil {
-		global = ratelimit.NewSlidingWindow(limit, window)
-	}
-	clock := opts.Clock
-	if clock == nil {
-		clock = time.Now
-	}
-	store := opts.Store
-	if store == nil {
-		store = &ratelimit.MemoryStore{Clock: clock}
-	}
-	retries := opts.MaxRetries
-	switch {
-	case retries == 0:
-		retries = 3
-	case retries < 0:
-		retries = 0
-	}
-	errRetries := opts.MaxErrorRetries
-	switch {
-	case errRetries == 0:
-		errRetries = 2
-	case errRetries < 0:
-		errRetries = 0
-	}
-	maxQueue, maxPending := orDefault(opts.MaxQueue, 10_000), orDefault(opts.MaxPending, 100_000)
-	var invalid *supervision.Budget
-	if n := orDefault(opts.InvalidRequestLimit, 9_000); n > 0 {
-		frac := opts.InvalidRequestWarn
-		if frac <= 0 || frac > 1 {
-			frac = 0.5
-		}
-		invalid = supervision.NewBudget(n, durationOr(opts.InvalidRequestWindow, 10*time.Minute), max(1, int(frac*float64(n))))
-	}
-	ua := opts.UserAgent
-	if ua == "" {
-		ua = "DiscordBot (https://github.com/sluicehq/sluice, " + Version + ")"
-	}
-	auth := opts.Token
-	if auth != "" && !strings.HasPrefix(auth, "Bot ") && !strings.HasPrefix(auth, "Bearer ") {
-		auth = "Bot " + auth
-	}
-	sys, err := actors.Start(actors.Config{
-		BaseURL:       u,
-		Authorization: auth,
-		UserAgent:     ua,
-		Transport: transport.Config{
-			TLSConfig: opts.TLSConfig, H2C: opts.H2C, AllowHTTP1: opts.AllowHTTP1,
-			DialTimeout: opts.DialTimeout, PingInterval: opts.PingInterval, PingTimeout: opts.PingTimeout,
-		},
-		Global:           global,
-		Store:            store,
-		Clock:            clock,
-		MaxWait:          opts.MaxWait,
-		MaxRetries:       retries,
-		MaxErrorRetries:  errRetries,
-		RetryBackoff:     transport.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second, Jitter: 0.5},
-		MaxQueue:         maxQueue,
-		BanBackoff:       durationOr(opts.BanBackoff, 60*time.Second),
-		MaxPending:       maxPending,
-		Invalid:          invalid,
-		MaxResponseBytes: opts.MaxResponseBytes,
-		IdleAfter:        opts.IdleBucketAfter,
-		Backoff:          transport.Backoff{Jitter: 0.5},
-		Logger:           opts.Logger,
-		Trace:            traceTo(opts.Trace),
-		TracerProvider:   opts.TracerProvider,
-		MeterProvider:    opts.MeterProvider,
-	})
+	cfg, err := opts.config()
 	if err != nil {
 		return nil, err
 	}
-	return &Limiter{sys: sys}, nil
+	sys, err := actors.Start(cfg)
+	if err != nil {
+		return nil, err
+	}
+	direct := &http.Transport{
+		Proxy: http.ProxyFromEnvironment, TLSClientConfig: opts.TLSConfig.Clone(), ForceAttemptHTTP2: true,
+		IdleConnTimeout: 30 * time.Second, TLSHandshakeTimeout: 10 * time.Second, MaxIdleConnsPerHost: 4,
+	}
+	return &Limiter{sys: sys, timeout: opts.timeout(), base: cfg.BaseURL, direct: direct}, nil
 }
 
-// Send submits req and returns at once with its future. ctx governs the
-// request while it is queued and in flight: if ctx ends, the future
-// completes with ctx's error and the request's place goes to the next one.
-// A request whose predicted wait exceeds ctx's deadline (or MaxWait) fails
-// at once with a *WaitError.
+// Send submits req and returns its future once req's body is buffered (at
+// once for a body with GetBody or none), or when ctx ends first. ctx
+// governs the request while it is queued and in flight: if ctx ends, the
+// future completes with ctx's error and the request's place goes to the
+// next one. A ctx without a deadline gets Options.Timeout. A request whose
+// predicted wait exceeds ctx's deadline (or MaxWait) fails at once with a
+// *WaitError.
 //
-// req's URL may be relative to Options.BaseURL ("/channels/1/messages") or
-// absolute. Its body is read (and kept) so the request can be sent again
-// after a 429. Every submitted request gets exactly one outcome.
+// req's URL may be relative to Options.BaseURL ("/channels/1/messages", or
+// with the base's own path, "/api/v10/channels/1/messages") or absolute;
+// an absolute URL on another host than the API's (a CDN a redirect points
+// to) is sent there directly, outside the rate limits. Its body is read
+// (and kept) so the request can be sent again after a 429. A JSON message
+// creation without a nonce gets one, with enforce_nonce, so it can be
+// resent safely (docs/failure-modes.md lists what is resent). Every
+// submitted request gets exactly one outcome.
 func (l *Limiter) Send(ctx context.Context, req *http.Request) *Future {
-	c, err := l.newCall(ctx, req)
-	if err != nil {
+	c, direct, err := l.newCall(ctx, req)
+	switch {
+	case err != nil:
 		c.Complete(nil, err)
-		return &Future{call: c}
+	case direct:
+		l.sys.SubmitDirect(c, l.direct)
+	default:
+		l.sys.Submit(c)
 	}
-	l.sys.Submit(c)
 	return &Future{call: c}
 }
 
@@ -161,24 +88,6 @@ func traceTo(f func(TraceEvent)) func(actors.TraceEvent) {
 	return func(e actors.TraceEvent) { f(TraceEvent(e)) }
 }
 
-// orDefault maps 0 to def and a negative value to 0 (no bound).
-func orDefault(v, def int) int {
-	switch {
-	case v == 0:
-		return def
-	case v < 0:
-		return 0
-	}
-	return v
-}
-
-func durationOr(v, def time.Duration) time.Duration {
-	if v <= 0 {
-		return def
-	}
-	return v
-}
-
 type retrySafeKey struct{}
 
 // WithRetrySafe returns a context that marks requests sent with it as safe
@@ -189,36 +98,138 @@ func WithRetrySafe(ctx context.Context) context.Context {
 	return context.WithValue(ctx, retrySafeKey{}, true)
 }
 
-func (l *Limiter) newCall(ctx context.Context, req *http.Request) (*actors.Call, error) {
+// newCall checks req and builds its call: the default deadline, a copy of
+// the request with a replayable body, its route and whether it may be
+// resent (routes.Route.Resend, with a nonce added to message creations).
+// direct is set for a request to another host than the API's. On error the
+// call is returned too, for the error to complete it.
+func (l *Limiter) newCall(ctx context.Context, req *http.Request) (c *actors.Call, direct bool, err error) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	var release context.CancelFunc
+	if _, ok := ctx.Deadline(); !ok && l.timeout > 0 {
+		ctx, release = context.WithTimeoutCause(ctx, l.timeout, &TimeoutError{Timeout: l.timeout})
+	}
 	now := l.sys.Now()
 	id := l.sys.NextID()
-	if req == nil || req.URL == nil {
-		return actors.NewCall(id, ctx, req, routes.Route{}, false, now), errors.New("sluice: nil request or URL")
+	fail := func(r *http.Request, route routes.Route, err error) (*actors.Call, bool, error) {
+		c := actors.NewCall(id, ctx, r, route, false, now)
+		c.Release = release
+		return c, false, err
 	}
-	route, err := routes.Parse(req.Method, req.URL.EscapedPath())
-	if err != nil {
-		return actors.NewCall(id, ctx, req, route, false, now), fmt.Errorf("sluice: %w", err)
+	if req == nil || req.URL == nil {
+		return fail(req, routes.Route{}, errors.New("sluice: nil request or URL"))
+	}
+	direct = req.URL.Host != "" && !l.onSite(req.URL)
+	var route routes.Route
+	if !direct {
+		if route, err = routes.Parse(req.Method, req.URL.EscapedPath()); err != nil {
+			return fail(req, route, fmt.Errorf("sluice: %w", err))
+		}
 	}
 	r := req.Clone(ctx)
-	if req.Body != nil && req.Body != http.NoBody && req.GetBody != nil {
-		req.Body.Close() // each attempt reads a fresh body from GetBody
-	} else if req.Body != nil && req.Body != http.NoBody {
-		b, err := io.ReadAll(io.LimitReader(req.Body, maxRequestBody+1))
-		req.Body.Close()
-		if err != nil {
-			return actors.NewCall(id, ctx, r, route, false, now), fmt.Errorf("sluice: reading request body: %w", err)
+	if r.Header == nil {
+		r.Header = make(http.Header) // as net/http accepts
+	}
+	policy := route.Resend()
+	body, err := l.buffer(ctx, req, policy == routes.ResendWithNonce)
+	if err != nil {
+		return fail(r, route, err)
+	}
+	if body != nil {
+		safe := false
+		if policy == routes.ResendWithNonce {
+			body, safe = withNonce(r.Header.Get("Content-Type"), body, now)
 		}
-		if len(b) > maxRequestBody {
-			return actors.NewCall(id, ctx, r, route, false, now), fmt.Errorf("sluice: request body over %d bytes", maxRequestBody)
-		}
+		b := body
+		r.Body = io.NopCloser(bytes.NewReader(b))
 		r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
 		r.ContentLength = int64(len(b))
+		if safe {
+			policy = routes.ResendSafe
+		}
 	}
-	safe, _ := ctx.Value(retrySafeKey{}).(bool)
-	return actors.NewCall(id, ctx, r, route, safe, now), nil
+	if req.Body == nil || req.Body == http.NoBody {
+		r.Body, r.GetBody = nil, nil
+	}
+	marked, _ := ctx.Value(retrySafeKey{}).(bool)
+	c = actors.NewCall(id, ctx, r, route, marked || policy == routes.ResendSafe, now)
+	c.Release = release
+	return c, direct, nil
+}
+
+// buffer returns req's body read into memory, or nil when there is none
+// or when it can be read again through GetBody (unless always). A body
+// whose Content-Length exceeds maxRequestBody is refused before reading;
+// reading ends with ctx (the body is then closed to stop the reader).
+// req.Body is always closed.
+func (l *Limiter) buffer(ctx context.Context, req *http.Request, always bool) ([]byte, error) {
+	rc := req.Body
+	if rc == nil || rc == http.NoBody {
+		return nil, nil
+	}
+	defer rc.Close()
+	if req.ContentLength > maxRequestBody {
+		return nil, fmt.Errorf("sluice: request body of %d bytes is over %d", req.ContentLength, maxRequestBody)
+	}
+	if req.GetBody != nil {
+		if !always {
+			return nil, nil // each attempt reads a fresh body from GetBody
+		}
+		var err error
+		if rc, err = req.GetBody(); err != nil {
+			return nil, fmt.Errorf("sluice: request body: %w", err)
+		}
+		defer rc.Close()
+	}
+	type read struct {
+		b   []byte
+		err error
+	}
+	done := make(chan read, 1)
+	go func() {
+		b, err := io.ReadAll(io.LimitReader(rc, maxRequestBody+1))
+		done <- read{b, err}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			return nil, fmt.Errorf("sluice: reading request body: %w", r.err)
+		}
+		if len(r.b) > maxRequestBody {
+			return nil, fmt.Errorf("sluice: request body over %d bytes", maxRequestBody)
+		}
+		return r.b, nil
+	case <-ctx.Done():
+		rc.Close() // unblocks a reader that honours Close (pipes, files, net/http bodies)
+		return nil, context.Cause(ctx)
+	}
+}
+
+// onSite reports whether u goes to the API: its host is the base URL's or
+// one of Discord's API hosts. Such requests are sent to Options.BaseURL's
+// scheme and host, so code that builds https://discord.com/... URLs can be
+// pointed at a proxy or the simulator.
+func (l *Limiter) onSite(u *url.URL) bool {
+	if hostPort(u) == hostPort(l.base) {
+		return true
+	}
+	switch strings.ToLower(u.Hostname()) {
+	case "discord.com", "discordapp.com", "canary.discord.com", "ptb.discord.com", "www.discord.com":
+		return true
+	}
+	return false
+}
+
+// hostPort is u's lower-cased host with its port, the scheme's default
+// port made explicit.
+func hostPort(u *url.URL) string {
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"https": "443", "http": "80"}[strings.ToLower(u.Scheme)]
+	}
+	return strings.ToLower(u.Hostname()) + ":" + port
 }
 
 // Do sends req and waits for its outcome; see Send.
@@ -346,7 +357,8 @@ type TraceEvent struct {
 }
 
 // Snapshot gathers the limiter's state. It asks every actor, so it costs a
-// message per live bucket actor; it returns when ctx ends at the latest.
+// message per live bucket actor; it returns when ctx ends at the latest,
+// and with ErrClosed once Close has begun.
 func (l *Limiter) Snapshot(ctx context.Context) (Snapshot, error) {
 	s, err := l.sys.Snapshot(ctx)
 	out := Snapshot{Time: s.Time, State: s.State, Breaker: s.Breaker, Pending: s.Pending, Waiting: s.Waiting,
@@ -361,5 +373,10 @@ func (l *Limiter) Snapshot(ctx context.Context) (Snapshot, error) {
 // with ErrClosed, and lets requests already on the wire finish until ctx
 // ends; then it cancels them. It returns when every actor and goroutine of
 // the limiter has stopped, with an error if it had to cancel requests.
-// Calling Close again does nothing and returns nil.
-func (l *Limiter) Close(ctx context.Context) error { return l.sys.Close(ctx) }
+// A Close called while another runs waits for it to finish, or for its
+// own ctx (then it returns ctx's error); after that, Close returns nil.
+func (l *Limiter) Close(ctx context.Context) error {
+	err := l.sys.Close(ctx)
+	l.direct.CloseIdleConnections()
+	return err
+}

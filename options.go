@@ -20,6 +20,8 @@ const Version = "0.1.0"
 
 // Options configure a Limiter. Every field is optional; the comment on each
 // gives the default its zero value means, as httputil.ReverseProxy does.
+// New checks every field and returns an *OptionError for a value out of
+// range rather than guessing.
 type Options struct {
 	// BaseURL is the API base. Requests with a relative URL
 	// ("/channels/1/messages") are sent below it; requests with an absolute
@@ -75,8 +77,38 @@ type Options struct {
 	// hour, while probes meet the ban. Default 60 s.
 	BanBackoff time.Duration
 	// MaxResponseBytes bounds a response body; a larger one fails the
-	// request with ErrResponseTooLarge. Default 64 MiB.
+	// request with ErrResponseTooLarge. An answer whose Content-Length
+	// declares more is refused before any byte of its body is read.
+	// Default 64 MiB.
 	MaxResponseBytes int64
+	// MaxBufferedBytes bounds the response bytes being read at once across
+	// all requests; an answer that would take more fails with
+	// ErrResponseTooLarge. Default 4 × MaxResponseBytes (256 MiB).
+	MaxBufferedBytes int64
+	// Timeout is the deadline of a request whose context has none: from
+	// Send until its outcome, queueing and retries included. The request
+	// then fails with a *TimeoutError (errors.Is ErrTimeout and
+	// context.DeadlineExceeded). A context with its own deadline keeps it,
+	// even a later one: the caller's context always wins. Default 5
+	// minutes; negative means none (a request may then wait as long as
+	// its rules make it).
+	Timeout time.Duration
+	// AttemptTimeout bounds one attempt on the wire: from handing the
+	// request to the connection until its whole body has been read, so a
+	// server that never answers, or a body that never ends, cannot hold a
+	// request. An attempt that runs out is treated like a connection lost
+	// after sending: resent only if it is safe to resend (see
+	// docs/failure-modes.md), else the request fails with ErrAttemptTimeout.
+	// Default 30 s; negative means none.
+	AttemptTimeout time.Duration
+	// UnauthorizedProbe is how long the limiter refuses every request with
+	// ErrUnauthorized after the API answered 401 to Options.Token, before
+	// it lets a single request through to check the token again: if that
+	// one is not answered 401, the latch clears. A 401 on a route that
+	// carries its own token (webhooks, interaction follow-ups) or on a
+	// request with its own Authorization header never latches. Default 1
+	// minute.
+	UnauthorizedProbe time.Duration
 	// IdleBucketAfter is how long a bucket actor lives on once its window
 	// ended and nothing is queued. Its learned limits stay in the Store.
 	// Default 0: it stops as soon as its window ends, as nostrum's do.

@@ -181,7 +181,7 @@ func TestRejectedTokenFailsFast(t *testing.T) {
 
 func TestBoundedQueue(t *testing.T) {
 	rs := rules(1, time.Hour, [2]string{"GET", "/channels/{channel_id}"})
-	h := newHarness(t, sluicetest.Options{Rules: rs}, sluice.Options{MaxQueue: 3})
+	h := newHarness(t, sluicetest.Options{Rules: rs}, sluice.Options{MaxQueue: 3, Timeout: -1})
 	_, err := h.lim.Do(context.Background(), req("GET", "/channels/1", ""))
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())

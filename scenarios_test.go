@@ -201,7 +201,7 @@ func TestCloseFailsQueuedAndRefusesNew(t *testing.T) {
 	srv, err := sluicetest.NewServer(sluicetest.Options{Rules: rules(1, time.Hour, [2]string{"GET", "/channels/{channel_id}"})})
 	require.NoError(t, err)
 	defer srv.Close()
-	lim, err := sluice.New(sluice.Options{BaseURL: srv.APIBase(), Token: testToken, TLSConfig: srv.ClientTLSConfig()})
+	lim, err := sluice.New(sluice.Options{BaseURL: srv.APIBase(), Token: testToken, TLSConfig: srv.ClientTLSConfig(), Timeout: -1})
 	require.NoError(t, err)
 	_, err = lim.Do(context.Background(), req("GET", "/channels/1", ""))
 	require.NoError(t, err)

@@ -193,7 +193,8 @@ func TestTraceConnectionDeath(t *testing.T) {
 	}
 	h, rec := tracedHarness(t, sluicetest.Options{Clock: clock, Faults: sluicetest.Faults{Latency: time.Hour}}, sluice.Options{})
 	<-arrived // the simulator read its clock at start
-	f := h.lim.Send(context.Background(), req("POST", "/channels/3/messages", `{"content":"x"}`))
+	// The caller's own nonce without enforce_nonce: not safe to resend.
+	f := h.lim.Send(context.Background(), req("POST", "/channels/3/messages", `{"content":"x","nonce":"1"}`))
 	<-arrived // the request reached the simulator
 	h.srv.DropConnections()
 	_, err := f.Await(context.Background())

@@ -147,7 +147,7 @@ func (b *bucket) recoverCrash(ctx actor.Context) {
 	if exceeded && b.broken == nil {
 		b.broken = fmt.Errorf("%w: %d crashes within %s; the bucket's actor is stopping", ErrActorCrashed, recent, crashWindow)
 		b.sys.log.Error("sluice: bucket actor crashes too often; failing its requests and stopping it", slog.String("bucket", b.key))
-		b.failQueued(b.broken)
+		b.failQueued(b.broken, nil)
 	}
 	fail := func(c *Call) {
 		if c.lane != nil {
@@ -189,7 +189,7 @@ func (b *bucket) receive(ctx actor.Context, msg any) {
 	case *grantMsg:
 		b.wanting = false
 		if m.err != nil {
-			b.failQueued(m.err)
+			b.failQueued(m.err, nil)
 		}
 		b.grants += m.slots
 		b.probe = b.probe || m.probe
@@ -225,7 +225,7 @@ func (b *bucket) receive(ctx actor.Context, msg any) {
 		m.reply <- out
 	case *drainMsg:
 		b.draining = m.err
-		b.failQueued(m.err)
+		b.failQueued(m.err, nil)
 		b.maybeIdle(ctx)
 	case *actor.Stopping:
 		b.timers.stopAll()
@@ -234,7 +234,7 @@ func (b *bucket) receive(ctx actor.Context, msg any) {
 		if b.broken != nil {
 			err = b.broken
 		}
-		b.failQueued(err)
+		b.failQueued(err, nil)
 		b.cancelGrants()
 	}
 }
@@ -375,15 +375,20 @@ func (b *bucket) admit(g *gate, c *Call, now time.Time) (ok, global bool) {
 func (b *bucket) pump(ctx actor.Context) {
 	now := b.sys.now()
 	if b.broken != nil {
-		b.failQueued(b.broken)
+		b.failQueued(b.broken, nil)
 		b.maybeIdle(ctx)
 		return
 	}
-	if err := b.sys.refusal(now); err != nil {
-		b.failQueued(err)
+	if err := b.sys.budget(now); err != nil {
+		b.failQueued(err, nil)
 		b.cancelGrants()
 		b.maybeIdle(ctx)
 		return
+	}
+	if b.sys.auth.active() {
+		// The token was rejected: what would be sent with it fails, except
+		// the one call let through to check it again.
+		b.failQueued(ErrUnauthorized, func(c *Call) bool { return b.sys.botAuthenticated(c) && !c.authProbe.Load() })
 	}
 	var wake time.Duration
 	for _, l := range b.lanes {
@@ -630,13 +635,17 @@ func (b *bucket) result(ctx actor.Context, m *resultMsg) {
 		scope = v.Kind.Scope()
 	}
 	b.sys.tel.response(status, scope)
+	if c.authProbe.Load() && status != http.StatusUnauthorized && b.sys.auth.accepted() {
+		b.sys.log.Info("sluice: the API accepts the token again")
+	}
 	switch {
 	case status == http.StatusTooManyRequests:
 		b.limited(ctx, l, c, v, m)
-	case status == http.StatusUnauthorized && c.Req.Header.Get("Authorization") == "" && b.sys.cfg.Authorization != "":
+	case status == http.StatusUnauthorized && b.sys.botAuthenticated(c):
 		// Our token was rejected: every later request would be a 401 too.
-		if b.sys.badToken.CompareAndSwap(false, true) {
-			b.sys.log.Error("sluice: the API rejected the token (401); failing every request from now on")
+		if b.sys.auth.rejected(now, b.sys.cfg.UnauthorizedProbe) {
+			b.sys.log.Error("sluice: the API rejected the token (401); failing requests sent with it, checking it again periodically",
+				slog.Duration("check_every", b.sys.cfg.UnauthorizedProbe))
 		}
 		c.Complete(m.resp, nil)
 	case status >= 500 && !h.Has.RateLimit && c.safe() && c.errAttempts < b.sys.cfg.MaxErrorRetries:
@@ -719,7 +728,9 @@ func (b *bucket) failed(l *lane, c *Call, err error, notSent bool) {
 	switch {
 	case c.Ctx.Err() != nil:
 		c.Complete(nil, ctxError(c.Ctx))
-	case errors.Is(err, ErrResponseTooLarge), errors.As(err, &ns):
+	case errors.Is(err, ErrClosed):
+		c.Complete(nil, ErrClosed) // Close gave up waiting for the answer
+	case errors.Is(err, ErrResponseTooLarge), errors.Is(err, ErrInternal), errors.As(err, &ns):
 		c.Complete(nil, err)
 	case notSent:
 		// Never reached the server: it goes again once admitted (on a new
@@ -783,16 +794,26 @@ func (b *bucket) dueRetries(l *lane, now time.Time) time.Duration {
 	return max(time.Nanosecond, next.Sub(now))
 }
 
-// failQueued fails every call waiting in a queue or for a retry.
-func (b *bucket) failQueued(err error) {
+// failQueued fails the calls waiting in a queue or for a retry that match
+// (every one when match is nil).
+func (b *bucket) failQueued(err error, match func(*Call) bool) {
+	keep := func(cs []*Call) []*Call {
+		out := cs[:0]
+		for _, c := range cs {
+			if match == nil || match(c) {
+				c.Complete(nil, err)
+			} else if !c.Finished() {
+				out = append(out, c)
+			}
+		}
+		clear(cs[len(out):])
+		if len(out) == 0 {
+			return nil
+		}
+		return out
+	}
 	for _, l := range b.lanes {
-		for _, c := range l.queue {
-			c.Complete(nil, err)
-		}
-		for _, c := range l.retries {
-			c.Complete(nil, err)
-		}
-		l.queue, l.retries = nil, nil
+		l.queue, l.retries = keep(l.queue), keep(l.retries)
 	}
 }
 

@@ -34,19 +34,20 @@ type Call struct {
 	Submitted time.Time
 
 	// Owned by the bucket actor that holds the call.
-	attempts    int        // 429 retries so far
-	errAttempts int        // retries after a 5xx or a lost connection
-	notBefore   time.Time  // a retry waits until then
-	sentAt      time.Time  // when the current attempt was handed to the wire
-	queuedAt    time.Time  // when it last joined its bucket's queue
-	readyAt     time.Time  // when its bucket would have sent it but admission held it
-	lane        *lane      // the bucket that admitted the current attempt (nil: not on the wire)
-	holds       []*lane    // known buckets holding a slot for this pioneer (see lane.go)
-	global      bool       // the attempt holds a global-window slot
-	pioneer     bool       // the attempt is a pioneer: its bucket's limit was unknown
-	first       bool       // a first pioneer: its template had never been answered
-	probe       bool       // the attempt is the ban breaker's probe
-	span        trace.Span // nil without a TracerProvider; set before submission
+	attempts    int         // 429 retries so far
+	errAttempts int         // retries after a 5xx or a lost connection
+	notBefore   time.Time   // a retry waits until then
+	sentAt      time.Time   // when the current attempt was handed to the wire
+	queuedAt    time.Time   // when it last joined its bucket's queue
+	readyAt     time.Time   // when its bucket would have sent it but admission held it
+	lane        *lane       // the bucket that admitted the current attempt (nil: not on the wire)
+	holds       []*lane     // known buckets holding a slot for this pioneer (see lane.go)
+	global      bool        // the attempt holds a global-window slot
+	pioneer     bool        // the attempt is a pioneer: its bucket's limit was unknown
+	first       bool        // a first pioneer: its template had never been answered
+	probe       bool        // the attempt is the ban breaker's probe
+	authProbe   atomic.Bool // the call checks a rejected token again (authLatch)
+	span        trace.Span  // nil without a TracerProvider; set before submission
 
 	// Read by the outcome hook, which may run on another goroutine.
 	sends       atomic.Int64                // attempts put on the wire
@@ -55,6 +56,9 @@ type Call struct {
 	waitNetwork atomic.Int64                // nanoseconds on the wire
 	stopCtx     atomic.Pointer[func() bool] // unregisters the context watch
 	onDone      func()                      // set before arm; runs once with the outcome
+	// Release, when set, runs once with the outcome, after the system's
+	// bookkeeping: the public API cancels the default deadline's context.
+	Release func()
 
 	once sync.Once
 	done chan struct{}
@@ -100,6 +104,10 @@ func (c *Call) Complete(resp *http.Response, err error) bool {
 func (c *Call) runOnDone() {
 	if f := c.onDone; f != nil {
 		c.onDone = nil
+		f()
+	}
+	if f := c.Release; f != nil {
+		c.Release = nil
 		f()
 	}
 }

@@ -38,6 +38,17 @@ var (
 	// 401 to the limiter's token: the token is bad and retrying it only
 	// spends the invalid-request budget.
 	ErrUnauthorized = errors.New("sluice: token rejected (401)")
+	// ErrUnavailable is matched (errors.Is) by the *UnavailableError of a
+	// request that waited for a connection while several in a row failed.
+	ErrUnavailable = errors.New("sluice: API unreachable")
+	// ErrAttemptTimeout is returned (wrapped) when an attempt got no
+	// complete answer within the attempt timeout and could not be resent
+	// safely: it may have been processed.
+	ErrAttemptTimeout = errors.New("sluice: no complete answer within the attempt timeout; the request may have been processed")
+	// ErrInternal is returned (wrapped, with the panic's value) for a
+	// request whose handling hit a bug in the library: the panic was
+	// recovered, the request failed, and nothing else is affected.
+	ErrInternal = errors.New("sluice: internal error")
 	// ErrActorCrashed is returned for the request whose message made a
 	// bucket actor panic. The actor restarts with its queue and limits;
 	// nothing else is lost.
@@ -104,3 +115,17 @@ func ctxError(ctx context.Context) error {
 	}
 	return ctx.Err()
 }
+
+// UnavailableError is the actors' form of sluice.UnavailableError
+// (documented there). It matches ErrUnavailable and its cause.
+type UnavailableError struct {
+	Failures int
+	Err      error
+}
+
+func (e *UnavailableError) Error() string {
+	return fmt.Sprintf("sluice: API unreachable: %d connections in a row failed; last: %v", e.Failures, e.Err)
+}
+
+// Unwrap returns ErrUnavailable and the last connection's error.
+func (e *UnavailableError) Unwrap() []error { return []error{ErrUnavailable, e.Err} }

@@ -41,9 +41,16 @@ type supervisor struct {
 	// Invariant: ring.Len() == sys.waiting.
 	ring admissionQueue
 
-	closing     error // set by closeMsg: new submits fail with it
-	stopped     bool  // set on Stopping: later messages are not acted on
-	dialFails   int   // consecutive failed dials
+	closing error // set by closeMsg: new submits fail with it
+	stopped bool  // set on Stopping: later messages are not acted on
+	// failures counts connections in a row that failed: dials that failed
+	// and connections that died young (see youngLife). It grows the
+	// reconnection backoff; at maxDialFailures the buckets waiting for a
+	// connection fail with an *UnavailableError.
+	failures    int
+	connAt      time.Time // when conn came up
+	redialArmed bool      // a redial timer is pending: submit does not dial
+	lastErr     error     // the last failed connection's error
 	globalUntil time.Time
 
 	// breaker holds every request, exempt ones too (a Cloudflare ban is per
@@ -90,9 +97,17 @@ type gate struct {
 // the global limit cannot serve everyone.
 const pathWeight = 8
 
-// maxDialFailures is how many dials in a row may fail before the buckets
-// waiting for a connection fail their queues with the dial error.
+// maxDialFailures is how many connections in a row may fail (a dial that
+// failed, or a connection that died young) before the buckets waiting for a
+// connection fail their queues with an *UnavailableError; every further
+// failure fails what waits again, until a connection serves answers.
 const maxDialFailures = 3
+
+// youngLife is the age under which a connection that delivered no answer
+// counts as a failed connection when it dies: a server that completes the
+// handshake and closes, or sends GOAWAY before answering anything, must
+// meet a growing backoff, not a reconnection storm.
+const youngLife = 10 * time.Second
 
 func newSupervisor(sys *System) actor.Actor {
 	s := &supervisor{sys: sys, children: map[string]*child{},
@@ -187,14 +202,25 @@ func (s *supervisor) receive(ctx actor.Context) {
 			return
 		}
 		s.sys.log.Warn("sluice: connection died", slog.String("reason", errString(m.err)))
+		young := s.conn.Answered() == 0 && s.sys.now().Sub(s.connAt) < youngLife
 		s.conn.Close()
 		s.conn = nil
 		s.fire(fsm.Down)
 		s.publish()
-		s.dial()
-	case *redialMsg:
-		if s.timers.current(timerRedial, m.gen) && s.machine.Current() == fsm.Disconnected {
+		if young {
+			s.failed(ctx, m.err)
+			return
+		}
+		s.failures = 0
+		if s.demand() {
 			s.dial()
+		}
+	case *redialMsg:
+		if s.timers.current(timerRedial, m.gen) {
+			s.redialArmed = false
+			if s.machine.Current() == fsm.Disconnected && s.demand() {
+				s.dial()
+			}
 		}
 	case *globalHitMsg:
 		s.globalHit(m.until)
@@ -303,6 +329,9 @@ func (s *supervisor) submit(ctx actor.Context, c *Call) {
 	}
 	ch.forwarded++
 	ctx.Send(ch.pid, &enqueueMsg{calls: []*Call{c}})
+	if s.machine.Current() == fsm.Disconnected {
+		s.dial() // idle since the last connection ended: connect on demand
+	}
 }
 
 // want queues a bucket for admission (once; its latest report wins) and
@@ -311,6 +340,12 @@ func (s *supervisor) want(ctx actor.Context, m *wantMsg) {
 	ch := s.children[m.key]
 	if ch == nil || s.closing != nil {
 		return // stopped meanwhile, or closing: drainMsg fails its queue
+	}
+	if s.conn == nil && s.redialArmed && s.failures >= maxDialFailures {
+		// Connections keep failing and the next try is a backoff away:
+		// fail at once rather than wait behind it.
+		ctx.Send(ch.pid, &grantMsg{err: &UnavailableError{Failures: s.failures, Err: s.lastErr}})
+		return
 	}
 	ch.want, ch.global = m.want, m.global
 	s.pacer.long(s.sys.now(), m.path)
@@ -552,41 +587,62 @@ func (s *supervisor) probeDone(ctx actor.Context, m *probeDoneMsg) {
 	s.admit(ctx)
 }
 
+// demand reports whether any request waits for an outcome: without one,
+// a lost connection is not replaced until a request comes.
+func (s *supervisor) demand() bool { return s.sys.pending.Load() > 0 }
+
 func (s *supervisor) dial() {
-	if s.machine.Current() != fsm.Disconnected {
+	if s.machine.Current() != fsm.Disconnected || s.redialArmed {
 		return
 	}
 	s.fire(fsm.Dial)
 	s.sys.goWork(func() {
+		var conn *transport.Conn
+		err := fmt.Errorf("%w: dialing panicked", ErrInternal)
+		defer func() {
+			if r := recover(); r != nil {
+				s.sys.log.Error("sluice: panic while dialing", slog.Any("panic", r))
+			}
+			s.sys.root.Send(s.self, &dialedMsg{conn: conn, err: err})
+		}()
 		ctx, cancel := context.WithTimeout(s.sys.hardCtx, s.sys.cfg.dialTimeout())
 		defer cancel()
-		conn, err := transport.Dial(ctx, s.sys.cfg.BaseURL, s.sys.cfg.Transport)
-		s.sys.root.Send(s.self, &dialedMsg{conn: conn, err: err})
+		conn, err = transport.Dial(ctx, s.sys.cfg.BaseURL, s.sys.cfg.Transport)
 	})
+}
+
+// failed counts a failed connection (a dial, or one that died young),
+// fails what waits for a connection once too many failed in a row, and
+// arms the redial after a backoff that grows with the count.
+func (s *supervisor) failed(ctx actor.Context, err error) {
+	s.failures++
+	s.lastErr = err
+	s.sys.log.Warn("sluice: connecting failed", slog.Int("failures", s.failures), slog.String("error", errString(err)))
+	if s.failures >= maxDialFailures {
+		// Nothing can be sent: fail what waits rather than hang it.
+		uerr := &UnavailableError{Failures: s.failures, Err: err}
+		for _, ch := range s.ring {
+			ctx.Send(ch.pid, &grantMsg{err: uerr})
+		}
+		s.clearRing()
+	}
+	delay := s.sys.cfg.Backoff.Delay(s.failures-1, rand.Float64)
+	s.redialArmed = true
+	s.timers.after(timerRedial, delay, func(gen uint64) any { return &redialMsg{gen} })
 }
 
 func (s *supervisor) dialed(ctx actor.Context, m *dialedMsg) {
 	if m.err != nil {
 		s.fire(fsm.DialFailed)
-		s.dialFails++
-		s.sys.log.Warn("sluice: connecting failed", slog.Int("attempt", s.dialFails), slog.String("error", m.err.Error()))
-		if s.dialFails >= maxDialFailures {
-			// Nothing can be sent: fail what waits rather than hang it.
-			for _, ch := range s.ring {
-				ctx.Send(ch.pid, &grantMsg{err: m.err})
-			}
-			s.clearRing()
-		}
-		delay := s.sys.cfg.Backoff.Delay(s.dialFails, rand.Float64)
-		s.timers.after(timerRedial, delay, func(gen uint64) any { return &redialMsg{gen} })
+		s.failed(ctx, m.err)
 		return
 	}
 	if s.sys.hardCtx.Err() != nil {
 		m.conn.Close()
 		return
 	}
-	s.dialFails = 0
 	s.conn = m.conn
+	s.connAt = s.sys.now()
 	s.fire(fsm.Up)
 	if now := s.sys.now(); now.Before(s.globalUntil) {
 		s.fire(fsm.GlobalHit)

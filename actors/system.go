@@ -60,8 +60,18 @@ type Config struct {
 	// Invalid counts 401, 403 and non-shared 429 answers and refuses
 	// requests at its ceiling (nil: no budget).
 	Invalid *supervision.Budget
-	// MaxResponseBytes bounds a response body.
+	// MaxResponseBytes bounds a response body; an answer declaring more
+	// in Content-Length is refused before its body is read.
 	MaxResponseBytes int64
+	// MaxBufferedBytes bounds the response bytes being read at once across
+	// all requests (0: no bound).
+	MaxBufferedBytes int64
+	// AttemptTimeout bounds one attempt, from sending until the body is
+	// read (0: none).
+	AttemptTimeout time.Duration
+	// UnauthorizedProbe is how long a rejected token refuses every request
+	// before one request is let through to check it again.
+	UnauthorizedProbe time.Duration
 	// IdleAfter is how long a bucket actor lives on after its window ended
 	// with nothing to do.
 	IdleAfter time.Duration
@@ -132,8 +142,12 @@ type System struct {
 	clock    ratelimit.ServerClock
 	supState atomic.Int64 // the supervisor's fsm.SupervisorState
 	tel      *telemetry   // nil: no OpenTelemetry
-	badToken atomic.Bool  // a 401 to the configured token: later calls fail fast
-	stop     sync.Once
+	auth     authLatch    // a 401 to the configured token: later calls fail fast
+	buffered atomic.Int64 // response bytes being read now (MaxBufferedBytes)
+	// closeOnce elects the Close that does the work; stopped is closed
+	// when it has finished, for other Close and Snapshot calls.
+	closeOnce sync.Once
+	stopped   chan struct{}
 
 	// crashHook is the test seam from Config.crashHook.
 	crashHook func(msg any)
@@ -178,6 +192,7 @@ func Start(cfg Config) (*System, error) {
 	s.tel = tel
 	s.hardCtx, s.hardCancel = context.WithCancel(context.Background())
 	s.workCh = make(chan func())
+	s.stopped = make(chan struct{})
 	props := actor.PropsFromProducer(func() actor.Actor { return newSupervisor(s) },
 		actor.WithReceiverMiddleware(s.receiveMiddleware()...),
 		actor.WithSenderMiddleware(s.senderMiddleware()...),
@@ -198,13 +213,28 @@ func (s *System) Now() time.Time { return s.now() }
 // Submit hands c to the supervisor. After Close began, c fails with
 // ErrClosed at once.
 func (s *System) Submit(c *Call) {
+	n, ok := s.register(c)
+	if !ok {
+		return
+	}
+	if err := s.admit(c, n); err != nil {
+		c.Complete(nil, err)
+		return
+	}
+	s.root.Send(s.sup, &submitMsg{calls: []*Call{c}})
+}
+
+// register counts c as submitted (Close waits for its outcome) and returns
+// the number of calls pending with it; false (c failed with ErrClosed)
+// after Close began.
+func (s *System) register(c *Call) (int64, bool) {
 	// Close sets closed under subMu's write lock before it waits on calls,
 	// so no Add can race with that Wait.
 	s.subMu.RLock()
 	if s.closed.Load() {
 		s.subMu.RUnlock()
 		c.Complete(nil, ErrClosed)
-		return
+		return 0, false
 	}
 	s.calls.Add(1)
 	s.subMu.RUnlock()
@@ -212,38 +242,101 @@ func (s *System) Submit(c *Call) {
 	s.live.Store(c.ID, c)
 	s.tel.start(c)
 	c.arm(func() {
+		if c.authProbe.Load() {
+			s.auth.probeEnded()
+		}
 		s.tel.finish(c)
 		s.live.Delete(c.ID)
 		s.pending.Add(-1)
 		s.calls.Done()
 	})
-	if err := s.admit(n); err != nil {
-		c.Complete(nil, err)
-		return
-	}
-	s.root.Send(s.sup, &submitMsg{calls: []*Call{c}})
+	return n, true
 }
 
-// admit refuses a call that must not be queued: after Close, with a bad
-// token, over the pending bound, or while the invalid-request budget is
-// exhausted.
-func (s *System) admit(pending int64) error {
+// SubmitDirect sends c on rt, outside the rate limits and the actors: for
+// a request to another host than the API's (a redirect to a CDN), which
+// Discord's limits do not cover and the API's connection cannot reach. It
+// is sent once (no retry), within AttemptTimeout, its body read within
+// MaxResponseBytes; Close waits for it like for any call, then cancels it.
+func (s *System) SubmitDirect(c *Call, rt http.RoundTripper) {
+	if _, ok := s.register(c); !ok {
+		return
+	}
+	run := func() {
+		defer func() {
+			if r := recover(); r != nil {
+				c.Complete(nil, fmt.Errorf("%w: %v", ErrInternal, r))
+			}
+		}()
+		ctx, cancel := context.WithCancelCause(c.Ctx)
+		defer cancel(nil)
+		stop := context.AfterFunc(s.hardCtx, func() { cancel(ErrClosed) })
+		defer stop()
+		if d := s.cfg.AttemptTimeout; d > 0 {
+			var cancelT context.CancelFunc
+			ctx, cancelT = context.WithTimeoutCause(ctx, d, ErrAttemptTimeout)
+			defer cancelT()
+		}
+		fail := func(err error) {
+			if ctx.Err() != nil {
+				err = ctxError(ctx)
+			}
+			c.Complete(nil, err)
+		}
+		req := c.Req.Clone(ctx)
+		if c.Req.GetBody != nil {
+			b, err := c.Req.GetBody()
+			if err != nil {
+				fail(err)
+				return
+			}
+			req.Body = b
+		}
+		resp, err := rt.RoundTrip(req)
+		if err != nil {
+			fail(err)
+			return
+		}
+		body, err := s.readBody(resp)
+		resp.Body.Close()
+		if err != nil {
+			if !errors.Is(err, ErrResponseTooLarge) && ctx.Err() != nil {
+				err = ctxError(ctx)
+			}
+			c.Complete(nil, err)
+			return
+		}
+		resp.Body = io.NopCloser(bytes.NewReader(body))
+		resp.ContentLength = int64(len(body))
+		c.Complete(resp, nil)
+	}
+	if !s.goWork(run) {
+		c.Complete(nil, ErrClosed)
+	}
+}
+
+// admit refuses a call that must not be queued: after Close, with a
+// rejected token (unless c is let through to check it again), over the
+// pending bound, or while the invalid-request budget is exhausted.
+func (s *System) admit(c *Call, pending int64) error {
 	switch {
 	case s.closed.Load():
 		return ErrClosed
 	case s.cfg.MaxPending > 0 && pending > int64(s.cfg.MaxPending):
 		return fmt.Errorf("%w: %d requests pending", ErrQueueFull, pending-1)
 	}
-	return s.refusal(s.now())
-}
-
-// refusal is the error every queued call gets while requests are refused
-// wholesale: a rejected token or an exhausted invalid-request budget.
-func (s *System) refusal(now time.Time) error {
-	if s.badToken.Load() {
+	now := s.now()
+	if s.auth.refuses(c, now, s.botAuthenticated(c)) {
 		return ErrUnauthorized
 	}
 	return s.budget(now)
+}
+
+// botAuthenticated reports whether c is sent with the configured token:
+// it carries no Authorization header of its own and its route is not
+// authenticated by a token in its path (webhooks, interactions).
+func (s *System) botAuthenticated(c *Call) bool {
+	return s.cfg.Authorization != "" && !c.Route.PerToken && c.Req.Header.Get("Authorization") == ""
 }
 
 // budget returns a *BudgetError while the invalid-request budget is
@@ -276,6 +369,9 @@ func (s *System) countInvalid(now time.Time) {
 // bucket that stops meanwhile is left out; Snapshot returns when ctx ends at
 // the latest.
 func (s *System) Snapshot(ctx context.Context) (Snapshot, error) {
+	if s.closed.Load() {
+		return Snapshot{}, ErrClosed
+	}
 	reply := make(chan supervisorSnapshot, 1)
 	s.root.Send(s.sup, &snapshotMsg{reply: reply})
 	var sup supervisorSnapshot
@@ -283,6 +379,8 @@ func (s *System) Snapshot(ctx context.Context) (Snapshot, error) {
 	case sup = <-reply:
 	case <-ctx.Done():
 		return Snapshot{}, ctx.Err()
+	case <-s.stopped:
+		return Snapshot{}, ErrClosed
 	}
 	snap := sup.snap
 	if len(sup.buckets) == 0 {
@@ -304,6 +402,8 @@ func (s *System) Snapshot(ctx context.Context) (Snapshot, error) {
 			return sortBuckets(snap), nil
 		case <-ctx.Done():
 			return sortBuckets(snap), ctx.Err()
+		case <-s.stopped:
+			return sortBuckets(snap), ErrClosed
 		}
 	}
 	return sortBuckets(snap), nil
@@ -317,9 +417,27 @@ func sortBuckets(s Snapshot) Snapshot {
 // Close refuses new calls and fails queued ones with ErrClosed, lets
 // requests on the wire finish until ctx ends, then cancels them, stops
 // every actor and goroutine, and returns ctx's error if it had to cancel.
+// A Close called while another runs waits for it, or for its own ctx.
 func (s *System) Close(ctx context.Context) error {
+	err := errNotFirst
+	s.closeOnce.Do(func() { err = s.close(ctx) })
+	if err != errNotFirst {
+		return err
+	}
+	select {
+	case <-s.stopped:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("sluice: close: %w while another Close was still stopping the limiter", ctx.Err())
+	}
+}
+
+var errNotFirst = errors.New("not the first Close")
+
+func (s *System) close(ctx context.Context) error {
+	defer close(s.stopped)
 	var err error
-	s.stop.Do(func() {
+	{
 		s.subMu.Lock()
 		s.closed.Store(true)
 		s.subMu.Unlock()
@@ -348,7 +466,7 @@ func (s *System) Close(ctx context.Context) error {
 		<-allDone
 		s.tel.close()
 		s.actors.Shutdown()
-	})
+	}
 	return err
 }
 
@@ -382,7 +500,7 @@ func (s *System) worker(f func()) {
 	idle := time.NewTimer(workerIdle)
 	defer idle.Stop()
 	for {
-		f()
+		s.runGuarded(f)
 		idle.Reset(workerIdle)
 		select {
 		case f = <-s.workCh:
@@ -392,6 +510,18 @@ func (s *System) worker(f func()) {
 			return
 		}
 	}
+}
+
+// runGuarded runs f and stops a panic there from reaching the process:
+// each job recovers what concerns its own call or connection (see work,
+// supervisor.dial); this is the last line, which logs.
+func (s *System) runGuarded(f func()) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("sluice: recovered a panic on a worker goroutine", slog.Any("panic", r))
+		}
+	}()
+	f()
 }
 
 // fastShare is the share of the global window a bucket actor may reserve
@@ -423,21 +553,51 @@ type keeper interface {
 // its headers arrived. A global 429 blocks the shared global window here,
 // before any actor hears of it, so no request follows it into the outage;
 // the supervisor is told too, for its state machine and its timer.
+//
+// The attempt ends with the caller's context, with Close (ErrClosed) and
+// after AttemptTimeout (ErrAttemptTimeout), whichever comes first. A panic
+// here becomes this call's ErrInternal: exactly one resultMsg is sent.
 func (s *System) work(conn *transport.Conn, c *Call, bucket *actor.PID) {
-	ctx, cancel := context.WithCancel(c.Ctx)
-	defer cancel()
-	stop := context.AfterFunc(s.hardCtx, cancel)
+	reported := false
+	report := func(m *resultMsg) {
+		reported = true
+		s.root.Send(bucket, m)
+	}
+	defer func() {
+		if r := recover(); r != nil && !reported {
+			s.log.Error("sluice: panic while sending a request", slog.String("route", c.Route.Redacted()), slog.Any("panic", r))
+			report(&resultMsg{call: c, at: s.now(), err: fmt.Errorf("%w: %v", ErrInternal, r)})
+		}
+	}()
+	ctx, cancel := context.WithCancelCause(c.Ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(s.hardCtx, func() { cancel(ErrClosed) })
 	defer stop()
+	if d := s.cfg.AttemptTimeout; d > 0 {
+		var cancelT context.CancelFunc
+		ctx, cancelT = context.WithTimeoutCause(ctx, d, ErrAttemptTimeout)
+		defer cancelT()
+	}
+	// fail types an error of the attempt: the caller's context speaks for
+	// itself; Close and the attempt timeout are named by their cause.
+	fail := func(err error) error {
+		if ctx.Err() != nil && c.Ctx.Err() == nil {
+			if cause := context.Cause(ctx); cause != nil {
+				return cause
+			}
+		}
+		return connectionError(ctx, err)
+	}
 
 	req, err := s.prepare(ctx, c)
 	if err != nil {
-		s.root.Send(bucket, &resultMsg{call: c, at: s.now(), err: &notSentError{err}})
+		report(&resultMsg{call: c, at: s.now(), err: &notSentError{err}})
 		return
 	}
 	resp, err := conn.RoundTrip(req)
 	at := s.now()
 	if err != nil {
-		s.root.Send(bucket, &resultMsg{call: c, at: at, err: connectionError(ctx, err)})
+		report(&resultMsg{call: c, at: at, err: fail(err)})
 		return
 	}
 	m := &resultMsg{call: c, at: at}
@@ -446,11 +606,14 @@ func (s *System) work(conn *transport.Conn, c *Call, bucket *actor.PID) {
 		s.log.Warn("sluice: malformed rate-limit headers", slog.String("route", c.Route.Redacted()), slog.String("error", herr.Error()))
 	}
 	m.headers = h
-	body, err := readBody(resp.Body, s.cfg.MaxResponseBytes)
+	body, err := s.readBody(resp)
 	resp.Body.Close()
-	if err = connectionError(ctx, err); err != nil {
+	if err != nil {
+		if !errors.Is(err, ErrResponseTooLarge) {
+			err = fail(err)
+		}
 		m.err = err
-		s.root.Send(bucket, m)
+		report(m)
 		return
 	}
 	m.verdict = ratelimit.Classify(resp.StatusCode, h, body)
@@ -464,7 +627,66 @@ func (s *System) work(conn *transport.Conn, c *Call, bucket *actor.PID) {
 	resp.Body = io.NopCloser(bytes.NewReader(body))
 	resp.ContentLength = int64(len(body))
 	m.resp = resp
-	s.root.Send(bucket, m)
+	report(m)
+}
+
+// readBody reads resp's body within MaxResponseBytes, refusing at once an
+// answer whose Content-Length declares more, and within the bytes all
+// requests may buffer at once (MaxBufferedBytes), which it holds only while
+// reading: the body then belongs to the caller.
+func (s *System) readBody(resp *http.Response) ([]byte, error) {
+	limit := s.cfg.MaxResponseBytes
+	if limit <= 0 {
+		limit = 64 << 20
+	}
+	if resp.ContentLength > limit {
+		return nil, fmt.Errorf("%w: Content-Length %d is over %d bytes", ErrResponseTooLarge, resp.ContentLength, limit)
+	}
+	var held int64
+	defer func() { s.buffered.Add(-held) }()
+	take := func(n int64) error {
+		if total := s.cfg.MaxBufferedBytes; total > 0 && s.buffered.Add(n) > total {
+			s.buffered.Add(-n)
+			return fmt.Errorf("%w: more than %d bytes buffered across requests", ErrResponseTooLarge, total)
+		}
+		held += n
+		return nil
+	}
+	const chunk = 32 << 10
+	size := int64(chunk)
+	if resp.ContentLength >= 0 {
+		size = resp.ContentLength + 1 // +1 sees a body longer than declared
+	}
+	if err := take(size); err != nil {
+		return nil, err
+	}
+	buf := make([]byte, 0, size)
+	for {
+		if len(buf) == cap(buf) {
+			grow := int64(max(cap(buf), chunk))
+			if int64(cap(buf))+grow > limit+1 {
+				grow = limit + 1 - int64(cap(buf))
+			}
+			if grow <= 0 {
+				return nil, fmt.Errorf("%w: more than %d bytes", ErrResponseTooLarge, limit)
+			}
+			if err := take(grow); err != nil {
+				return nil, err
+			}
+			buf = slices.Grow(buf, int(grow))
+		}
+		n, err := resp.Body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if int64(len(buf)) > limit {
+			return nil, fmt.Errorf("%w: more than %d bytes", ErrResponseTooLarge, limit)
+		}
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
 }
 
 // notSentError marks a request that failed before anything reached the
@@ -475,19 +697,32 @@ func (e *notSentError) Error() string { return e.err.Error() }
 func (e *notSentError) Unwrap() error { return e.err }
 
 // prepare builds the request for one attempt: the target URL on the base,
-// a fresh body, and the default headers.
+// a fresh body, and the default headers. A relative path is put below the
+// base path, unless it already starts with it ("/api/v10/…"); an absolute
+// URL keeps its path. The path's escaping (%2F in an emoji or a name) is
+// kept as given.
 func (s *System) prepare(ctx context.Context, c *Call) (*http.Request, error) {
 	req := c.Req.Clone(ctx)
 	u := *s.cfg.BaseURL
+	escaped := c.Req.URL.EscapedPath()
 	if c.Req.URL.Host == "" {
-		u.Path = joinPath(s.cfg.BaseURL.Path, c.Req.URL.Path)
-		u.RawPath = ""
-	} else {
-		u.Path, u.RawPath = c.Req.URL.Path, c.Req.URL.RawPath
+		base := s.cfg.BaseURL.EscapedPath()
+		if base != "" && base != "/" && (escaped == base || strings.HasPrefix(escaped, strings.TrimSuffix(base, "/")+"/")) {
+			base = ""
+		}
+		escaped = joinPath(base, escaped)
 	}
+	p, err := url.PathUnescape(escaped)
+	if err != nil {
+		return nil, fmt.Errorf("sluice: request path: %w", err)
+	}
+	u.Path, u.RawPath = p, escaped
 	u.RawQuery = c.Req.URL.RawQuery
 	req.URL = &u
 	req.Host = u.Host
+	if req.Header == nil {
+		req.Header = make(http.Header)
+	}
 	if c.Req.GetBody != nil {
 		b, err := c.Req.GetBody()
 		if err != nil {
@@ -533,18 +768,4 @@ func joinPath(base, p string) string {
 		p = "/" + p
 	}
 	return base + p
-}
-
-func readBody(r io.Reader, max int64) ([]byte, error) {
-	if max <= 0 {
-		max = 64 << 20
-	}
-	b, err := io.ReadAll(io.LimitReader(r, max+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > max {
-		return nil, fmt.Errorf("%w: more than %d bytes", ErrResponseTooLarge, max)
-	}
-	return b, nil
 }

@@ -37,6 +37,8 @@ type Conn struct {
 	// ever made; together they make drained() race-free (see there).
 	active  atomic.Int64
 	started atomic.Uint64
+	// answered counts responses received (headers), for Answered.
+	answered atomic.Uint64
 
 	mu     sync.Mutex
 	dead   bool
@@ -219,6 +221,7 @@ func (c *Conn) RoundTrip(req *http.Request) (*http.Response, error) {
 		c.nudge()
 		return nil, err
 	}
+	c.answered.Add(1)
 	resp.Request = orig
 	if resp.TLS == nil {
 		resp.TLS = c.tlsState
@@ -286,6 +289,12 @@ func (c *Conn) Available() int { return c.cc.Available() }
 // (a request stays in flight until its response body is fully read or
 // closed). It is 0 once the connection is closed.
 func (c *Conn) InFlight() int { return c.cc.InFlight() }
+
+// Answered reports how many responses the connection delivered (their
+// headers). An owner can tell a connection that served requests from one
+// that died young: a server that accepts connections and drops them at
+// once, or sends GOAWAY before any answer, calls for a growing backoff.
+func (c *Conn) Answered() uint64 { return c.answered.Load() }
 
 // Protocol returns "HTTP/2.0", or "HTTP/1.1" for an AllowHTTP1 fallback.
 func (c *Conn) Protocol() string { return c.proto }
