@@ -49,6 +49,13 @@ const (
 	// of the caller's timers.
 	probeSlack = 5 * time.Millisecond
 
+	// limitMemory is how many windows a limit seen is remembered for at
+	// least (at most twice as many): a refilled window admits no more than
+	// the smallest limit seen over them until a response of the window
+	// shows its own. A cycle of limits no longer than this costs no 429
+	// once each of its limits has been seen.
+	limitMemory = 16
+
 	// sameWindowTolerance is how far apart the X-RateLimit-Reset of two
 	// responses may be for Observe to take them as one window (Discord's
 	// Reset has millisecond precision; windows are hundreds apart).
@@ -81,7 +88,10 @@ const (
 // that arrive out of order can only lower it. It rises when a window ends
 // (Take refills it to Limit minus the requests still in flight, which may be
 // counted in the new window), when a response proves that Discord has started
-// a newer window, and by Refund of a request that was never sent.
+// a newer window, by Refund of a request that was never sent, and when a
+// response of the current window shows a higher limit than the one the
+// bucket counted (see below). Limit - Remaining is always at least the
+// number of requests that may count in the current window.
 //
 // A refill does not wait for the requests still in flight: they are charged
 // to the new window instead. Every request the server may count in the new
@@ -92,6 +102,34 @@ const (
 // opened a window, Remaining = Limit - 1) does a refilled window whose end
 // no response has confirmed wait for a response, up to PioneerTimeout,
 // before refilling again.
+//
+// # Varying limits
+//
+// Discord may give one bucket a different limit from one window to the
+// next, and the headers of a window tell only its own. So Limit is the limit
+// the bucket counts for the current window, and Limit - Remaining the
+// requests that may count in it. A refill (a window started before any of
+// its answers came) counts the smallest X-RateLimit-Limit seen over the last
+// limitMemory (16) to 2*limitMemory windows the bucket began, less the
+// requests still in flight. The first response of the current window (sent
+// in it, or the one that showed a newer window) to show a higher limit
+// raises Limit, and Remaining by the difference: the rest of the window is
+// used once one answer came. Any response of the current window with a
+// lower limit lowers Limit, and Remaining by the difference, then to the
+// response's Remaining if lower. A response that may belong to another
+// window (sent before the current one began, or at an unknown time) never
+// raises Limit, and lowers it (the same way) only while no response of the
+// current window has shown its limit, or when its send time is unknown.
+// Requests sent late in a window may be counted in the next one, which may
+// allow only the smallest recent limit: while the current window counts more
+// than that and that many are in flight, Take admits no more once the
+// window's estimated end is nearer than the estimate's slack plus a round
+// trip (a decaying maximum of recent ones), and waits for the refill. A
+// cycle of limits therefore costs at most the excess of its first decrease
+// (the requests already sent on the larger limit), and no 429 once each of
+// its limits is remembered. A 429 in a window whose limit a response showed
+// lower than the bucket counted is blamed on the limit, not on a late
+// reopening: LateReopen learns nothing from it.
 //
 // # Late reopening
 //
@@ -115,8 +153,10 @@ const (
 //
 // A Bucket is not safe for concurrent use.
 type Bucket struct {
-	// Limit is the number of requests per window (X-RateLimit-Limit).
-	// Invariant: Limit >= 1 when Known.
+	// Limit is the number of requests the bucket counts for the current
+	// window: the X-RateLimit-Limit of a response of that window, or, after
+	// a refill and until such a response, the smallest limit remembered
+	// (see Varying limits). Invariant: Limit >= 1 when Known.
 	Limit int
 	// Remaining is how many more requests may be sent before ResetAt.
 	// Invariant: 0 <= Remaining <= Limit.
@@ -143,16 +183,22 @@ type Bucket struct {
 	period      time.Duration // longest Reset-After seen: the length of a guessed window
 	periodKnown bool          // period includes the Reset-After of a request that opened a window
 	provisional bool          // ResetAt was guessed at a refill and no response has confirmed it
+	limitSeen   bool          // a response of the current window has set Limit
+	limitCut    bool          // a response of the current window showed a lower limit than Limit was
+	lowCur      int32         // smallest limit seen in this epoch of limitMemory windows; 0: none; else in [1, MaxLimit]
 
 	est         time.Time     // earliest estimate of the current window's end, margin excluded
 	estSlack    time.Duration // how much later than the server's announced end est may be
 	estReset    time.Time     // X-RateLimit-Reset of est's window; zero if unknown
 	estRejected bool          // est came from a 429: the server's own word on a late reopening
+	rtt         int32         // round trip of answers with headers, decaying maximum, in ms (rounded up); in [0, PioneerTimeout]
 	floor       time.Time     // ResetAt does not drop below it in the current window
 	written     time.Time     // ResetAt as last written by this file: another value became a floor
 
 	selfOpened   bool          // the current window was opened by a refill
 	reopenFailed bool          // LateReopen reported a 429 sent in the current window
+	lowWindows   uint8         // windows begun in this epoch; < limitMemory
+	lowPrev      int32         // lowCur of the previous epoch; 0: none; else in [1, MaxLimit]
 	openedEst    time.Time     // est of the window the last refill ended
 	openedSlack  time.Duration // and its estSlack
 	lateBy       time.Duration // margin learned by LateReopen, at lateAt
@@ -170,6 +216,9 @@ type Bucket struct {
 // in flight, a reopening probe in flight, or a refilled window of guessed
 // length not yet confirmed after its guessed end) wait is the
 // PioneerTimeout deadline; call Take again after each Observe or Refund too.
+// Near the end of a window that counts more than the smallest recent limit
+// (see Varying limits), Take may refuse with Remaining above 0 and wait
+// until ResetAt.
 func (b *Bucket) Take(now time.Time) (ok bool, wait time.Duration) {
 	if now.Before(b.PausedUntil) {
 		return false, b.PausedUntil.Sub(now)
@@ -199,6 +248,9 @@ func (b *Bucket) Take(now time.Time) (ok bool, wait time.Duration) {
 	if b.Remaining == 0 {
 		return false, b.ResetAt.Sub(now)
 	}
+	if b.maySpill(now) {
+		return false, b.ResetAt.Sub(now) // until the refill
+	}
 	if b.probing {
 		if b.probeOut {
 			deadline := b.probeAt.Add(PioneerTimeout)
@@ -215,6 +267,23 @@ func (b *Bucket) Take(now time.Time) (ok bool, wait time.Duration) {
 	return true, 0
 }
 
+// maySpill reports whether a request sent at now, when the current window
+// counts more than the smallest recent limit, is both one too many for the
+// next window and possibly counted in it: the requests in flight when a
+// window ends may land in the next one, which may allow only that smallest
+// limit. A request is counted in the current window unless its forward trip
+// is longer than the time left to the server's end, which may be earlier than
+// the window's estimated end (est, not ResetAt, which a lost answer or one
+// of another window may have pushed later) by the estimate's slack; a round
+// trip bounds the forward trip.
+func (b *Bucket) maySpill(now time.Time) bool {
+	low := b.recentLow()
+	if low == 0 || b.Limit <= low || b.charged(now) < low {
+		return false
+	}
+	return b.est.Sub(now) < b.estSlack+time.Duration(b.rtt)*time.Millisecond
+}
+
 // refill starts a new window at now. Requests still in flight may be counted
 // by Discord in the new window, so they are charged to it.
 func (b *Bucket) refill(now time.Time) {
@@ -222,6 +291,10 @@ func (b *Bucket) refill(now time.Time) {
 	b.probing = !b.estRejected && (!b.trustSet || delay+probeSlack < b.trusted)
 	b.probeOut = false
 	b.openedEst, b.openedSlack = b.est, b.estSlack
+	b.newWindow()
+	if low := b.recentLow(); low > 0 {
+		b.Limit = low // no answer of this window yet: the smallest recent limit
+	}
 	b.Remaining = max(0, b.Limit-b.charged(now))
 	b.uncredited = 0
 	b.est, b.estSlack = now.Add(max(b.period, minPeriod)), 0
@@ -300,6 +373,10 @@ func (b *Bucket) Refund(now time.Time) {
 //     becomes min(Remaining, header). If its X-RateLimit-Reset matches the
 //     current estimate's, the earlier estimate wins; otherwise (no Reset,
 //     or another one) ResetAt can only move later.
+//
+// In each case Limit (and Remaining with it) first follows the response's
+// X-RateLimit-Limit by the rules of Varying limits in the Bucket docs; a
+// newer window takes its limit as it is.
 func (b *Bucket) Observe(now, sentAt time.Time, h Headers) {
 	if b.inflight > 0 {
 		b.inflight--
@@ -331,6 +408,9 @@ func (b *Bucket) Observe(now, sentAt time.Time, h Headers) {
 		}
 		return
 	}
+	if !sentAt.IsZero() && !sentAt.After(now) {
+		b.noteRoundTrip(now.Sub(sentAt))
+	}
 	limit := min(h.Limit, MaxLimit)
 	rem := max(0, min(h.Remaining, limit))
 	ra := clampWait(h.ResetAfter)
@@ -342,6 +422,7 @@ func (b *Bucket) Observe(now, sentAt time.Time, h Headers) {
 	e := b.estimate(now, sentAt, ra, h)
 	m := b.lateMargin(now)
 
+	b.noteLimit(limit)
 	if !b.Known {
 		b.Known = true
 		b.Limit = limit
@@ -351,23 +432,27 @@ func (b *Bucket) Observe(now, sentAt time.Time, h Headers) {
 	if probe {
 		b.probeAnswered(sentAt, ra, h, rejected)
 	}
-	if limit != b.Limit {
-		b.Limit = limit
-		b.Remaining = min(b.Remaining, limit)
-	}
 	switch {
 	case sentAt.IsZero() || sentAt.After(now):
+		b.cutLimit(limit)
 		b.lower(rem)
 		b.push(now.Add(ra + m))
 	case sentAt.Before(b.windowStart):
+		if !b.limitSeen {
+			b.cutLimit(limit) // it may be counted in the current window
+		}
 		b.push(e.at.Add(m))
 	case b.provisional:
+		b.setLimit(limit)
 		b.lower(rem)
 		b.provisional = false
 		b.adopt(e, h, m, rejected)
 	case e.at.Add(m).After(b.ResetAt.Add(now.Sub(sentAt) + WindowTolerance)):
+		b.newWindow()
+		b.Limit = limit
 		b.startWindow(now, e, rem, h, rejected)
 	default:
+		b.setLimit(limit)
 		b.lower(rem)
 		if !b.sameWindow(h) {
 			b.push(e.at.Add(m))
@@ -433,9 +518,11 @@ func (b *Bucket) probeAnswered(sentAt time.Time, ra time.Duration, h Headers, re
 	}
 }
 
-// startWindow adopts the window reported by the response just observed. That
-// response's request counts in it, and so may every request still in flight.
+// startWindow adopts the window reported by the response just observed,
+// whose limit is Limit. That response's request counts in it, and so may
+// every request still in flight.
 func (b *Bucket) startWindow(now time.Time, e windowEnd, remaining int, h Headers, rejected bool) {
+	b.limitSeen, b.limitCut = true, false
 	b.Remaining = max(0, b.Limit-1-b.charged(now))
 	b.uncredited = 0
 	b.lower(remaining)
@@ -491,6 +578,68 @@ func (b *Bucket) charged(now time.Time) int {
 	return b.inflight + b.ghosts
 }
 
+// setLimit applies the limit of a response of the current window. Limit -
+// Remaining, the requests that may count in the window, stays as it is: a
+// higher limit raises Remaining by the difference, a lower one lowers it.
+// Only the first such response may raise it: near its end a window's
+// requests may be counted in the next one, and an answer of the window
+// before can then come after one of the next.
+func (b *Bucket) setLimit(limit int) {
+	if limit > b.Limit && !b.limitSeen {
+		b.Remaining += limit - b.Limit
+		b.Limit = limit
+	}
+	b.limitSeen = true
+	b.cutLimit(limit)
+}
+
+// cutLimit applies a limit that may be the current window's: only a lower
+// one, which lowers Remaining by the difference.
+func (b *Bucket) cutLimit(limit int) {
+	if limit < b.Limit {
+		b.Remaining = max(0, b.Remaining-(b.Limit-limit))
+		b.Limit = limit
+		b.limitCut = true
+	}
+}
+
+// noteRoundTrip takes the round trip d of an answer into rtt, whose other
+// samples lose an eighth at each answer.
+func (b *Bucket) noteRoundTrip(d time.Duration) {
+	ms := int32((min(d, PioneerTimeout) + time.Millisecond - 1) / time.Millisecond)
+	b.rtt = max(ms, b.rtt*7/8)
+}
+
+// noteLimit remembers a limit a response showed, for the windows that start
+// before any of their answers came.
+func (b *Bucket) noteLimit(limit int) {
+	if l := int32(limit); b.lowCur == 0 || l < b.lowCur {
+		b.lowCur = l
+	}
+}
+
+// newWindow counts a window begun, and starts a new epoch of the limit
+// memory every limitMemory windows.
+func (b *Bucket) newWindow() {
+	b.limitSeen, b.limitCut = false, false
+	b.lowWindows++
+	if b.lowWindows >= limitMemory {
+		b.lowPrev, b.lowCur, b.lowWindows = b.lowCur, 0, 0
+	}
+}
+
+// recentLow returns the smallest limit seen over the last limitMemory to
+// 2*limitMemory windows, or 0 if none was.
+func (b *Bucket) recentLow() int {
+	switch {
+	case b.lowPrev == 0:
+		return int(b.lowCur)
+	case b.lowCur == 0:
+		return int(b.lowPrev)
+	}
+	return int(min(b.lowPrev, b.lowCur))
+}
+
 // lower applies a remaining count reported by Discord. If it binds, the
 // requests in flight were possibly not counted by it, so refunding one of
 // them must not raise Remaining.
@@ -518,12 +667,14 @@ func (b *Bucket) lower(remaining int) {
 // ReopenMargin, later by the answer's return trip. With the request sent
 // right at the reopening and no jitter, that is the margin used plus wait
 // plus ReopenMargin. The bucket adds the margin to every window end it
-// adopts from then on, and keeps it for MarginHalfLife before it decays. It
-// reports whether the margin was raised. Call it after Observe of the same
-// answer (before is safe, but learns the return trip too), and Pause the
-// bucket as usual.
+// adopts from then on, and keeps it for MarginHalfLife before it decays. A
+// 429 in a window whose limit a response showed lower than the bucket
+// counted teaches nothing: the limit explains it. It reports whether the
+// margin was raised. Call it after Observe of the same answer (before is
+// safe, but learns the return trip too, and misses a lower limit the answer
+// shows), and Pause the bucket as usual.
 func (b *Bucket) LateReopen(now, sentAt time.Time, wait time.Duration) bool {
-	if !b.Known || !b.selfOpened || sentAt.IsZero() || sentAt.Before(b.windowStart) {
+	if !b.Known || !b.selfOpened || sentAt.IsZero() || sentAt.Before(b.windowStart) || b.limitCut {
 		return false
 	}
 	b.reopenFailed = true

@@ -287,6 +287,170 @@ func TestBucketLimitChange(t *testing.T) {
 	assert.Equal(t, 1, b.Remaining)
 }
 
+func TestBucketLimitDecreaseMidWindowCountsWhatWasSent(t *testing.T) {
+	b := known(t, 5, 5, 1000)
+	require.Equal(t, 3, takeN(b, at(10), 3))
+	// The first answer shows the window's limit is 2, and counted only
+	// itself: Remaining 1 by the header, but three are out.
+	b.Observe(at(60), at(10), resp(2, 1, ms(950)))
+	assert.Equal(t, 2, b.Limit)
+	assert.Equal(t, 0, b.Remaining, "5 - 3 sent, less the 3 the limit lost")
+	assert.Equal(t, 0, takeN(b, at(61), 1))
+}
+
+func TestBucketRefillCountsTheSmallestRecentLimit(t *testing.T) {
+	b := known(t, 5, 0, 1000)
+	// Window [1000, 2000): its answer shows limit 2.
+	require.Equal(t, 5, takeN(b, at(1000), 10))
+	b.Observe(at(1050), at(1000), resp(2, 1, ms(950)))
+	assert.Equal(t, 2, b.Limit)
+	assert.Equal(t, 0, b.Remaining)
+	for range 4 {
+		b.Observe(at(1060), at(1000), resp(2, 0, ms(940)))
+	}
+	// Window [2000, 3000) is 5 again, but no answer has said so yet.
+	assert.Equal(t, 2, takeN(b, at(2000), 10), "a refill counts the smallest recent limit")
+	b.Observe(at(2050), at(2000), resp(5, 4, ms(950)))
+	assert.Equal(t, 5, b.Limit)
+	assert.Equal(t, 3, b.Remaining, "an answer of the window shows 5: the rest of it may go")
+	assert.Equal(t, 3, takeN(b, at(2050), 10))
+	b.Observe(at(2060), at(2000), resp(5, 3, ms(940)))
+	assert.Equal(t, 0, b.Remaining)
+	for range 3 {
+		b.Observe(at(2100), at(2050), resp(5, 0, ms(900)))
+	}
+	// Window [3000, 4000): 2 is still remembered.
+	assert.Equal(t, 2, takeN(b, at(3000), 10))
+	assert.Equal(t, 2, b.Limit)
+}
+
+func TestBucketLimitIncreaseOnlyFromTheCurrentWindow(t *testing.T) {
+	b := known(t, 5, 0, 1000)
+	require.Equal(t, 5, takeN(b, at(1000), 10))
+	b.Observe(at(1050), at(1000), resp(2, 1, ms(950)))
+	for range 4 {
+		b.Observe(at(1060), at(1000), resp(2, 0, ms(940)))
+	}
+	// Sent just before the refill at 2000; its answer comes after it and
+	// shows a limit of 5, but may be an answer of the window before.
+	b.Remaining = 1
+	require.Equal(t, 1, takeN(b, at(1990), 1))
+	assert.Equal(t, 1, takeN(b, at(2000), 10), "2, less the one in flight")
+	b.Observe(at(2040), at(1990), resp(5, 4, ms(950)))
+	assert.Equal(t, 2, b.Limit, "an answer sent before the window began does not raise the limit")
+	assert.Equal(t, 0, b.Remaining)
+	// No Observe tells its send time: the same.
+	b.Observe(at(2045), time.Time{}, resp(5, 4, ms(950)))
+	assert.Equal(t, 2, b.Limit)
+	assert.Equal(t, 0, b.Remaining)
+}
+
+func TestBucketLimitDecreaseFromAnEarlierSendBeforeTheWindowShowsItsOwn(t *testing.T) {
+	b := known(t, 5, 5, 1000)
+	require.Equal(t, 2, takeN(b, at(990), 2))
+	assert.Equal(t, 3, takeN(b, at(1000), 10), "refilled: 5 less the two in flight")
+	// One of the two in flight was counted in the new window, whose
+	// limit is 2: it may be this window's, so it binds.
+	b.Observe(at(1040), at(990), resp(2, 1, ms(980)))
+	assert.Equal(t, 2, b.Limit)
+	assert.Equal(t, 0, b.Remaining)
+
+	// Once an answer of the window showed its limit, an earlier send's
+	// lower limit is another window's.
+	c := known(t, 5, 5, 1000)
+	require.Equal(t, 1, takeN(c, at(990), 1))
+	require.Equal(t, 1, takeN(c, at(1000), 1))
+	c.Observe(at(1030), at(1000), resp(5, 3, ms(990)))
+	require.Equal(t, 5, c.Limit)
+	c.Observe(at(1040), at(990), resp(2, 0, ms(10)))
+	assert.Equal(t, 5, c.Limit)
+	assert.Equal(t, 3, c.Remaining)
+	assert.Equal(t, 2, c.recentLow(), "but it is remembered for the next refills")
+}
+
+func TestBucketLimitMemoryFades(t *testing.T) {
+	b := known(t, 5, 0, 1000)
+	start := 1000
+	window := func(limit int) int {
+		t.Helper()
+		n := takeN(b, at(start), 10)
+		b.Observe(at(start+50), at(start), resp(limit, limit-1, ms(950)))
+		n += takeN(b, at(start+50), 10)
+		for range n - 1 {
+			b.Observe(at(start+60), at(start+50), resp(limit, 0, ms(940)))
+		}
+		start += 1000
+		return n
+	}
+	window(2)
+	firsts := 0
+	for w := range 2 * limitMemory {
+		if got := takeN(b, at(start), 10); got == 5 {
+			firsts = w
+			break
+		} else {
+			require.Equal(t, 2, got, "window %d", w)
+			b.Observe(at(start+50), at(start), resp(5, 4, ms(950)))
+			require.Equal(t, 3, takeN(b, at(start+50), 10))
+			for range 4 {
+				b.Observe(at(start+60), at(start+50), resp(5, 0, ms(940)))
+			}
+			start += 1000
+		}
+	}
+	after := firsts + 1 // refills from the one that saw the 2
+	t.Logf("5 again at the refill %d windows after the 2", after)
+	assert.Greater(t, after, limitMemory, "a limit is remembered for the next limitMemory windows at least")
+	assert.LessOrEqual(t, after, 2*limitMemory, "and forgotten within twice as many")
+}
+
+func TestBucketHoldsWhatTheNextWindowCannotTakeNearTheEnd(t *testing.T) {
+	b := known(t, 5, 0, 1000)
+	require.Equal(t, 5, takeN(b, at(1000), 10))
+	b.Observe(at(1100), at(1000), resp(2, 1, ms(900)))
+	for range 4 {
+		b.Observe(at(1100), at(1000), resp(2, 0, ms(900)))
+	}
+	// Window [2000, 3000) is 5; its answers take 500 ms, so the one that
+	// shows it comes late in the window.
+	require.Equal(t, 2, takeN(b, at(2000), 10))
+	b.Observe(at(2500), at(2000), resp(5, 4, ms(500)))
+	require.Equal(t, 5, b.Limit)
+	require.Equal(t, 3, b.Remaining)
+	// One in flight, the next window may allow only 2: one more may go
+	// whatever its trip, then none while it could land in the next window.
+	assert.Equal(t, 1, takeN(b, at(2500), 10))
+	ok, wait := b.Take(at(2500))
+	assert.False(t, ok)
+	assert.Equal(t, b.ResetAt.Sub(at(2500)), wait, "until the refill")
+	assert.Equal(t, 2, b.Remaining, "the rest of the window is kept, not lost")
+
+	// Answers that come early leave time for the rest.
+	c := known(t, 5, 0, 1000)
+	require.Equal(t, 5, takeN(c, at(1000), 10))
+	c.Observe(at(1050), at(1000), resp(2, 1, ms(950)))
+	for range 4 {
+		c.Observe(at(1050), at(1000), resp(2, 0, ms(950)))
+	}
+	require.Equal(t, 2, takeN(c, at(2000), 10))
+	c.Observe(at(2050), at(2000), resp(5, 4, ms(950)))
+	assert.Equal(t, 3, takeN(c, at(2050), 10))
+}
+
+func TestBucketLateReopenBlamesALimitCut(t *testing.T) {
+	b := known(t, 5, 0, 1000)
+	require.Equal(t, 5, takeN(b, at(1000), 10))
+	// The window reopened on time but holds only 2: the third request
+	// gets a 429 that shows the lower limit.
+	b.Observe(at(1050), at(1000), resp(2, 1, ms(950)))
+	b.Observe(at(1051), at(1000), resp(2, 0, ms(949)))
+	h := resp(2, 0, ms(948))
+	h.Scope, h.RetryAfter, h.Has.Scope, h.Has.RetryAfter = ScopeUser, ms(948), true, true
+	b.Observe(at(1052), at(1000), h)
+	assert.False(t, b.LateReopen(at(1052), at(1000), ms(948)), "a lower limit is no late reopening")
+	assert.Equal(t, ReopenMargin, b.Margin(at(1052)))
+}
+
 func TestBucketObserveSanitizesHandMadeHeaders(t *testing.T) {
 	var b Bucket
 	b.Take(at(0))
@@ -684,6 +848,12 @@ func FuzzBucketSequence(f *testing.F) {
 			}
 			if m := b.Margin(now); m < b.baseMargin() || m > ReopenMargin+MaxLateMargin {
 				t.Fatalf("op %d: margin %v", op, m)
+			}
+			if b.lowCur < 0 || b.lowCur > MaxLimit || b.lowPrev < 0 || b.lowPrev > MaxLimit || b.lowWindows >= limitMemory {
+				t.Fatalf("op %d: limit memory %d, %d, %d windows", op, b.lowCur, b.lowPrev, b.lowWindows)
+			}
+			if b.rtt < 0 || time.Duration(b.rtt)*time.Millisecond > PioneerTimeout {
+				t.Fatalf("op %d: rtt %d ms", op, b.rtt)
 			}
 			if d := b.ResetAt.Sub(now); d > MaxWait+MaxLateMargin+WindowTolerance+time.Minute {
 				t.Fatalf("op %d: ResetAt %v ahead", op, d)

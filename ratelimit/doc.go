@@ -63,6 +63,14 @@
 // does the bucket wait for a response before refilling a second time on a
 // guess with requests in flight.
 //
+// A bucket's limit may change from one window to the next, and a window's
+// headers tell only its own. A refilled window admits no more than the
+// smallest limit seen over the last 16 to 32 windows until one of its
+// answers shows its own limit, then the rest; only an answer of the current
+// window raises the limit, and a lower one lowers Remaining by the
+// difference. Near a window's end the bucket keeps no more in flight than
+// that smallest limit, since they may be counted in the next window.
+//
 // Discord is reported to reopen some windows 250-400 ms after it says. A
 // bucket tries its first reopening, and each one at a shorter delay than
 // already found on time, with a single probe request; a user 429 on a

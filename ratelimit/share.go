@@ -6,8 +6,9 @@ package ratelimit
 // bucket's, to be reported here with Observe or Refund. An unknown bucket
 // adopts o's limits and window, less the requests it has in flight itself
 // (they may be counted in that window too); a known one only becomes more
-// conservative: Remaining can only drop, and ResetAt and PausedUntil only
-// move later. o must not be used afterwards.
+// conservative: Remaining can only drop, ResetAt and PausedUntil only move
+// later, and o's limits are remembered for the next refills. o must not be
+// used afterwards.
 func (b *Bucket) Absorb(o *Bucket) {
 	inflight := b.inflight + o.inflight
 	switch {
@@ -18,6 +19,10 @@ func (b *Bucket) Absorb(o *Bucket) {
 		b.Remaining = max(0, b.Remaining-mine)
 	default:
 		b.lower(o.Remaining)
+		b.noteLimit(o.Limit) // remembered for the next refills
+		if low := o.recentLow(); low > 0 {
+			b.noteLimit(low)
+		}
 		b.ResetAt = later(b.ResetAt, o.ResetAt)
 		b.PausedUntil = later(b.PausedUntil, o.PausedUntil)
 	}

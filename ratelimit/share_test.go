@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func knownBucket(t0 time.Time, limit, remaining int, window time.Duration) Bucket {
@@ -57,4 +58,16 @@ func TestAbsorbUnknownChangesOnlyInFlight(t *testing.T) {
 	b.Absorb(&o)
 	assert.Equal(t, 4, b.Remaining)
 	assert.Equal(t, 1, b.InFlight())
+}
+
+func TestAbsorbRemembersTheOtherLimit(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	b := knownBucket(t0, 5, 4, time.Second)
+	o := knownBucket(t0, 2, 1, time.Second)
+	b.Absorb(&o)
+	assert.Equal(t, 5, b.Limit, "the current window keeps its own limit")
+	ok, _ := b.Take(t0.Add(time.Second))
+	require.True(t, ok)
+	assert.Equal(t, 2, b.Limit, "the next refill counts the smaller one")
+	assert.Equal(t, 1, b.Remaining)
 }

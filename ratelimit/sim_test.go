@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // TestBucketAgainstModelDiscord drives one Bucket with a greedy client
@@ -248,6 +250,229 @@ func TestBucketAgainstModelDiscordRandomized(t *testing.T) {
 	}
 }
 
+// TestBucketAgainstVaryingLimits drives a Bucket at full demand, pipelining
+// (requests go before earlier answers come back), against a model Discord
+// whose bucket limit changes from one window to the next, each window's
+// headers telling only its own limit: a cycle 5, 2, 5, 2, …; a cycle 1, 3;
+// a one-time drop from 5 to 2 that stays; and a one-time rise from 2 to 5.
+// A refilled window admits no more than the smallest limit of the last few
+// windows until one of its answers shows its own, then uses the rest.
+//
+// (a) The first decrease may cost its excess (the requests already sent on
+// the larger limit); no other window may answer a 429 (stricter than the
+// goal of at most one per decrease). (b) Once the cycle is known, the
+// windows the server opened hold at least 1/1.2 of their limits (at most
+// 1.2x the windows the requests needed), and with a ServerClock (windows
+// back to back) the requests served are within 1.2x of the limits of
+// back-to-back windows over the same time.
+func TestBucketAgainstVaryingLimits(t *testing.T) {
+	type scenario struct {
+		name   string
+		limits func(w int) int
+		learn  int // windows until every limit has been seen
+	}
+	cycle := func(ls ...int) func(int) int { return func(w int) int { return ls[w%len(ls)] } }
+	step := func(from, to, at int) func(int) int {
+		return func(w int) int {
+			if w < at {
+				return from
+			}
+			return to
+		}
+	}
+	scenarios := []scenario{
+		{"cycle=5,2", cycle(5, 2), 2},
+		{"cycle=1,3", cycle(1, 3), 2},
+		{"cycle=5,5,2", cycle(5, 5, 2), 3},
+		{"drop=5to2", step(5, 2, 10), 11},
+		{"rise=2to5", step(2, 5, 10), 11},
+	}
+	type netCfg struct {
+		name     string
+		period   time.Duration
+		useClock bool
+	}
+	nets := []netCfg{
+		{"clock/period=1s", time.Second, true},
+		{"receive-time/period=1s", time.Second, false},
+		{"clock/period=500ms", 500 * time.Millisecond, true},
+	}
+	for _, sc := range scenarios {
+		for _, n := range nets {
+			t.Run(sc.name+"/"+n.name, func(t *testing.T) {
+				cfg := simConfig{
+					period: n.period, limits: sc.limits,
+					fwdMin: ms(5), fwdMax: ms(60), retMin: ms(50), retMax: ms(200),
+					offset: 1500*time.Millisecond + 4321, reset: true, useClock: n.useClock,
+				}
+				s := newSimConfig(uint64(len(sc.name))*13+uint64(n.period/time.Millisecond), cfg)
+				if n.useClock {
+					warm(&s.clock, ClockWarm, cfg.offset+cfg.fwdMin)
+				}
+				// Record, per server window, its limit, its requests and
+				// its 429s.
+				var limit, served, rejected []int
+				var opened []time.Duration
+				s.onWindow = func(w, l int, at time.Duration) {
+					limit, served, rejected = append(limit, l), append(served, 0), append(rejected, 0)
+					opened = append(opened, at)
+				}
+				s.onAnswer = func(w int, ok bool) {
+					if ok {
+						served[w]++
+					} else {
+						rejected[w]++
+					}
+				}
+				const d = 5 * time.Minute
+				s.run(d)
+				require.Greater(t, len(limit), 100, "windows opened")
+
+				// (a) 429s: the first decrease may cost its excess; after
+				// the learning windows, none.
+				firstDrop := -1
+				decreases := 0
+				for w := 1; w < len(limit); w++ {
+					if limit[w] < limit[w-1] {
+						decreases++
+						if firstDrop < 0 {
+							firstDrop = w
+						}
+					}
+				}
+				total := 0
+				for w, r := range rejected {
+					total += r
+					if r == 0 {
+						continue
+					}
+					switch {
+					case w == firstDrop:
+						if excess := limit[w-1] - limit[w]; r > excess {
+							t.Errorf("window %d (limit %d after %d): %d 429s, want at most %d", w, limit[w], limit[w-1], r, excess)
+						}
+					case w < sc.learn:
+						// before every limit was seen: not a decrease
+						t.Errorf("window %d (limit %d) before any decrease: %d 429s", w, limit[w], r)
+					default:
+						t.Errorf("window %d (limit %d, previous %d) at %v, after every limit was seen: %d 429s",
+							w, limit[w], limit[w-1], opened[w], r)
+					}
+				}
+				t.Logf("%d windows, %d decreases, %d 429s", len(limit), decreases, total)
+
+				// (b) Throughput once the cycle is known.
+				from := sc.learn + 4
+				var got, capacity int
+				for w := from; w < len(limit)-1; w++ { // the last one is cut by the end of the run
+					got += served[w]
+					capacity += limit[w]
+				}
+				t.Logf("windows %d-%d: served %d of their %d = %.3f", from, len(limit)-2, got, capacity, float64(got)/float64(capacity))
+				if float64(got)*1.2 < float64(capacity) {
+					t.Errorf("served %d in windows whose limits total %d: more than 1.2x the windows needed", got, capacity)
+				}
+				if n.useClock {
+					// The ideal: the limits of back-to-back windows over
+					// the same time.
+					span := opened[len(opened)-1] - opened[from]
+					ideal := 0
+					for w := from; time.Duration(w-from)*n.period < span; w++ {
+						ideal += sc.limits(w)
+					}
+					t.Logf("over %v: served %d, ideal %d = %.3f", span, got, ideal, float64(got)/float64(ideal))
+					if float64(got)*1.2 < float64(ideal) {
+						t.Errorf("served %d over %v, ideal %d: below 1/1.2 of it", got, span, ideal)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestBucketAgainstVaryingLimitsRandomized runs 300 five-minute simulations
+// with a random cycle of up to four limits (or a one-time change to a
+// constant limit), random periods (250 ms to 2 s), latencies (forward trips
+// fixed or jittering, round trips up to more than a window), clock offsets,
+// refunds, lost headers, and with or without a ServerClock. From the third
+// cycle (or the window after the change) no request may hit a 429: requests
+// sent late in a window may be counted in the next, so a window never has
+// more than the smallest recent limit in flight when it may end. When every
+// answer comes within half a window, the windows the server opened must
+// also hold at least 1/1.2 of their limits.
+func TestBucketAgainstVaryingLimitsRandomized(t *testing.T) {
+	values := []int{1, 2, 3, 5, 10}
+	periods := []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second}
+	for seed := uint64(0); seed < 300; seed++ {
+		r := rand.New(rand.NewPCG(seed, 3))
+		cycle := make([]int, 1+r.IntN(4))
+		for i := range cycle {
+			cycle[i] = values[r.IntN(len(values))]
+		}
+		limits := func(w int) int { return cycle[w%len(cycle)] }
+		learn := 2 * len(cycle)
+		if r.IntN(4) == 0 { // a one-time change to cycle[0]
+			from, at := values[r.IntN(len(values))], 5+r.IntN(10)
+			limits = func(w int) int {
+				if w < at {
+					return from
+				}
+				return cycle[0]
+			}
+			learn = at + 1
+		}
+		cfg := simConfig{
+			period: periods[r.IntN(len(periods))], limits: limits,
+			fwdMin:     ms(r.IntN(20)),
+			retMin:     ms(r.IntN(100)),
+			refundRate: []float64{0, 0.1}[r.IntN(2)],
+			lostRate:   []float64{0, 0, 0.02}[r.IntN(3)],
+			offset:     time.Duration(r.Int64N(int64(10*time.Second))) - 5*time.Second,
+			reset:      true,
+			useClock:   r.IntN(4) > 0,
+		}
+		cfg.fwdMax = cfg.fwdMin
+		if r.IntN(2) == 0 {
+			cfg.fwdMax += ms(r.IntN(60))
+		}
+		cfg.retMax = cfg.retMin + ms(r.IntN(200))
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			t.Parallel()
+			s := newSimConfig(seed, cfg)
+			var limit, served, rejected []int
+			s.onWindow = func(w, l int, at time.Duration) {
+				limit, served, rejected = append(limit, l), append(served, 0), append(rejected, 0)
+			}
+			s.onAnswer = func(w int, ok bool) {
+				if ok {
+					served[w]++
+				} else {
+					rejected[w]++
+				}
+			}
+			s.run(5 * time.Minute)
+			var late []int
+			got, capacity := 0, 0
+			for w := range limit {
+				if w >= learn && rejected[w] > 0 {
+					late = append(late, w)
+				}
+				if w >= learn+4 && w < len(limit)-1 {
+					got += served[w]
+					capacity += limit[w]
+				}
+			}
+			if len(late) > 0 {
+				t.Errorf("cycle %v (learnt by window %d), %+v: 429s in windows %v (limits %v)", cycle, learn, cfg, late, limit[:min(len(limit), 20)])
+			}
+			// Answers within half a window leave time for the rest of it.
+			if 2*(cfg.fwdMax+cfg.retMax) <= cfg.period && float64(got)*1.2 < float64(capacity) {
+				t.Errorf("cycle %v, %+v: served %d in windows whose limits total %d", cycle, cfg, got, capacity)
+			}
+		})
+	}
+}
+
 func stats(ds []time.Duration) (worst, mean time.Duration) {
 	if len(ds) == 0 {
 		return 0, 0
@@ -293,14 +518,15 @@ func (q *simQueue) Pop() any {
 type simConfig struct {
 	limit          int
 	period         time.Duration
-	fwdMin, fwdMax time.Duration // forward trip
-	retMin, retMax time.Duration // return trip
-	refundRate     float64       // share of admitted requests never sent
-	lostRate       float64       // share of responses that lose their headers
-	offset         time.Duration // the server's clock reads this much ahead of the client's
-	reset          bool          // responses carry X-RateLimit-Reset
-	useClock       bool          // the client uses a ServerClock
-	late           time.Duration // the server reopens this long after the reset it announces
+	fwdMin, fwdMax time.Duration        // forward trip
+	retMin, retMax time.Duration        // return trip
+	refundRate     float64              // share of admitted requests never sent
+	lostRate       float64              // share of responses that lose their headers
+	offset         time.Duration        // the server's clock reads this much ahead of the client's
+	reset          bool                 // responses carry X-RateLimit-Reset
+	useClock       bool                 // the client uses a ServerClock
+	late           time.Duration        // the server reopens this long after the reset it announces
+	limits         func(window int) int // if set, the limit of the server's window number window (from 0), instead of limit
 }
 
 type sim struct {
@@ -316,6 +542,8 @@ type sim struct {
 	open      bool
 	start     time.Duration
 	count     int
+	cur       int           // the current window's limit
+	windows   int           // windows opened
 	prevEnd   time.Duration // actual end of the last window that was full, or -1
 	prev429   bool          // that window answered a 429
 	had429    bool          // the current window answered a 429
@@ -333,6 +561,9 @@ type sim struct {
 	gapAt       []time.Duration
 	gapAfter429 []bool
 	wakeAt      time.Duration
+
+	onWindow func(w, limit int, at time.Duration) // a window opened (number w from 0, its limit, true time)
+	onAnswer func(w int, ok bool)                 // window w served a request (ok) or answered a 429
 }
 
 func newSim(seed uint64, limit int, period, minLat, maxLat time.Duration, refundRate, lostRate float64) *sim {
@@ -382,7 +613,7 @@ func (s *sim) client(now time.Duration) {
 // that ends (as far as it tells) at end.
 func (s *sim) headers(at, end time.Duration, remaining int) Headers {
 	ra := ceilMs(max(0, end-at))
-	h := resp(s.limit, remaining, ra)
+	h := resp(s.cur, remaining, ra)
 	if s.reset {
 		h.Reset = t0.Add(s.offset + at + ra).Truncate(time.Millisecond)
 		h.Has.Reset = true
@@ -407,7 +638,7 @@ func (s *sim) run(d time.Duration) {
 		case 1: // Discord handles the request.
 			if s.open && e.at >= s.start+s.period+s.late {
 				s.open = false
-				if s.count == s.limit {
+				if s.count == s.cur {
 					s.prevEnd, s.prev429 = s.start+s.period+s.late, s.had429
 				} else {
 					s.prevEnd = -1
@@ -415,6 +646,14 @@ func (s *sim) run(d time.Duration) {
 			}
 			if !s.open {
 				s.open, s.start, s.count, s.had429 = true, e.at, 0, false
+				s.cur = s.limit
+				if s.limits != nil {
+					s.cur = s.limits(s.windows)
+				}
+				if s.onWindow != nil {
+					s.onWindow(s.windows, s.cur, e.at)
+				}
+				s.windows++
 				if s.prevEnd >= 0 && e.warm {
 					// The opener could have arrived at prevEnd had it
 					// been sent earlier by (its trip - the fastest).
@@ -424,7 +663,10 @@ func (s *sim) run(d time.Duration) {
 				}
 			}
 			var h Headers
-			limited := s.count == s.limit
+			limited := s.count == s.cur
+			if s.onAnswer != nil {
+				s.onAnswer(s.windows-1, !limited)
+			}
 			if limited {
 				s.violations++
 				s.violationTimes = append(s.violationTimes, e.at)
@@ -442,7 +684,7 @@ func (s *sim) run(d time.Duration) {
 				if e.at >= end {
 					end += s.late // in the late interval, as sluicetest: the real end
 				}
-				h = s.headers(e.at, end, s.limit-s.count)
+				h = s.headers(e.at, end, s.cur-s.count)
 			}
 			if s.lostRate > 0 && s.rng.Float64() < s.lostRate {
 				h, limited = Headers{}, false
