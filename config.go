@@ -32,6 +32,8 @@ const (
 	// maxRetriesBound caps MaxRetries and MaxErrorRetries: more is a typo,
 	// and each retry can cost an invalid request.
 	maxRetriesBound = 100
+	// maxConnections caps Options.Connections.
+	maxConnections = 64
 )
 
 // OptionError is returned by New for an option it cannot accept. Nothing
@@ -106,6 +108,9 @@ func (opts Options) config() (actors.Config, error) {
 	if w := opts.InvalidRequestWarn; w < 0 || w > 1 || w != w {
 		return bad("InvalidRequestWarn", w, "must be a fraction in (0, 1] (0: default 0.5)")
 	}
+	if opts.Connections < 0 || opts.Connections > maxConnections {
+		return bad("Connections", opts.Connections, fmt.Sprintf("must be in [1, %d] (0: default %d)", maxConnections, actors.DefaultConnections))
+	}
 	if opts.MaxResponseBytes < 0 {
 		return bad("MaxResponseBytes", opts.MaxResponseBytes, "must not be negative")
 	}
@@ -152,6 +157,7 @@ func (opts Options) config() (actors.Config, error) {
 			TLSConfig: opts.TLSConfig, H2C: opts.H2C, AllowHTTP1: opts.AllowHTTP1,
 			DialTimeout: opts.DialTimeout, PingInterval: opts.PingInterval, PingTimeout: opts.PingTimeout,
 		},
+		Connections:       opts.Connections,
 		Global:            global,
 		Store:             store,
 		Clock:             clock,

@@ -58,8 +58,8 @@
 // every route but interaction callbacks for exactly the time given, from the
 // moment the answer arrives; user and shared 429s pause their bucket; a 429
 // while headers show calls remaining is a hidden sublimit, after which the
-// bucket sends one request at a time; a 429 without rate-limit headers or
-// JSON is a Cloudflare ban and is never retried at once. A 429'd request was
+// bucket sends one request at a time; a 429 with neither rate-limit headers
+// nor a JSON body is a Cloudflare ban and is never retried at once. A 429'd request was
 // not processed and is sent again after the wait, at most Options.MaxRetries
 // times. Bucket actors stop once their windows are over and their queues
 // empty, so memory follows the working set; their learned limits stay in

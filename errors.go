@@ -22,9 +22,11 @@ var (
 	// still answered 429 after Options.MaxRetries retries.
 	ErrRateLimited = actors.ErrRateLimited
 	// ErrBanned is returned (as a *RateLimitError with Scope "ban") when
-	// the API answered like a Cloudflare ban: a 429 without rate-limit
-	// headers or without a JSON body. Such requests are never retried at
-	// once, and the limiter pauses every request for the ban's wait.
+	// the API answered like a Cloudflare ban: a 429 without any
+	// X-RateLimit-* header and without a JSON body carrying retry_after (a
+	// 429 with rate-limit headers is Discord's, whatever its body). Such
+	// requests are never retried at once, and the limiter pauses every
+	// request for the ban's wait.
 	ErrBanned = actors.ErrBanned
 	// ErrResponseTooLarge is returned when a response body exceeds
 	// Options.MaxResponseBytes.

@@ -200,12 +200,18 @@ func TestCloseAndSnapshotHonourTheirContext(t *testing.T) {
 		arrived <- struct{}{}
 		<-r.Context().Done()
 	}))
-	lim := limiterFor(t, srv, sluice.Options{Timeout: -1, AttemptTimeout: -1})
+	closing := make(chan struct{}, 1)
+	lim := limiterFor(t, srv, sluice.Options{Timeout: -1, AttemptTimeout: -1, Trace: func(e sluice.TraceEvent) {
+		if e.Kind == "receive" && e.Message == "close" {
+			closing <- struct{}{}
+		}
+	}})
 	f := lim.Send(context.Background(), req("POST", "/channels/1/invites", `{}`))
 	<-arrived
 	first, stopFirst := context.WithCancel(context.Background())
 	firstDone := make(chan error, 1)
 	go func() { firstDone <- lim.Close(first) }()
+	<-closing // the first Close has begun
 	second, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	assert.ErrorIs(t, lim.Close(second), context.DeadlineExceeded, "the second Close honours its ctx")
@@ -441,4 +447,30 @@ func limiterFor(t *testing.T, srv *httptest.Server, o sluice.Options) *sluice.Li
 		}
 	})
 	return lim
+}
+
+// TestLimitThatChangesBetweenWindows: a bucket whose limit alternates (5,
+// 2, 5, …) between windows draws no stream of 429s: the bucket opens each
+// window with the smallest limit seen recently until an answer of that
+// window shows its own.
+func TestLimitThatChangesBetweenWindows(t *testing.T) {
+	for _, cycle := range [][]int{{5, 2}, {1, 3}} {
+		t.Run(fmt.Sprint(cycle), func(t *testing.T) {
+			rs := sluicetest.RuleSet{Rules: []sluicetest.Rule{{Name: "v", Method: "GET", Route: "/channels/{channel_id}",
+				Bucket: "v", LimitCycle: cycle, Window: sluicetest.Duration(200 * time.Millisecond)}}}
+			h := newHarness(t, sluicetest.Options{Rules: rs}, sluice.Options{})
+			reqs := make([]*http.Request, 60)
+			for i := range reqs {
+				reqs[i] = req("GET", "/channels/1", "")
+			}
+			var o outcomes
+			for _, r := range h.lim.DoBatch(context.Background(), reqs) {
+				o.add(classify(r.Response, r.Err))
+			}
+			st := h.srv.Stats()
+			t.Logf("limits %v: %v; 429s %v", cycle, o.counts, st.RateLimited)
+			assert.Equal(t, 60, o.counts["status 200"])
+			assert.LessOrEqual(t, st.RateLimited["user"], 1, "at most the one decrease not seen yet")
+		})
+	}
 }

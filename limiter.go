@@ -22,7 +22,8 @@ const maxRequestBody = 64 << 20
 // allow and never faster. Create one with New per bot token; it is safe for
 // concurrent use by any number of goroutines. The zero value is not usable.
 //
-// Behind it run a supervisor actor holding one HTTP/2 connection and a
+// Behind it run a supervisor actor holding a small pool of HTTP/2
+// connections (Options.Connections) and a
 // bucket actor per rate-limit bucket; see the package documentation.
 type Limiter struct {
 	sys     *actors.System

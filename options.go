@@ -48,11 +48,15 @@ type Options struct {
 	// after the wait the API asked for. Default 3; negative means none.
 	MaxRetries int
 	// MaxErrorRetries is how many times a request that is safe to repeat
-	// is sent again after a 5xx answer without rate-limit headers or a
-	// lost connection, with jittered exponential backoff. Safe means an
-	// idempotent method (GET, HEAD, OPTIONS, PUT, DELETE) or a context from
-	// WithRetrySafe; a POST that may have been processed is never resent.
-	// Default 2; negative means none.
+	// is sent again after a 5xx answer without rate-limit headers, a lost
+	// connection or an attempt timeout, with jittered exponential backoff.
+	// Safe is decided by one table (routes.Route.Resend, shown in
+	// docs/failure-modes.md): reads, PUT, PATCH and DELETE; a message
+	// creation carrying nonce and enforce_nonce (which Sluice adds to a
+	// JSON body without a nonce); or a context from WithRetrySafe. Other
+	// POSTs that may have been processed are never resent. A request that
+	// provably never reached the server is always sent again. Default 2;
+	// negative means none.
 	MaxErrorRetries int
 	// MaxQueue bounds the requests queued for one bucket; more fail with
 	// ErrQueueFull. Default 10,000; negative means no bound.
@@ -72,7 +76,8 @@ type Options struct {
 	// warning is logged (once). Default 0.5.
 	InvalidRequestWarn float64
 	// BanBackoff is how long every request is held after the API answers
-	// like a Cloudflare ban (a 429 without rate-limit headers or JSON),
+	// like a Cloudflare ban (a 429 with neither rate-limit headers nor a
+	// JSON body),
 	// before a single probe request is let through; it doubles, up to an
 	// hour, while probes meet the ban. Default 60 s.
 	BanBackoff time.Duration
@@ -117,6 +122,12 @@ type Options struct {
 	TLSConfig *tls.Config
 	// H2C speaks cleartext HTTP/2 to http:// base URLs. Default false.
 	H2C bool
+	// Connections is how many HTTP/2 connections the limiter keeps to the
+	// API. Requests go to the one carrying the fewest, so a connection
+	// reset ends only the requests on that one (docs/failure-modes.md has
+	// the figures). The first is opened on demand, the others right after
+	// it, unless connections fail. Default 4; at most 64.
+	Connections int
 	// AllowHTTP1 accepts an HTTP/1.1 connection when the server does not
 	// offer HTTP/2 (one request at a time). Default false: HTTP/2 only.
 	AllowHTTP1 bool

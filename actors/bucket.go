@@ -348,7 +348,7 @@ func (b *bucket) ready(l *lane, now time.Time) (bool, time.Duration) {
 // ban breaker and the global window are concerned, reserving its global
 // slot (global) when it needs one.
 func (b *bucket) admit(g *gate, c *Call, now time.Time) (ok, global bool) {
-	if g == nil || g.conn == nil || (g.hold && !b.probe) {
+	if g == nil || len(g.conns) == 0 || (g.hold && !b.probe) {
 		return false, false
 	}
 	if c.Route.GlobalExempt {
@@ -426,7 +426,7 @@ func (b *bucket) pump(ctx actor.Context) {
 				}
 				continue
 			}
-			b.dispatch(ctx, l, c, g.conn, global, now)
+			b.dispatch(ctx, l, c, g.pick(), global, now)
 			progress = true
 		}
 		if n > 0 {
@@ -608,8 +608,13 @@ func (b *bucket) result(ctx actor.Context, m *resultMsg) {
 		b.sys.tel.event(c, "headers", attribute.Int("http.response.status_code", status))
 	}
 	v := m.verdict
+	// Not counted: what never left, a global 429 or a ban (no bucket
+	// counted them), and a 5xx without rate-limit headers, which came from
+	// in front of Discord's rate limiter (Cloudflare's 502 page, a gateway
+	// timeout): its slot goes back for the retry.
 	uncounted := notSent || (status == http.StatusTooManyRequests && !h.Has.Remaining &&
-		(v.Kind == ratelimit.GlobalLimit || v.Kind == ratelimit.CloudflareBan))
+		(v.Kind == ratelimit.GlobalLimit || v.Kind == ratelimit.CloudflareBan)) ||
+		(status >= 500 && !h.Has.RateLimit)
 	l := b.release(ctx, c, m.at, h, uncounted)
 	if answered {
 		b.learn(l, c, h, status)

@@ -6,8 +6,9 @@
 //
 // # Who owns what
 //
-// The supervisor owns the HTTP/2 connection (states disconnected,
-// connecting, connected, global_limit), the global limit's pauses, the
+// The supervisor owns the HTTP/2 connections, a small pool (states
+// disconnected, connecting, connected, global_limit: connected while one
+// is up), the global limit's pauses, the
 // Cloudflare-ban breaker, the admission queue (see below) and the bucket
 // actors, keyed by major parameters ("channel_id=123", "guild_id=9",
 // "webhook_id=1;webhook_token=<hash>", or "" for routes without one).

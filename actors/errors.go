@@ -21,8 +21,8 @@ var (
 	// *RateLimitError.
 	ErrRateLimited = errors.New("sluice: rate limited")
 	// ErrBanned is returned when the API answered like a Cloudflare ban (a
-	// 429 without rate-limit headers or JSON). Such requests are never
-	// retried at once.
+	// 429 with neither rate-limit headers nor a JSON body). Such requests
+	// are never retried at once.
 	ErrBanned = errors.New("sluice: upstream ban (Cloudflare)")
 	// ErrResponseTooLarge is returned when a response body exceeds the
 	// configured maximum.

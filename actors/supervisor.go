@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -25,10 +26,14 @@ type supervisor struct {
 	self    *actor.PID
 	machine *fsm.Supervisor
 
-	// conn is the live connection; nil unless Connected or GlobalLimit.
-	// Invariant: conn != nil  <=>  machine is connected or global_limit;
-	// sys.gate always holds the conn and hold last published (publish).
-	conn *transport.Conn
+	// conns are the live connections, at most Config.Connections: the
+	// first is dialled on demand, the others one after the other once it
+	// is up (unless a connection failed since), so one connection's death
+	// ends only the requests it carried (the blast radius), not all.
+	// Invariant: len(conns) > 0  <=>  machine is connected or global_limit;
+	// sys.gate always holds the conns and hold last published (publish).
+	conns   []pooled
+	dialing bool // a dial is in flight (at most one at a time)
 	// children maps a major-parameter string to its bucket actor.
 	// Invariant: at most one actor per key; the supervisor is the only
 	// sender of enqueueMsg.
@@ -48,9 +53,8 @@ type supervisor struct {
 	// reconnection backoff; at maxDialFailures the buckets waiting for a
 	// connection fail with an *UnavailableError.
 	failures    int
-	connAt      time.Time // when conn came up
-	redialArmed bool      // a redial timer is pending: submit does not dial
-	lastErr     error     // the last failed connection's error
+	redialArmed bool  // a redial timer is pending: submit does not dial
+	lastErr     error // the last failed connection's error
 	globalUntil time.Time
 
 	// breaker holds every request, exempt ones too (a Cloudflare ban is per
@@ -70,6 +74,12 @@ type supervisor struct {
 	spawned uint64
 }
 
+// pooled is a live connection and when it came up.
+type pooled struct {
+	conn *transport.Conn
+	upAt time.Time
+}
+
 type child struct {
 	key       string
 	pid       *actor.PID
@@ -86,8 +96,20 @@ type child struct {
 // fresh value is stored each time (never mutated); only the supervisor
 // stores it.
 type gate struct {
-	conn *transport.Conn // nil: no connection
-	hold bool            // a ban (or its probe) holds every request
+	conns []*transport.Conn // empty: no connection
+	hold  bool              // a ban (or its probe) holds every request
+}
+
+// pick returns the connection carrying the fewest requests (nil: none).
+func (g *gate) pick() *transport.Conn {
+	var best *transport.Conn
+	least := 0
+	for _, c := range g.conns {
+		if n := c.InFlight(); best == nil || n < least {
+			best, least = c, n
+		}
+	}
+	return best
 }
 
 // pathWeight is how many times more a bucket's remaining backlog (its
@@ -104,9 +126,11 @@ const pathWeight = 8
 const maxDialFailures = 3
 
 // youngLife is the age under which a connection that delivered no answer
-// counts as a failed connection when it dies: a server that completes the
-// handshake and closes, or sends GOAWAY before answering anything, must
-// meet a growing backoff, not a reconnection storm.
+// counts as a failed connection when it dies, if no connection answered
+// anything for as long: a server that completes the handshake and closes,
+// or sends GOAWAY before answering anything, must meet a growing backoff,
+// not a reconnection storm; a connection reset while others answer is an
+// ordinary fault, replaced at once.
 const youngLife = 10 * time.Second
 
 func newSupervisor(sys *System) actor.Actor {
@@ -197,28 +221,11 @@ func (s *supervisor) receive(ctx actor.Context) {
 	case *dialedMsg:
 		s.dialed(ctx, m)
 	case *connDownMsg:
-		if m.conn != s.conn {
-			m.conn.Close() // an older connection; already replaced
-			return
-		}
-		s.sys.log.Warn("sluice: connection died", slog.String("reason", errString(m.err)))
-		young := s.conn.Answered() == 0 && s.sys.now().Sub(s.connAt) < youngLife
-		s.conn.Close()
-		s.conn = nil
-		s.fire(fsm.Down)
-		s.publish()
-		if young {
-			s.failed(ctx, m.err)
-			return
-		}
-		s.failures = 0
-		if s.demand() {
-			s.dial()
-		}
+		s.connDown(ctx, m)
 	case *redialMsg:
 		if s.timers.current(timerRedial, m.gen) {
 			s.redialArmed = false
-			if s.machine.Current() == fsm.Disconnected && s.demand() {
+			if s.demand() {
 				s.dial()
 			}
 		}
@@ -281,18 +288,50 @@ func (s *supervisor) receive(ctx actor.Context) {
 		s.stopped = true
 		s.timers.stopAll()
 		s.clearRing()
-		if s.conn != nil {
-			s.conn.Close()
+		for _, p := range s.conns {
+			p.conn.Close()
 		}
-		s.conn = nil
+		s.conns = nil
 		s.publish()
+	}
+}
+
+// connDown removes a dead connection from the pool. A connection that died
+// young counts as a failed one (growing backoff); otherwise it is replaced
+// at once if requests wait.
+func (s *supervisor) connDown(ctx actor.Context, m *connDownMsg) {
+	i := slices.IndexFunc(s.conns, func(p pooled) bool { return p.conn == m.conn })
+	m.conn.Close()
+	if i < 0 {
+		return // already gone
+	}
+	p := s.conns[i]
+	s.conns = slices.Delete(s.conns, i, i+1)
+	s.sys.log.Warn("sluice: connection died", slog.String("reason", errString(m.err)), slog.Int("left", len(s.conns)))
+	if len(s.conns) == 0 {
+		s.fire(fsm.Down)
+	}
+	s.publish()
+	now := s.sys.now()
+	silent := now.Sub(time.Unix(0, s.sys.lastAnswer.Load())) >= youngLife
+	if p.conn.Answered() == 0 && now.Sub(p.upAt) < youngLife && silent {
+		s.failed(ctx, m.err)
+		return
+	}
+	s.failures = 0
+	if s.demand() {
+		s.dial()
 	}
 }
 
 // publish stores the gate the bucket actors read.
 func (s *supervisor) publish() {
 	hold := s.closing != nil || s.probing || s.breaker.State(s.sys.now()) != supervision.Closed
-	s.sys.gate.Store(&gate{conn: s.conn, hold: hold})
+	g := &gate{hold: hold, conns: make([]*transport.Conn, len(s.conns))}
+	for i, p := range s.conns {
+		g.conns[i] = p.conn
+	}
+	s.sys.gate.Store(g)
 }
 
 // submit routes c to the bucket actor of its major parameters, spawning it
@@ -329,9 +368,7 @@ func (s *supervisor) submit(ctx actor.Context, c *Call) {
 	}
 	ch.forwarded++
 	ctx.Send(ch.pid, &enqueueMsg{calls: []*Call{c}})
-	if s.machine.Current() == fsm.Disconnected {
-		s.dial() // idle since the last connection ended: connect on demand
-	}
+	s.dial() // connect on demand, and refill the pool
 }
 
 // want queues a bucket for admission (once; its latest report wins) and
@@ -341,7 +378,7 @@ func (s *supervisor) want(ctx actor.Context, m *wantMsg) {
 	if ch == nil || s.closing != nil {
 		return // stopped meanwhile, or closing: drainMsg fails its queue
 	}
-	if s.conn == nil && s.redialArmed && s.failures >= maxDialFailures {
+	if len(s.conns) == 0 && s.redialArmed && s.failures >= maxDialFailures {
 		// Connections keep failing and the next try is a backoff away:
 		// fail at once rather than wait behind it.
 		ctx.Send(ch.pid, &grantMsg{err: &UnavailableError{Failures: s.failures, Err: s.lastErr}})
@@ -366,6 +403,7 @@ func (s *supervisor) want(ctx actor.Context, m *wantMsg) {
 		heap.Fix(&s.ring, ch.index)
 	}
 	s.sys.waiting.Store(int32(s.ring.Len()))
+	s.dial() // refill the pool while requests wait
 	s.admit(ctx)
 }
 
@@ -375,7 +413,7 @@ func (s *supervisor) want(ctx actor.Context, m *wantMsg) {
 // (at most its bucket's remaining count, so no bucket takes more than its
 // own limit allows), in one grantMsg.
 func (s *supervisor) admit(ctx actor.Context) {
-	if s.ring.Len() == 0 || s.conn == nil || s.closing != nil {
+	if s.ring.Len() == 0 || len(s.conns) == 0 || s.closing != nil {
 		return
 	}
 	now := s.sys.now()
@@ -591,11 +629,24 @@ func (s *supervisor) probeDone(ctx actor.Context, m *probeDoneMsg) {
 // a lost connection is not replaced until a request comes.
 func (s *supervisor) demand() bool { return s.sys.pending.Load() > 0 }
 
+// dial opens a connection: the first one (state disconnected -> connecting),
+// or one more for the pool while connected and none failed since. One dial
+// at a time; none while a backoff runs.
 func (s *supervisor) dial() {
-	if s.machine.Current() != fsm.Disconnected || s.redialArmed {
+	if s.dialing || s.redialArmed || s.closing != nil {
 		return
 	}
-	s.fire(fsm.Dial)
+	switch s.machine.Current() {
+	case fsm.Disconnected:
+		s.fire(fsm.Dial)
+	case fsm.Connected, fsm.GlobalLimit:
+		if len(s.conns) >= s.sys.cfg.connections() || s.failures > 0 {
+			return
+		}
+	default:
+		return
+	}
+	s.dialing = true
 	s.sys.goWork(func() {
 		var conn *transport.Conn
 		err := fmt.Errorf("%w: dialing panicked", ErrInternal)
@@ -618,7 +669,7 @@ func (s *supervisor) failed(ctx actor.Context, err error) {
 	s.failures++
 	s.lastErr = err
 	s.sys.log.Warn("sluice: connecting failed", slog.Int("failures", s.failures), slog.String("error", errString(err)))
-	if s.failures >= maxDialFailures {
+	if s.failures >= maxDialFailures && len(s.conns) == 0 {
 		// Nothing can be sent: fail what waits rather than hang it.
 		uerr := &UnavailableError{Failures: s.failures, Err: err}
 		for _, ch := range s.ring {
@@ -632,22 +683,27 @@ func (s *supervisor) failed(ctx actor.Context, err error) {
 }
 
 func (s *supervisor) dialed(ctx actor.Context, m *dialedMsg) {
+	s.dialing = false
 	if m.err != nil {
-		s.fire(fsm.DialFailed)
+		if len(s.conns) == 0 {
+			s.fire(fsm.DialFailed)
+		}
 		s.failed(ctx, m.err)
 		return
 	}
-	if s.sys.hardCtx.Err() != nil {
+	if s.sys.hardCtx.Err() != nil || s.closing != nil {
 		m.conn.Close()
 		return
 	}
-	s.conn = m.conn
-	s.connAt = s.sys.now()
-	s.fire(fsm.Up)
-	if now := s.sys.now(); now.Before(s.globalUntil) {
-		s.fire(fsm.GlobalHit)
+	s.conns = append(s.conns, pooled{conn: m.conn, upAt: s.sys.now()})
+	if len(s.conns) == 1 {
+		s.fire(fsm.Up)
+		if now := s.sys.now(); now.Before(s.globalUntil) {
+			s.fire(fsm.GlobalHit)
+		}
 	}
 	s.publish()
+	s.dial() // the next connection of the pool, if it is due
 	conn := m.conn
 	s.sys.goWork(func() {
 		select {

@@ -33,8 +33,11 @@ type Config struct {
 	Authorization string
 	// UserAgent is set on requests that carry none.
 	UserAgent string
-	// Transport configures the one HTTP/2 connection.
+	// Transport configures the HTTP/2 connections.
 	Transport transport.Config
+	// Connections is how many HTTP/2 connections the pool holds at most
+	// (0: DefaultConnections).
+	Connections int
 	// Global is the proactive global limit.
 	Global ratelimit.GlobalLimiter
 	// Store keeps bucket limits and route aliases outside the actors.
@@ -92,6 +95,17 @@ type Config struct {
 	MeterProvider  metric.MeterProvider
 }
 
+// DefaultConnections is the pool's size when Config.Connections is 0: a
+// connection reset ends only the requests of one connection in four.
+const DefaultConnections = 4
+
+func (c *Config) connections() int {
+	if c.Connections > 0 {
+		return c.Connections
+	}
+	return DefaultConnections
+}
+
 func (c *Config) dialTimeout() time.Duration {
 	if c.Transport.DialTimeout > 0 {
 		return c.Transport.DialTimeout
@@ -144,10 +158,15 @@ type System struct {
 	tel      *telemetry   // nil: no OpenTelemetry
 	auth     authLatch    // a 401 to the configured token: later calls fail fast
 	buffered atomic.Int64 // response bytes being read now (MaxBufferedBytes)
-	// closeOnce elects the Close that does the work; stopped is closed
-	// when it has finished, for other Close and Snapshot calls.
-	closeOnce sync.Once
-	stopped   chan struct{}
+	// lastAnswer is when any connection last delivered an answer (limiter
+	// clock, Unix nanoseconds): a connection that dies before answering
+	// counts as a failed one only while the API answers nothing at all.
+	lastAnswer atomic.Int64
+	// closing elects the Close that does the work (sync.Once would make
+	// the others wait for it, ignoring their ctx); stopped is closed when
+	// it has finished, for other Close and Snapshot calls.
+	closing atomic.Bool
+	stopped chan struct{}
 
 	// crashHook is the test seam from Config.crashHook.
 	crashHook func(msg any)
@@ -419,10 +438,8 @@ func sortBuckets(s Snapshot) Snapshot {
 // every actor and goroutine, and returns ctx's error if it had to cancel.
 // A Close called while another runs waits for it, or for its own ctx.
 func (s *System) Close(ctx context.Context) error {
-	err := errNotFirst
-	s.closeOnce.Do(func() { err = s.close(ctx) })
-	if err != errNotFirst {
-		return err
+	if s.closing.CompareAndSwap(false, true) {
+		return s.close(ctx)
 	}
 	select {
 	case <-s.stopped:
@@ -431,8 +448,6 @@ func (s *System) Close(ctx context.Context) error {
 		return fmt.Errorf("sluice: close: %w while another Close was still stopping the limiter", ctx.Err())
 	}
 }
-
-var errNotFirst = errors.New("not the first Close")
 
 func (s *System) close(ctx context.Context) error {
 	defer close(s.stopped)
@@ -600,6 +615,7 @@ func (s *System) work(conn *transport.Conn, c *Call, bucket *actor.PID) {
 		report(&resultMsg{call: c, at: at, err: fail(err)})
 		return
 	}
+	s.lastAnswer.Store(at.UnixNano())
 	m := &resultMsg{call: c, at: at}
 	h, herr := ratelimit.ParseHeaders(resp.Header, at)
 	if herr != nil {
