@@ -44,6 +44,10 @@ func writeDoc(path string, scenarios []harness.Scenario, specs []harness.ClientS
 	}
 	g.WriteString("\n### Results\n\n")
 	g.WriteString(harness.Table(results))
+	if mt := harness.MessageTable(results); mt != "" {
+		g.WriteString("\nMessage creations (scenarios that count them): requests that succeeded, messages created twice (`Stats.DuplicateMessages`), never created, and created although the client saw an error, totalled over the runs; the client's 429s; what resends cost (resends admitted, each spending a bucket slot, and bucket windows opened beside those the messages need); and the time over the ideal of the requests the simulator admitted, resends included (`harness.AdmittedIdeal`).\n\n")
+		g.WriteString(mt)
+	}
 	if notes := harness.RunNotes(results); notes != "" {
 		g.WriteString("\n× ideal of every run, ascending:\n\n")
 		g.WriteString(notes)

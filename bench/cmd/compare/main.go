@@ -104,6 +104,10 @@ func main() {
 
 	table := harness.Table(results)
 	fmt.Println(table)
+	if mt := harness.MessageTable(results); mt != "" {
+		fmt.Println("Message creations:")
+		fmt.Println(mt)
+	}
 	if notes := harness.RunNotes(results); notes != "" {
 		fmt.Println("× ideal of every run, ascending:")
 		fmt.Println(notes)

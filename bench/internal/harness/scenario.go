@@ -126,6 +126,11 @@ type Scenario struct {
 	// Ideal is the completion time of an omniscient client that sends each
 	// request at the earliest instant the rules admit it (see Ideal).
 	Ideal time.Duration
+	// MessageReport adds the scenario to MessageTable: what became of its
+	// message creations (created once, twice, or not at all). Its
+	// messages' texts must be distinct, so that the simulator counts only
+	// resends as duplicates.
+	MessageReport bool
 }
 
 // Timeout is how long the harness waits for a client before counting its
@@ -189,7 +194,7 @@ func setSublimit(rs *sluicetest.RuleSet, rule string, limit int, window time.Dur
 // base returns Discord's default rules, copied so scenarios can edit them.
 func base() sluicetest.RuleSet { return sluicetest.DefaultRules().Scaled(1) }
 
-// Scenarios returns the thirteen scenarios with their ideal times computed,
+// Scenarios returns the fourteen scenarios with their ideal times computed,
 // scenario 8 at its routine (one-tenth) size.
 func Scenarios() []Scenario { return ScenariosAt(false) }
 
@@ -473,6 +478,42 @@ func ScenariosAt(full bool) []Scenario {
 		add(Scenario{Name: "sibling routes on new channels",
 			Setup: "own reaction added and removed on each of 24 new channels, all at once (the two routes share a bucket, 1 per 250 ms); 20 ms latency",
 			Rules: rs, Faults: sluicetest.Faults{Latency: 20 * time.Millisecond}, Ops: ops})
+	}
+
+	// 14. Message creations under faults, as a user reported them: 300
+	// messages over 30 channels, 10 to each, all at once, under Discord's
+	// default rules (5 per 5 s per channel, global 50/s), with 5% of
+	// requests answered 502 before the rules see them (nothing created,
+	// no limit spent) and 2% closing their connection after the simulator
+	// counted the request and created the message, before answering; on
+	// HTTP/2 every other request in flight on that connection dies with
+	// it, each also counted and created. A client that resends a lost
+	// creation without a nonce (enforce_nonce) creates the message twice;
+	// one that does not resend leaves the caller with an error for a
+	// message that exists, and one that gives up after a 502 loses it.
+	// The table reports, besides the usual counts, what happened to the
+	// messages (MessageTable).
+	//
+	// The ideal counts the 300 requests alone, each sent once, as if no
+	// fault happened: every channel needs 2 windows and the global limit
+	// lets 50 requests a second through, so the 150 first-window requests
+	// take 0, 1 and 2 s and the 150 second-window ones 5, 6 and 7 s. A
+	// 502 spends no limit, but a resend of a request whose answer was
+	// lost spends a second slot of its channel's bucket: its channel then
+	// needs a third window, 5 s after the second, which no client can
+	// avoid without knowing the message was created. MessageTable sets
+	// that cost apart: it also gives each run's time over AdmittedIdeal,
+	// the ideal of what the buckets really admitted.
+	{
+		rs := base()
+		var ops []Op
+		for i := range 300 {
+			ops = append(ops, Op{Kind: SendMessage, Channel: sf(14000 + uint64(i%30)), Text: fmt.Sprintf("s14 message %d", i)})
+		}
+		add(Scenario{Name: "message creations under faults: 5% 502s, 2% drops",
+			Setup: "300 messages over 30 channels (10 each), all at once; buckets 5 per 5 s; global 50/s; 5% answered 502 (not processed), 2% of requests close their connection after the message is created (every request in flight on it dies); 20 ms latency",
+			Rules: rs, Faults: sluicetest.Faults{Latency: 20 * time.Millisecond, ServerErrorRate: 0.05, DropRate: 0.02},
+			Ops: ops, MessageReport: true})
 	}
 	return out
 }

@@ -41,6 +41,11 @@ func TestIdeal(t *testing.T) {
 		// 13: one request of each pair at 0, the other when the shared
 		// window ends at 250 ms; 48 requests, under the global 50.
 		250*ms + 20*ms,
+		// 14: each of 30 channels needs 2 windows of 5 per 5 s; the global
+		// 50/s admits the 150 first-window requests at 0, 1 and 2 s and
+		// the 150 second-window ones when those windows end, at 5, 6 and
+		// 7 s. The faults are not counted: each request is sent once.
+		7*time.Second + 20*ms,
 	}
 	all := Scenarios()
 	if len(all) != len(want) {

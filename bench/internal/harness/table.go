@@ -2,9 +2,12 @@ package harness
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // Group is every run of one scenario through one client.
@@ -313,4 +316,220 @@ func DuplicateNotes(results []Result) string {
 			g.Scenario.ID, g.Client, overRuns(g), dup, note, dropped, injected)
 	}
 	return b.String()
+}
+
+// messageCounts is what became of a run's message creations (SendMessage
+// ops), from the client's outcomes and the simulator's message counters.
+type messageCounts struct {
+	sent int // message creations the bot asked for
+	ok   int // of them, those the client reported as successes
+	// twice is the simulator's DuplicateMessages: messages created a
+	// second time by a resend the API could not deduplicate.
+	twice int
+	// lost are messages never created: sent minus the distinct messages
+	// created (MessagesCreated - DuplicateMessages; the scenario's texts
+	// are distinct, so only resends count as duplicates).
+	lost int
+	// unseen are messages created although the client reported an error
+	// (or had no outcome) for them: the distinct messages created minus
+	// the successes. A bot that resends them itself creates them twice.
+	unseen int
+	// resends are the admitted requests beyond one per message created:
+	// resends the API deduplicated (MessagesDeduplicated) and those that
+	// created a message twice. Each spent a bucket slot and a global one.
+	resends int
+	// windows are the message buckets' windows opened, minWindows those
+	// the scenario's messages need when each is sent once.
+	windows, minWindows int
+}
+
+func (r Result) messages() messageCounts {
+	var m messageCounts
+	for i, op := range r.Scenario.Ops {
+		if op.Kind != SendMessage {
+			continue
+		}
+		m.sent++
+		if i < len(r.Events) && r.Events[i].Done && r.Events[i].Err == nil {
+			m.ok++
+		}
+	}
+	distinct := r.Stats.MessagesCreated - r.Stats.DuplicateMessages
+	m.twice = r.Stats.DuplicateMessages
+	m.lost = max(0, m.sent-distinct)
+	m.unseen = max(0, distinct-m.ok)
+	m.resends = r.Stats.MessagesDeduplicated + r.Stats.DuplicateMessages
+	for _, b := range r.Stats.Buckets {
+		if slices.Contains(b.Rules, "create_message") {
+			m.windows += b.Windows
+		}
+	}
+	m.minWindows = minWindows(r.Scenario, SendMessage)
+	return m
+}
+
+// AdmittedIdeal is the ideal (see Ideal) of the requests the simulator
+// admitted in r, rather than of the scenario's ops: each of the
+// scenario's message buckets gets as many message creations as it
+// admitted, resends that were deduplicated or created twice included,
+// and requests that were never admitted (502s, 429s, messages given up)
+// are left out. It is the completion time of an omniscient client that
+// knew from the start which requests would have to be sent again, so
+// r.Elapsed over it is what the limiter's own scheduling cost, the
+// faults' cost set apart. Zero for a scenario without MessageReport.
+func AdmittedIdeal(r Result) time.Duration {
+	s := r.Scenario
+	if !s.MessageReport || r.NA != "" {
+		return 0
+	}
+	admitted := map[string]int{}
+	for _, b := range r.Stats.Buckets {
+		if slices.Contains(b.Rules, "create_message") {
+			admitted[b.Major] += b.Admitted
+		}
+	}
+	var ops []Op
+	for _, op := range s.Ops {
+		if op.Kind != SendMessage {
+			ops = append(ops, op)
+			continue
+		}
+		if admitted[op.major()] > 0 {
+			admitted[op.major()]--
+			ops = append(ops, op)
+		}
+	}
+	// What is left are the resends, on channels the ops name.
+	for _, op := range s.Ops {
+		if op.Kind != SendMessage {
+			continue
+		}
+		for ; admitted[op.major()] > 0; admitted[op.major()]-- {
+			ops = append(ops, op)
+		}
+	}
+	s.Ops = ops
+	if len(ops) == 0 {
+		return 0
+	}
+	return Ideal(s)
+}
+
+// minWindows is how many bucket windows the scenario's ops of kind k need
+// when each is sent once: for each bucket, its requests over its limit,
+// rounded up.
+func minWindows(s Scenario, k OpKind) int {
+	rules := map[string]sluicetest.Rule{}
+	for _, r := range s.Rules.Rules {
+		rules[r.Name] = r
+	}
+	count := map[string]int{}
+	limit := map[string]int{}
+	for _, op := range s.Ops {
+		if op.Kind != k {
+			continue
+		}
+		r := rules[op.rule()]
+		key := r.Bucket + "/" + op.major()
+		count[key]++
+		limit[key] = r.Limit
+	}
+	n := 0
+	for key, c := range count {
+		n += (c + limit[key] - 1) / limit[key]
+	}
+	return n
+}
+
+// MessageTable renders, for the scenarios with MessageReport, what became
+// of the message creations, per client, totalled over the runs: requests
+// that succeeded, messages created twice (the simulator's
+// DuplicateMessages), messages never created, messages created although
+// the client reported an error, then the median run's time and the ratio
+// to the ideal as in Table, the 429s the client caused, what resends cost
+// (resends admitted, each spending a bucket slot, and the bucket windows
+// opened, beside those the messages need), and the runs' times over
+// AdmittedIdeal (median and range). Empty when no such scenario ran.
+func MessageTable(results []Result) string {
+	var b strings.Builder
+	last := -1
+	for _, g := range Groups(results) {
+		if !g.Scenario.MessageReport {
+			continue
+		}
+		if b.Len() == 0 {
+			b.WriteString("| Scenario (ideal) | Client | Runs | Succeeded | Created twice | Lost | Created, client saw an error | Time (median run) | × ideal: median (min–max) | 429s | Resends admitted | Bucket windows opened (the messages need) | × ideal of the admitted requests: median (min–max) |\n")
+			b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		}
+		scen := ""
+		if g.Scenario.ID != last {
+			scen = scenarioCell(g.Scenario)
+			last = g.Scenario.ID
+		}
+		med, lo, hi, ok := g.Median()
+		if !ok {
+			fmt.Fprintf(&b, "| %s | %s | %d | n/a | | | | | | | | | |\n", scen, g.Client, len(g.Runs))
+			continue
+		}
+		rs := g.ran()
+		var tot messageCounts
+		limited := 0
+		for _, r := range rs {
+			m := r.messages()
+			tot.sent, tot.ok, tot.twice, tot.lost, tot.unseen = tot.sent+m.sent, tot.ok+m.ok, tot.twice+m.twice, tot.lost+m.lost, tot.unseen+m.unseen
+			tot.resends, tot.windows, tot.minWindows = tot.resends+m.resends, tot.windows+m.windows, tot.minWindows+m.minWindows
+			u, gl, sh, _ := r.rateLimited()
+			limited += u + gl + sh
+		}
+		t := fmtDur(med.Elapsed)
+		if med.Hangs > 0 {
+			t = "> " + t
+		}
+		spread := fmt.Sprintf("%s (%s–%s)", ratio(med), ratio(lo), ratio(hi))
+		if len(rs) == 1 {
+			spread = ratio(med)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %d | %d/%d | %d | %d | %d | %s | %s | %d | %d | %d (%d) | %s |\n",
+			scen, clientCell(g.Client), len(rs), tot.ok, tot.sent, tot.twice, tot.lost, tot.unseen, t, spread, limited,
+			tot.resends, tot.windows, tot.minWindows, admittedSpread(rs))
+	}
+	return b.String()
+}
+
+// admittedSpread formats the runs' elapsed time over AdmittedIdeal: the
+// median and range, "hang" for a run with hangs.
+func admittedSpread(rs []Result) string {
+	var ratios []float64
+	hangs := 0
+	for _, r := range rs {
+		ai := AdmittedIdeal(r)
+		switch {
+		case r.Hangs > 0:
+			hangs++
+		case ai > 0:
+			ratios = append(ratios, float64(r.Elapsed)/float64(ai))
+		}
+	}
+	if len(ratios) == 0 {
+		if hangs > 0 {
+			return "hang"
+		}
+		return "—"
+	}
+	sort.Float64s(ratios)
+	// Runs with hangs count as slower than any other, as in Median.
+	all := len(ratios) + hangs
+	mid := (all - 1) / 2
+	med := "hang"
+	if mid < len(ratios) {
+		med = fmt.Sprintf("%.2f", ratios[mid])
+	}
+	hi := "hang"
+	if hangs == 0 {
+		hi = fmt.Sprintf("%.2f", ratios[len(ratios)-1])
+	}
+	if all == 1 {
+		return med
+	}
+	return fmt.Sprintf("%s (%.2f–%s)", med, ratios[0], hi)
 }

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -85,5 +86,65 @@ func TestMultiRunTable(t *testing.T) {
 	single := Table(results[:1])
 	if !strings.Contains(single, "| 50/50 | 6.04 s | 1.30 |") {
 		t.Errorf("single-run table:\n%s", single)
+	}
+}
+
+// The message table counts what became of the messages from the client's
+// outcomes and the simulator's counters, and AdmittedIdeal replays the
+// ideal for what the buckets admitted.
+func TestMessageTable(t *testing.T) {
+	var s Scenario
+	for _, x := range Scenarios() {
+		if x.MessageReport {
+			s = x
+		}
+	}
+	if s.ID == 0 {
+		t.Fatal("no scenario with MessageReport")
+	}
+	if got := minWindows(s, SendMessage); got != 60 {
+		t.Fatalf("minWindows = %d, want 60 (2 per channel)", got)
+	}
+	// A run in which op 0 failed although its message was created, op 1
+	// failed and was never created, and one resend on op 2's channel
+	// created its message a second time; a resend of op 0, whose answer
+	// was lost too, and one on op 3's channel were deduplicated. Op 1's
+	// channel admitted 9 requests, those of ops 0, 2 and 3 11 (a third
+	// window each); one 429 was drawn.
+	events := make([]Outcome, len(s.Ops))
+	for i := range events {
+		events[i] = Outcome{Done: true, At: 12 * time.Second}
+	}
+	events[0].Err = errors.New("connection died")
+	events[1].Err = errors.New("HTTP 502")
+	var buckets []sluicetest.BucketStats
+	for c := range 30 {
+		b := sluicetest.BucketStats{Major: s.Ops[c].major(), Rules: []string{"create_message"}, Admitted: 10, Windows: 2}
+		switch c {
+		case 1:
+			b.Admitted = 9
+		case 0, 2, 3:
+			b.Admitted, b.Windows = 11, 3
+		}
+		buckets = append(buckets, b)
+	}
+	r := Result{Scenario: s, Client: "Sluice", Total: 300, OK: 298, Errors: 2, Elapsed: 12 * time.Second, Events: events,
+		Stats: sluicetest.Stats{MessagesCreated: 300, DuplicateMessages: 1, MessagesDeduplicated: 2,
+			RateLimited: map[string]int{"user": 1}, Buckets: buckets}}
+	m := r.messages()
+	if m != (messageCounts{sent: 300, ok: 298, twice: 1, lost: 1, unseen: 1, resends: 3, windows: 63, minWindows: 60}) {
+		t.Errorf("messages = %+v", m)
+	}
+	// Three channels need a third window; the greedy ideal serves them
+	// first, so their third windows open at 10 s.
+	if got, want := AdmittedIdeal(r), 10*time.Second+20*time.Millisecond; got != want {
+		t.Errorf("AdmittedIdeal = %v, want %v", got, want)
+	}
+	table := MessageTable([]Result{r})
+	if !strings.Contains(table, "| **Sluice** | 1 | 298/300 | 1 | 1 | 1 | 12.00 s | 1.71 | 1 | 3 | 63 (60) | 1.20 |") {
+		t.Errorf("table:\n%s", table)
+	}
+	if MessageTable([]Result{{Scenario: Scenarios()[0], Client: "Sluice"}}) != "" {
+		t.Error("a scenario without MessageReport has a message table")
 	}
 }
