@@ -608,13 +608,12 @@ func (b *bucket) result(ctx actor.Context, m *resultMsg) {
 		b.sys.tel.event(c, "headers", attribute.Int("http.response.status_code", status))
 	}
 	v := m.verdict
-	// Not counted: what never left, a global 429 or a ban (no bucket
-	// counted them), and a 5xx without rate-limit headers, which came from
-	// in front of Discord's rate limiter (Cloudflare's 502 page, a gateway
-	// timeout): its slot goes back for the retry.
+	// Not counted: what never left, and a global 429 or a ban (no bucket
+	// counted them). A 5xx without rate-limit headers stays charged like a
+	// lost answer (ratelimit.Bucket.Observe): giving its slot back drew
+	// user 429s at window edges under load.
 	uncounted := notSent || (status == http.StatusTooManyRequests && !h.Has.Remaining &&
-		(v.Kind == ratelimit.GlobalLimit || v.Kind == ratelimit.CloudflareBan)) ||
-		(status >= 500 && !h.Has.RateLimit)
+		(v.Kind == ratelimit.GlobalLimit || v.Kind == ratelimit.CloudflareBan))
 	l := b.release(ctx, c, m.at, h, uncounted)
 	if answered {
 		b.learn(l, c, h, status)

@@ -696,7 +696,12 @@ func (s *supervisor) dialed(ctx actor.Context, m *dialedMsg) {
 		return
 	}
 	s.conns = append(s.conns, pooled{conn: m.conn, upAt: s.sys.now()})
-	if len(s.conns) == 1 {
+	// The state follows the pool: an extra connection dialled before the
+	// pool emptied may be the one that brings it back.
+	if st := s.machine.Current(); st == fsm.Disconnected || st == fsm.Connecting {
+		if st == fsm.Disconnected {
+			s.fire(fsm.Dial)
+		}
 		s.fire(fsm.Up)
 		if now := s.sys.now(); now.Before(s.globalUntil) {
 			s.fire(fsm.GlobalHit)
