@@ -287,15 +287,8 @@ func (s *System) SubmitDirect(c *Call, rt http.RoundTripper) {
 				c.Complete(nil, fmt.Errorf("%w: %v", ErrInternal, r))
 			}
 		}()
-		ctx, cancel := context.WithCancelCause(c.Ctx)
-		defer cancel(nil)
-		stop := context.AfterFunc(s.hardCtx, func() { cancel(ErrClosed) })
-		defer stop()
-		if d := s.cfg.AttemptTimeout; d > 0 {
-			var cancelT context.CancelFunc
-			ctx, cancelT = context.WithTimeoutCause(ctx, d, ErrAttemptTimeout)
-			defer cancelT()
-		}
+		ctx, end := s.attemptContext(c)
+		defer end()
 		fail := func(err error) {
 			if ctx.Err() != nil {
 				err = ctxError(ctx)
@@ -584,15 +577,8 @@ func (s *System) work(conn *transport.Conn, c *Call, bucket *actor.PID) {
 			report(&resultMsg{call: c, at: s.now(), err: fmt.Errorf("%w: %v", ErrInternal, r)})
 		}
 	}()
-	ctx, cancel := context.WithCancelCause(c.Ctx)
-	defer cancel(nil)
-	stop := context.AfterFunc(s.hardCtx, func() { cancel(ErrClosed) })
-	defer stop()
-	if d := s.cfg.AttemptTimeout; d > 0 {
-		var cancelT context.CancelFunc
-		ctx, cancelT = context.WithTimeoutCause(ctx, d, ErrAttemptTimeout)
-		defer cancelT()
-	}
+	ctx, end := s.attemptContext(c)
+	defer end()
 	// fail types an error of the attempt: the caller's context speaks for
 	// itself; Close and the attempt timeout are named by their cause.
 	fail := func(err error) error {
@@ -644,6 +630,23 @@ func (s *System) work(conn *transport.Conn, c *Call, bucket *actor.PID) {
 	resp.ContentLength = int64(len(body))
 	m.resp = resp
 	report(m)
+}
+
+// attemptContext is the context of one attempt of c: it ends with the
+// caller's context, with Close (cause ErrClosed) and after AttemptTimeout
+// (cause ErrAttemptTimeout). end releases it.
+func (s *System) attemptContext(c *Call) (ctx context.Context, end func()) {
+	ctx, cancel := context.WithCancelCause(c.Ctx)
+	stop := context.AfterFunc(s.hardCtx, func() { cancel(ErrClosed) })
+	cancelT := context.CancelFunc(func() {})
+	if d := s.cfg.AttemptTimeout; d > 0 {
+		ctx, cancelT = context.WithTimeoutCause(ctx, d, ErrAttemptTimeout)
+	}
+	return ctx, func() {
+		cancelT()
+		stop()
+		cancel(nil)
+	}
 }
 
 // readBody reads resp's body within MaxResponseBytes, refusing at once an
