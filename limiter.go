@@ -184,24 +184,32 @@ func (l *Limiter) buffer(ctx context.Context, req *http.Request, always bool) ([
 		}
 		defer rc.Close()
 	}
+	readAll := func() ([]byte, error) {
+		b, err := io.ReadAll(io.LimitReader(rc, maxRequestBody+1))
+		switch {
+		case err != nil:
+			return nil, fmt.Errorf("sluice: reading request body: %w", err)
+		case len(b) > maxRequestBody:
+			return nil, fmt.Errorf("sluice: request body over %d bytes", maxRequestBody)
+		}
+		return b, nil
+	}
+	if req.GetBody != nil {
+		// net/http sets GetBody for in-memory bodies: reading cannot block.
+		return readAll()
+	}
 	type read struct {
 		b   []byte
 		err error
 	}
 	done := make(chan read, 1)
 	go func() {
-		b, err := io.ReadAll(io.LimitReader(rc, maxRequestBody+1))
+		b, err := readAll()
 		done <- read{b, err}
 	}()
 	select {
 	case r := <-done:
-		if r.err != nil {
-			return nil, fmt.Errorf("sluice: reading request body: %w", r.err)
-		}
-		if len(r.b) > maxRequestBody {
-			return nil, fmt.Errorf("sluice: request body over %d bytes", maxRequestBody)
-		}
-		return r.b, nil
+		return r.b, r.err
 	case <-ctx.Done():
 		rc.Close() // unblocks a reader that honours Close (pipes, files, net/http bodies)
 		return nil, context.Cause(ctx)

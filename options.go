@@ -125,8 +125,10 @@ type Options struct {
 	// Connections is how many HTTP/2 connections the limiter keeps to the
 	// API. Requests go to the one carrying the fewest, so a connection
 	// reset ends only the requests on that one (docs/failure-modes.md has
-	// the figures). The first is opened on demand, the others right after
-	// it, unless connections fail. Default 4; at most 64.
+	// the figures). The first is opened when the limiter starts, the
+	// others one after another while requests wait, unless connections
+	// fail; a lost one is replaced only while requests wait. Default 4; at
+	// most 64.
 	Connections int
 	// AllowHTTP1 accepts an HTTP/1.1 connection when the server does not
 	// offer HTTP/2 (one request at a time). Default false: HTTP/2 only.

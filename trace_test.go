@@ -191,7 +191,8 @@ func TestTraceConnectionDeath(t *testing.T) {
 		}
 		return time.Now()
 	}
-	h, rec := tracedHarness(t, sluicetest.Options{Clock: clock, Faults: sluicetest.Faults{Latency: time.Hour}}, sluice.Options{})
+	h, rec := tracedHarness(t, sluicetest.Options{Clock: clock, Faults: sluicetest.Faults{Latency: time.Hour}},
+		sluice.Options{Connections: 1}) // one connection: its death is the supervisor's "down"
 	<-arrived // the simulator read its clock at start
 	// The caller's own nonce without enforce_nonce: not safe to resend.
 	f := h.lim.Send(context.Background(), req("POST", "/channels/3/messages", `{"content":"x","nonce":"1"}`))

@@ -27,8 +27,8 @@ type supervisor struct {
 	machine *fsm.Supervisor
 
 	// conns are the live connections, at most Config.Connections: the
-	// first is dialled on demand, the others one after the other once it
-	// is up (unless a connection failed since), so one connection's death
+	// first is dialled at start, the others one after the other while
+	// requests wait (unless a connection failed since), so one connection's death
 	// ends only the requests it carried (the blast radius), not all.
 	// Invariant: len(conns) > 0  <=>  machine is connected or global_limit;
 	// sys.gate always holds the conns and hold last published (publish).
@@ -630,8 +630,8 @@ func (s *supervisor) probeDone(ctx actor.Context, m *probeDoneMsg) {
 func (s *supervisor) demand() bool { return s.sys.pending.Load() > 0 }
 
 // dial opens a connection: the first one (state disconnected -> connecting),
-// or one more for the pool while connected and none failed since. One dial
-// at a time; none while a backoff runs.
+// or one more for the pool while connected, requests wait and none failed
+// since. One dial at a time; none while a backoff runs.
 func (s *supervisor) dial() {
 	if s.dialing || s.redialArmed || s.closing != nil {
 		return
@@ -640,7 +640,7 @@ func (s *supervisor) dial() {
 	case fsm.Disconnected:
 		s.fire(fsm.Dial)
 	case fsm.Connected, fsm.GlobalLimit:
-		if len(s.conns) >= s.sys.cfg.connections() || s.failures > 0 {
+		if len(s.conns) >= s.sys.cfg.connections() || s.failures > 0 || !s.demand() {
 			return
 		}
 	default:

@@ -671,7 +671,7 @@ func (s *System) readBody(resp *http.Response) ([]byte, error) {
 		held += n
 		return nil
 	}
-	const chunk = 32 << 10
+	const chunk = 512 // as io.ReadAll: small answers stay small; the buffer doubles
 	size := int64(chunk)
 	if resp.ContentLength >= 0 {
 		size = resp.ContentLength + 1 // +1 sees a body longer than declared
