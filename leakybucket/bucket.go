@@ -1,0 +1,132 @@
+package leakybucket
+
+import "time"
+
+// Result is the outcome of one check of one limit. Being over the limit is
+// not an error: it is Blocked.
+type Result struct {
+	// Limit is the limit checked.
+	Limit Limit
+	// At is when the check was decided: the time passed to a *At method or
+	// read from the store's clock (for Redis, its TIME).
+	At time.Time
+	// Blocked reports that the bucket was full: the call was refused and
+	// added nothing. In a check of several limits, a call is admitted only
+	// if no limit blocks it, and only an admitted call is added to the
+	// buckets.
+	Blocked bool
+	// Remaining is how many more calls the bucket admits right now: 0 if
+	// this call was blocked or filled the bucket (the seed's
+	// X-RateLimit-Remaining).
+	Remaining int
+	// Level is how many calls the bucket holds after the check (the seed's
+	// counter); Remaining is Size - Level, or 0.
+	Level int
+	// RetryAfter is how long after At until the bucket admits the next
+	// call: 0 if it admits one now. It is positive whenever Blocked (the
+	// seed's resetMs: X-RateLimit-Reset and Retry-After).
+	RetryAfter time.Duration
+	// ClearAfter is how long after At until the bucket is empty: 0 if it
+	// is empty now (the seed's fullResetMs: X-RateLimit-Clear).
+	ClearAfter time.Duration
+	// NextDrip is how long after At until the bucket next drips: 0 if it
+	// is empty (the draft RateLimit field's t).
+	NextDrip time.Duration
+}
+
+// Bucket is the state of one leaky bucket: the model every store
+// implements. It holds a level (the calls in the bucket) and the time of
+// its last drip. Check takes the time as an argument and reads no clock,
+// so a Bucket is deterministic and is tested without sleeping.
+//
+// The model, for a Limit of size S dripping D every R:
+//
+//   - Drip: if the bucket holds L > 0 calls and k = floor((now - anchor)/R)
+//     drips have come due since its last drip (anchor), it holds
+//     max(L - k*D, 0) and the anchor moves to anchor + k*R.
+//   - Check: the call is blocked if the bucket holds S or more; otherwise
+//     it is admitted and adds 1. A call admitted into an empty bucket sets
+//     the anchor to now, so that it drips R later, not at the phase of an
+//     old drip (the seed's "edge case", applied to every empty bucket).
+//
+// With D = 1 this is exactly GCRA with emission interval R and burst S, and
+// no interval of length w ever admits more than S + floor(w/R) calls. With
+// D > 1 an interval of length w admits at most S - 1 + min(D, S) *
+// (floor(w/R) + 1) calls: a drip that falls just inside the interval frees
+// D at once. Both bounds are tight and are the ones the tests check.
+//
+// If now is earlier than the anchor (a clock stepped back), no drip is
+// due: time never runs backwards for a bucket, which is only stricter.
+//
+// The zero value is an empty bucket. A Bucket is not safe for concurrent
+// use; Memory and Redis are.
+type Bucket struct {
+	level  int64     // calls in the bucket; >= 0 (<= Size while one Limit is used)
+	anchor time.Time // time of the last drip, or of the admission that filled an empty bucket; meaningful only when level > 0
+}
+
+// Check checks one call against the bucket under lim at now, adding it if
+// it is admitted. It returns an error only for an invalid limit.
+func (b *Bucket) Check(lim Limit, now time.Time) (Result, error) {
+	p, err := lim.params()
+	if err != nil {
+		return Result{}, err
+	}
+	var elapsed int64
+	if b.level > 0 {
+		elapsed = int64(now.Sub(b.anchor))
+	}
+	level, elapsed, blocked := step(p, b.level, elapsed, true)
+	if !blocked {
+		b.level = level
+		b.anchor = now.Add(-time.Duration(elapsed))
+	}
+	return result(lim, p, now, level, elapsed, blocked), nil
+}
+
+// step is the model's arithmetic, on one bucket of p holding level calls
+// whose last drip was elapsed nanoseconds ago (negative if the clock is
+// behind it). It drips what is due, then checks a call and, if charge is
+// set and the call is admitted, adds it. It returns the new level, the new
+// time since the last drip and whether the call is blocked.
+//
+// Every store runs this function (Redis runs its Lua twin, redisScript, and
+// its results go through result below), so all compute the same results.
+func step(p params, level, elapsed int64, charge bool) (newLevel, newElapsed int64, blocked bool) {
+	if level > 0 && elapsed >= p.interval {
+		k := elapsed / p.interval
+		if k >= ceilDiv(level, p.drip) {
+			level = 0
+		} else {
+			level -= k * p.drip
+			elapsed -= k * p.interval
+		}
+	}
+	if level <= 0 {
+		level, elapsed = 0, 0
+	}
+	if level >= p.size {
+		return level, elapsed, true
+	}
+	if charge {
+		level++
+	}
+	return level, elapsed, false
+}
+
+// result builds the Result of a check decided at now that left the bucket
+// at level, elapsed nanoseconds after its last drip.
+func result(lim Limit, p params, now time.Time, level, elapsed int64, blocked bool) Result {
+	r := Result{Limit: lim, At: now, Blocked: blocked, Level: int(level)}
+	if level < p.size {
+		r.Remaining = int(p.size - level)
+	} else {
+		// The next call waits until enough drips bring the level to S-1.
+		r.RetryAfter = time.Duration(ceilDiv(level+1-p.size, p.drip)*p.interval - elapsed)
+	}
+	if level > 0 {
+		r.ClearAfter = time.Duration(ceilDiv(level, p.drip)*p.interval - elapsed)
+		r.NextDrip = time.Duration(p.interval - elapsed)
+	}
+	return r
+}

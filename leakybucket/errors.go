@@ -1,0 +1,94 @@
+package leakybucket
+
+import (
+	"errors"
+	"strconv"
+	"time"
+)
+
+// Sentinel errors. Test for them with errors.Is: the errors returned wrap
+// them with details.
+var (
+	// ErrInvalidLimit is returned (wrapped in a *LimitError) when a Limit or
+	// a Legacy limit cannot be used: a Size below 1, a negative drip rate or
+	// size, a bucket that would take longer than MaxDrain to drain, a name
+	// that cannot be sent in a header, or two limits of one check sharing a
+	// name. It is a programming or configuration error, never "over the
+	// limit": being over the limit is Result.Blocked, not an error.
+	ErrInvalidLimit = errors.New("leakybucket: invalid limit")
+
+	// ErrUnavailable is returned (wrapped in an *UnavailableError) when the
+	// Redis store could not decide a check: Redis is unreachable, too slow
+	// (RedisOptions.Timeout), or answered with an error. The results
+	// returned with it are the decision of RedisOptions.OnUnavailable.
+	ErrUnavailable = errors.New("leakybucket: store unavailable")
+)
+
+// LimitError describes an invalid limit. It wraps ErrInvalidLimit.
+type LimitError struct {
+	// Name is the limit's Name (possibly empty).
+	Name string
+	// Reason says what is wrong with it.
+	Reason string
+}
+
+func (e *LimitError) Error() string {
+	return "leakybucket: invalid limit " + strconv.Quote(e.Name) + ": " + e.Reason
+}
+
+// Unwrap returns ErrInvalidLimit.
+func (e *LimitError) Unwrap() error { return ErrInvalidLimit }
+
+// Policy is what the Redis store decides when Redis cannot: see
+// RedisOptions.OnUnavailable.
+type Policy int
+
+const (
+	// FailClosed blocks every check while Redis is unavailable: each
+	// Result is Blocked with Remaining 0 and RetryAfter and ClearAfter set
+	// to RedisOptions.RetryAfter. No client gets through unchecked; every
+	// client is refused during an outage. It is the default.
+	FailClosed Policy = iota
+	// FailOpen admits every check while Redis is unavailable, as if each
+	// bucket were empty: nothing is limited during an outage.
+	FailOpen
+	// FailLocal decides each check with a local in-memory store
+	// (RedisOptions.Fallback) while Redis is unavailable, with each limit
+	// shared out by RedisOptions.FallbackShare: each node limits on its own,
+	// so N nodes admit up to N times one share.
+	FailLocal
+)
+
+// String returns the policy's name: "FailClosed", "FailOpen" or "FailLocal".
+func (p Policy) String() string {
+	switch p {
+	case FailClosed:
+		return "FailClosed"
+	case FailOpen:
+		return "FailOpen"
+	case FailLocal:
+		return "FailLocal"
+	}
+	return "Policy(" + strconv.Itoa(int(p)) + ")"
+}
+
+// UnavailableError reports that Redis could not decide a check. It wraps
+// ErrUnavailable and the cause. The results returned along with it are the
+// decision Policy took instead; use them.
+type UnavailableError struct {
+	// Policy is the policy that decided the check.
+	Policy Policy
+	// Err is the cause: a network error, a timeout (context.DeadlineExceeded)
+	// or an error reply from Redis.
+	Err error
+	// RetryAfter is, for FailClosed, how long clients are told to wait
+	// (RedisOptions.RetryAfter); 0 for the other policies.
+	RetryAfter time.Duration
+}
+
+func (e *UnavailableError) Error() string {
+	return "leakybucket: store unavailable (" + e.Policy.String() + "): " + e.Err.Error()
+}
+
+// Unwrap returns ErrUnavailable and the cause.
+func (e *UnavailableError) Unwrap() []error { return []error{ErrUnavailable, e.Err} }

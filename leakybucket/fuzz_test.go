@@ -1,0 +1,138 @@
+package leakybucket
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// FuzzModel drives a Bucket, a Memory store and the reference model with
+// the same limits and the same schedule of calls, over two keys and two
+// limits, and checks that:
+//
+//   - Bucket gives exactly the reference model's result for every call
+//     (Blocked, Level, Remaining, RetryAfter, ClearAfter, NextDrip), at the
+//     schedule's times, and Memory.CheckAt at the store's times (which never
+//     run backwards), while it sweeps;
+//   - Memory.CheckAllAt with both limits gives each reference bucket's
+//     result, admitting a call only if neither limit blocks it;
+//   - every result keeps the invariants (Remaining = max(Size-Level, 0),
+//     Blocked implies a positive RetryAfter, ...);
+//   - no interval between two admissions holds more than S - 1 + min(D, S)
+//     * (floor(w/R) + 1) admissions (S + floor(w/R) for D = 1), for every
+//     pair of admissions: always for Memory, for the Bucket whenever the
+//     clock never went back.
+//
+// Each byte of schedule is one call: its low 6 bits step the clock forward
+// by eighths of the first limit's drip interval, 0xF8 and above step it back
+// (a clock stepped back must only make buckets stricter), bit 6 picks the
+// key and bit 7 picks a two-limit check.
+func FuzzModel(f *testing.F) {
+	f.Add(uint16(10), uint16(1), uint32(100_000), uint16(3), uint16(2), uint32(7_000), []byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 8, 8, 4, 4, 4, 63, 0, 0})
+	f.Add(uint16(5), uint16(2), uint32(1_000_000), uint16(1), uint16(0), uint32(1), []byte{0x80, 0x80, 0x80, 1, 7, 8, 0x88, 0xc0, 0xc0, 0x40, 0xff, 0, 0, 12})
+	f.Add(uint16(2), uint16(5), uint32(10_000), uint16(40), uint16(8), uint32(333), []byte{0, 0, 0, 8, 0, 0, 0xf8, 0xf8, 0, 0, 9, 9, 9, 0x49, 0x49})
+	f.Add(uint16(63), uint16(8), uint32(1), uint16(0), uint16(7), uint32(19_999), []byte("a burst, then a trickle, then a burst again: 0000000000000000000000000000000000000000"))
+	f.Add(uint16(0), uint16(0), uint32(0), uint16(0), uint16(0), uint32(0), []byte{0xff, 0xfe, 0, 0, 1, 2, 3})
+	f.Fuzz(func(t *testing.T, size, drip uint16, intervalUS uint32, size2, drip2 uint16, interval2US uint32, schedule []byte) {
+		limA := Limit{Name: "a", Size: 1 + int(size%64), DripSize: int(drip % 9), DripRate: time.Duration(1+intervalUS%20_000) * time.Microsecond}
+		limB := Limit{Name: "b", Size: 1 + int(size2%64), DripSize: int(drip2 % 9), DripRate: time.Duration(1+interval2US%20_000) * time.Microsecond}
+		if len(schedule) > 400 {
+			schedule = schedule[:400]
+		}
+		step := newRef(limA).interval / 8
+		mem := &Memory{Shards: 1, MaxKeys: -1} // one shard: both keys meet in its sweeps
+		type keyState struct {
+			bucket      Bucket
+			refRaw      *refBucket // limA, at the schedule's times: the Bucket's reference
+			refA, refB  *refBucket // limA and limB at the store's times: Memory's references
+			admitted    []time.Time
+			memAdmitted []time.Time
+		}
+		keys := [2]*keyState{
+			{refRaw: newRef(limA), refA: newRef(limA), refB: newRef(limB)},
+			{refRaw: newRef(limA), refA: newRef(limA), refB: newRef(limB)},
+		}
+		now, latest, monotonic := t0, time.Time{}, true
+		for i, c := range schedule {
+			if c >= 0xf8 {
+				now = now.Add(-time.Duration(c-0xf7) * 2 * step)
+				monotonic = false
+			} else {
+				now = now.Add(time.Duration(c&0x3f) * step)
+			}
+			if latest.IsZero() || now.After(latest) {
+				latest = now // the store's time: it never runs backwards
+			}
+			ks := keys[c>>6&1]
+			key := fmt.Sprint("key", c>>6&1)
+			what := fmt.Sprintf("call %d (byte %#x) on %s at %v (store at %v)", i, c, key, now.Sub(t0), latest.Sub(t0))
+
+			if c&0x80 == 0 || c >= 0xf8 {
+				// limA alone: the Bucket at the schedule's time, Memory at
+				// its own.
+				got, err := ks.bucket.Check(limA, now)
+				if err != nil {
+					t.Fatal(err)
+				}
+				sameAsRef(t, what+" (Bucket)", got, ks.refRaw.check(now))
+				invariants(t, what, got)
+				if !got.Blocked {
+					ks.admitted = append(ks.admitted, now)
+				}
+				m, err := mem.CheckAt(key, limA, now)
+				if err != nil {
+					t.Fatal(err)
+				}
+				sameAsRef(t, what+" (Memory)", m, ks.refA.check(latest))
+				if !m.At.Equal(latest) {
+					t.Fatalf("%s: Memory decided at %v", what, m.At.Sub(t0))
+				}
+				if !m.Blocked {
+					ks.memAdmitted = append(ks.memAdmitted, latest)
+				}
+				continue
+			}
+			// Both limits at once: admitted only if neither blocks, and
+			// then charged to both.
+			blockA, blockB := ks.refA.wouldBlock(latest), ks.refB.wouldBlock(latest)
+			admit := !blockA && !blockB
+			if admit {
+				ks.refA.charge(latest)
+				ks.refB.charge(latest)
+				ks.memAdmitted = append(ks.memAdmitted, latest)
+			}
+			got, err := mem.CheckAllAt(key, []Limit{limA, limB}, nil, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameAsRef(t, what+" (CheckAllAt, a)", got[0], ks.refA.observe(latest, blockA && !admit))
+			sameAsRef(t, what+" (CheckAllAt, b)", got[1], ks.refB.observe(latest, blockB && !admit))
+			invariants(t, what, got[0])
+			invariants(t, what, got[1])
+		}
+		for _, ks := range keys {
+			checkBound(t, limA, ks.memAdmitted) // the store's times are monotonic
+			if monotonic {
+				checkBound(t, limA, ks.admitted)
+			}
+		}
+	})
+}
+
+// invariants checks what every Result must satisfy.
+func invariants(t *testing.T, what string, r Result) {
+	t.Helper()
+	size := r.Limit.Size
+	switch {
+	case r.Remaining < 0 || r.Remaining > size || r.Remaining != max(size-r.Level, 0):
+		t.Fatalf("%s: Remaining %d with Level %d of %d", what, r.Remaining, r.Level, size)
+	case r.Blocked && (r.Remaining != 0 || r.RetryAfter <= 0):
+		t.Fatalf("%s: blocked with Remaining %d, RetryAfter %v", what, r.Remaining, r.RetryAfter)
+	case (r.RetryAfter > 0) != (r.Level >= size):
+		t.Fatalf("%s: RetryAfter %v with Level %d of %d", what, r.RetryAfter, r.Level, size)
+	case r.ClearAfter < r.RetryAfter || (r.ClearAfter > 0) != (r.Level > 0) || (r.NextDrip > 0) != (r.Level > 0):
+		t.Fatalf("%s: ClearAfter %v, RetryAfter %v, NextDrip %v, Level %d", what, r.ClearAfter, r.RetryAfter, r.NextDrip, r.Level)
+	case r.NextDrip > r.ClearAfter:
+		t.Fatalf("%s: NextDrip %v after ClearAfter %v", what, r.NextDrip, r.ClearAfter)
+	}
+}

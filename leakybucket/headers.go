@@ -1,0 +1,154 @@
+package leakybucket
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Header names SetHeaders writes.
+const (
+	HeaderRemaining  = "X-RateLimit-Remaining"
+	HeaderClear      = "X-RateLimit-Clear"
+	HeaderReset      = "X-RateLimit-Reset"
+	HeaderRetryAfter = "Retry-After"
+	// HeaderPolicy and HeaderRateLimit are the structured fields of
+	// draft-ietf-httpapi-ratelimit-headers (-10, -11).
+	HeaderPolicy    = "RateLimit-Policy"
+	HeaderRateLimit = "RateLimit"
+)
+
+// SetHeaders sets the rate-limit headers of one response from the results
+// of its request's check (one per limit), replacing any already in h:
+//
+//   - X-RateLimit-Remaining: the calls that can be made now without being
+//     blocked, the least Remaining of the results (0 when blocked, or when
+//     the next call would be).
+//   - X-RateLimit-Clear: the seconds until every bucket is empty, the
+//     greatest ClearAfter, with three decimals, rounded up to the
+//     millisecond ("1.500").
+//   - X-RateLimit-Reset: only when a result is Blocked: the seconds until
+//     the call would be admitted, the greatest RetryAfter of the blocked
+//     results, three decimals, rounded up to the millisecond ("0.755").
+//   - Retry-After: only when Blocked: the same in whole seconds, rounded up
+//     ("1").
+//
+// These are the seed's headers with the seed's meanings (see
+// docs/leaky-bucket.md). With draft set it also writes the IETF draft's
+// structured fields, one item per result, named by Limit.Name:
+//
+//   - RateLimit-Policy: "name";q=Size;w=W, where W is the seconds a full
+//     bucket takes to drain (rounded up, at least 1: the draft's windows
+//     are whole seconds).
+//   - RateLimit: "name";r=Remaining;t=T, where T is the seconds until the
+//     bucket next drips (rounded up): the time within which no more than r
+//     calls can be made. t is left out for an empty bucket, which r alone
+//     describes. When a result is blocked, its t equals Retry-After, so
+//     Retry-After never points earlier than the end of its window, as the
+//     draft asks.
+//
+// Without results it removes those headers.
+func SetHeaders(h http.Header, draft bool, results ...Result) {
+	for _, k := range [...]string{HeaderRemaining, HeaderClear, HeaderReset, HeaderRetryAfter, HeaderPolicy, HeaderRateLimit} {
+		h.Del(k)
+	}
+	if len(results) == 0 {
+		return
+	}
+	remaining, clear, blocked, retry := results[0].Remaining, time.Duration(0), false, time.Duration(0)
+	for _, r := range results {
+		remaining = min(remaining, r.Remaining)
+		clear = max(clear, r.ClearAfter)
+		if r.Blocked {
+			blocked = true
+			retry = max(retry, r.RetryAfter)
+		}
+	}
+	h.Set(HeaderRemaining, strconv.Itoa(max(remaining, 0)))
+	h.Set(HeaderClear, formatSeconds(clear))
+	if blocked {
+		h.Set(HeaderReset, formatSeconds(retry))
+		h.Set(HeaderRetryAfter, strconv.FormatInt(ceilSeconds(retry), 10))
+	}
+	if !draft {
+		return
+	}
+	var policy, limit strings.Builder
+	for i, r := range results {
+		if i > 0 {
+			policy.WriteString(", ")
+			limit.WriteString(", ")
+		}
+		name := quoteSF(r.Limit.name())
+		drain := time.Duration(0)
+		if p, err := r.Limit.params(); err == nil {
+			drain = time.Duration(ceilDiv(p.size, p.drip) * p.interval)
+		}
+		policy.WriteString(name)
+		policy.WriteString(";q=")
+		policy.WriteString(strconv.Itoa(r.Limit.Size))
+		policy.WriteString(";w=")
+		policy.WriteString(strconv.FormatInt(max(ceilSeconds(drain), 1), 10))
+
+		limit.WriteString(name)
+		limit.WriteString(";r=")
+		limit.WriteString(strconv.Itoa(max(r.Remaining, 0)))
+		if r.NextDrip > 0 {
+			limit.WriteString(";t=")
+			limit.WriteString(strconv.FormatInt(ceilSeconds(r.NextDrip), 10))
+		}
+	}
+	h.Set(HeaderPolicy, policy.String())
+	h.Set(HeaderRateLimit, limit.String())
+}
+
+// formatSeconds formats d as seconds with three decimals, rounded up to the
+// millisecond: "0.755". Negative durations format as "0.000".
+func formatSeconds(d time.Duration) string {
+	ms := ceilMillis(d)
+	var b [24]byte
+	out := strconv.AppendInt(b[:0], ms/1000, 10)
+	frac := ms % 1000
+	out = append(out, '.', byte('0'+frac/100), byte('0'+frac/10%10), byte('0'+frac%10))
+	return string(out)
+}
+
+// ceilMillis returns d in milliseconds, rounded up; 0 for d <= 0.
+func ceilMillis(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return ceilDiv(int64(d), int64(time.Millisecond))
+}
+
+// ceilSeconds returns d in seconds, rounded up; 0 for d <= 0.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return ceilDiv(int64(d), int64(time.Second))
+}
+
+// quoteSF returns s as a structured-field String (RFC 9651): in double
+// quotes, with '"' and '\' escaped. Limit names are printable ASCII (see
+// Limit.Validate); any other byte is replaced by '?' rather than written.
+func quoteSF(s string) string {
+	var b strings.Builder
+	b.Grow(len(s) + 2)
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c < 0x20 || c > 0x7e:
+			b.WriteByte('?')
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}

@@ -1,0 +1,393 @@
+package leakybucket
+
+import (
+	"context"
+	"hash/maphash"
+	"math"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Store checks calls against buckets kept by key. Memory and Redis
+// implement it; the middleware uses it.
+type Store interface {
+	// CheckAll checks one call of key against every limit in limits, at
+	// once: the call is admitted only if no limit's bucket is full, and
+	// only then added to every bucket. It appends one Result per limit, in
+	// order, to dst and returns the extended slice. Limits must have
+	// distinct names (a key's bucket under a limit is (key, Name)).
+	CheckAll(ctx context.Context, key string, limits []Limit, dst []Result) ([]Result, error)
+}
+
+var (
+	_ Store = (*Memory)(nil)
+	_ Store = (*Redis)(nil)
+)
+
+// Defaults of Memory.
+const (
+	// DefaultShards is the number of shards of a Memory whose Shards is 0.
+	DefaultShards = 64
+	// DefaultMaxKeys is the most buckets a Memory whose MaxKeys is 0 holds.
+	DefaultMaxKeys = 1_000_000
+
+	// sweepPerCheck is how many buckets each admitted check examines for
+	// expiry. Above 1, so that expiry keeps up with checks that each add at
+	// most one bucket per limit.
+	sweepPerCheck = 2
+	// shrinkMin is the peak size below which a shard's map is never
+	// rebuilt.
+	shrinkMin = 1024
+	// maxStackLimits is how many limits CheckAllAt handles without
+	// allocating.
+	maxStackLimits = 8
+)
+
+// Memory is an in-process Store: buckets in a sharded map, safe for
+// concurrent use. Checking an existing bucket allocates nothing.
+//
+// Buckets are sharded by key, so all the limits of one key live in one
+// shard and CheckAll decides them under one lock, atomically.
+//
+// A bucket is forgotten once it has drained (its ClearAfter has passed, by
+// the limit it was last charged under): forgetting an empty bucket changes
+// nothing, so expiry is exact, not a cache policy. Memory starts no
+// goroutine and needs no Close: each admitted check examines a couple of
+// buckets of its shard, round robin, and drops those that have drained, so
+// a store in use keeps its memory proportional to the buckets not yet
+// drained, at a bounded cost per check. Sweep drops all drained buckets at
+// once. A shard's map is rebuilt once it has shrunk to a quarter of its
+// peak (past 1,024 buckets), because a Go map never gives back the memory
+// of deleted entries.
+//
+// MaxKeys bounds the memory against keys created faster than they drain
+// (a spray of client addresses): a check that needs a new bucket in a full
+// shard first evicts the next bucket round robin (never one of its own key).
+// If that bucket had not drained, its client may get up to Size calls early;
+// Evictions counts those.
+//
+// The zero value is an empty store with the defaults, ready to use. The
+// exported fields are options: set them before the first use and do not
+// change them afterwards. A Memory must not be copied after first use.
+type Memory struct {
+	// Shards is the number of shards, rounded up to a power of two. 0 means
+	// DefaultShards (64).
+	Shards int
+	// MaxKeys is the most buckets the store holds (a key has one bucket per
+	// limit name). 0 means DefaultMaxKeys (1,000,000); negative means no
+	// bound.
+	MaxKeys int
+	// Clock is the time source of Check and CheckAll (the *At methods take
+	// the time as an argument). nil means time.Now.
+	Clock func() time.Time
+
+	once     sync.Once
+	shards   []shard
+	mask     uint64
+	seed     maphash.Seed
+	epoch    time.Time // times are kept as nanoseconds since epoch (monotonic when the caller's times are)
+	perShard int       // most buckets per shard; 0: no bound
+	evicted  atomic.Uint64
+}
+
+// bucketID names one bucket: a key under a limit name.
+type bucketID struct {
+	key, name string
+}
+
+// entry is one bucket of a shard.
+type entry struct {
+	id     bucketID
+	level  int64 // calls in the bucket; > 0 while the entry is in the map (an admitted call put it there)
+	anchor int64 // ns since the store's epoch of the last drip
+	clear  int64 // ns since epoch when the bucket is empty: the entry may be dropped at or after it
+	slot   int   // index in shard.all
+}
+
+type shard struct {
+	mu     sync.Mutex
+	latest int64 // the latest time seen, ns since epoch (MinInt64: none): the shard's clock never runs backwards
+	m      map[bucketID]*entry
+	all    []*entry // every entry of m, for the round-robin sweep; entry.slot is its index
+	cursor int      // next index of all to examine
+	peak   int      // largest len(m) since the map was built
+	_      [64]byte // keep shards on separate cache lines
+}
+
+func (s *Memory) init() {
+	s.once.Do(func() {
+		n := s.Shards
+		if n <= 0 {
+			n = DefaultShards
+		}
+		n = 1 << bits.Len(uint(n-1))
+		s.shards = make([]shard, n)
+		for i := range s.shards {
+			s.shards[i].m = make(map[bucketID]*entry)
+			s.shards[i].latest = math.MinInt64
+		}
+		s.mask = uint64(n - 1)
+		s.seed = maphash.MakeSeed()
+		s.epoch = time.Now()
+		switch {
+		case s.MaxKeys == 0:
+			s.perShard = ceilDivInt(DefaultMaxKeys, n)
+		case s.MaxKeys > 0:
+			s.perShard = max(ceilDivInt(s.MaxKeys, n), 1)
+		}
+	})
+}
+
+func (s *Memory) now() time.Time {
+	if s.Clock != nil {
+		return s.Clock()
+	}
+	return time.Now()
+}
+
+// Check checks one call of key against lim at the Clock's time; see CheckAt.
+// It never blocks and ignores ctx.
+func (s *Memory) Check(_ context.Context, key string, lim Limit) (Result, error) {
+	return s.CheckAt(key, lim, s.now())
+}
+
+// CheckAll implements Store at the Clock's time; see CheckAllAt. It never
+// blocks and ignores ctx.
+func (s *Memory) CheckAll(_ context.Context, key string, limits []Limit, dst []Result) ([]Result, error) {
+	return s.CheckAllAt(key, limits, dst, s.now())
+}
+
+// CheckAt checks one call of key against lim at now: the bucket (key,
+// lim.Name) admits it, and adds it, unless it is full. The only error is an
+// invalid limit.
+//
+// Times passed to one store should come from one clock. Each shard keeps
+// the latest time it has seen, and a time earlier than that counts as that
+// time (Result.At says so): the store's time never runs backwards, so the
+// buckets it has forgotten as drained stay drained, and calls that reach
+// the store out of order (time.Now read before waiting for the lock) are
+// decided in the order they reach it.
+func (s *Memory) CheckAt(key string, lim Limit, now time.Time) (Result, error) {
+	p, err := lim.params()
+	if err != nil {
+		return Result{}, err
+	}
+	s.init()
+	t := int64(now.Sub(s.epoch))
+	id := bucketID{key, lim.name()}
+	sh := &s.shards[maphash.String(s.seed, key)&s.mask]
+	sh.mu.Lock()
+	now, t = sh.advance(now, t)
+	e := sh.m[id]
+	var level, elapsed int64
+	if e != nil {
+		level, elapsed = e.level, t-e.anchor
+	}
+	level, elapsed, blocked := step(p, level, elapsed, true)
+	if !blocked {
+		s.commit(sh, e, id, p, level, t-elapsed, t)
+		s.sweep(sh, t, sweepPerCheck)
+	}
+	sh.mu.Unlock()
+	return result(lim, p, now, level, elapsed, blocked), nil
+}
+
+// CheckAllAt checks one call of key against every limit at now, at once:
+// the call is admitted only if no bucket (key, limit.Name) is full, and only
+// then added to each. It appends one Result per limit to dst. The only error
+// is an invalid limit (or two with one name), and then nothing is checked.
+// With up to 8 limits and dst large enough, it allocates nothing for
+// existing buckets.
+func (s *Memory) CheckAllAt(key string, limits []Limit, dst []Result, now time.Time) ([]Result, error) {
+	var stack [maxStackLimits]params
+	ps := stack[:0]
+	if len(limits) > maxStackLimits {
+		ps = make([]params, 0, len(limits))
+	}
+	for i, lim := range limits {
+		p, err := lim.params()
+		if err != nil {
+			return dst, err
+		}
+		for _, prev := range limits[:i] {
+			if prev.name() == lim.name() {
+				return dst, &LimitError{Name: lim.Name, Reason: "two limits of one check share the name " + lim.name()}
+			}
+		}
+		ps = append(ps, p)
+	}
+	s.init()
+	t := int64(now.Sub(s.epoch))
+	sh := &s.shards[maphash.String(s.seed, key)&s.mask]
+	type tentative struct {
+		e              *entry
+		level, elapsed int64
+	}
+	var tstack [maxStackLimits]tentative
+	ts := tstack[:0]
+	if len(limits) > maxStackLimits {
+		ts = make([]tentative, 0, len(limits))
+	}
+	sh.mu.Lock()
+	now, t = sh.advance(now, t)
+	admit := true
+	for i, lim := range limits {
+		e := sh.m[bucketID{key, lim.name()}]
+		var level, elapsed int64
+		if e != nil {
+			level, elapsed = e.level, t-e.anchor
+		}
+		level, elapsed, blocked := step(ps[i], level, elapsed, false)
+		admit = admit && !blocked
+		ts = append(ts, tentative{e, level, elapsed})
+	}
+	if admit {
+		for i, lim := range limits {
+			level, elapsed, _ := step(ps[i], ts[i].level, ts[i].elapsed, true)
+			ts[i].level, ts[i].elapsed = level, elapsed
+			if ts[i].e != nil {
+				s.commit(sh, ts[i].e, bucketID{key, lim.name()}, ps[i], level, t-elapsed, t)
+			}
+		}
+		// New buckets last: making room for them may drop drained
+		// buckets, and the existing ones of this call are no longer
+		// drained.
+		for i, lim := range limits {
+			if ts[i].e == nil {
+				s.commit(sh, nil, bucketID{key, lim.name()}, ps[i], ts[i].level, t-ts[i].elapsed, t)
+			}
+		}
+		s.sweep(sh, t, sweepPerCheck)
+	}
+	sh.mu.Unlock()
+	for i, lim := range limits {
+		dst = append(dst, result(lim, ps[i], now, ts[i].level, ts[i].elapsed, ts[i].level >= ps[i].size && !admit))
+	}
+	return dst, nil
+}
+
+// advance moves sh's (locked) clock to t (ns since epoch) of now, unless t
+// is earlier: then it returns the shard's time instead, as a time and in ns.
+func (sh *shard) advance(now time.Time, t int64) (time.Time, int64) {
+	if t < sh.latest {
+		return now.Add(time.Duration(sh.latest - t)), sh.latest
+	}
+	sh.latest = t
+	return now, t
+}
+
+// commit stores the state of an admitted call in bucket id of sh (locked):
+// into e, or into a new entry if e is nil. It does not sweep: the caller
+// sweeps once every bucket of its call is committed, when none of them has
+// drained (a bucket that has just admitted a call holds it for at least
+// one more drip), so the sweep cannot drop them.
+func (s *Memory) commit(sh *shard, e *entry, id bucketID, p params, level, anchor, now int64) {
+	clear := anchor + ceilDiv(level, p.drip)*p.interval
+	if e != nil {
+		e.level, e.anchor, e.clear = level, anchor, clear
+		return
+	}
+	if s.perShard > 0 && len(sh.m) >= s.perShard {
+		s.evict(sh, id.key, now)
+	}
+	e = &entry{id: id, level: level, anchor: anchor, clear: clear, slot: len(sh.all)}
+	sh.m[id] = e
+	sh.all = append(sh.all, e)
+	sh.peak = max(sh.peak, len(sh.m))
+}
+
+// evict makes room in the full shard sh (locked): it drops the next bucket
+// round robin that is not one of key's (which the current check may be
+// updating), counting an eviction if it had not drained.
+func (s *Memory) evict(sh *shard, key string, now int64) {
+	for range len(sh.all) {
+		if sh.cursor >= len(sh.all) {
+			sh.cursor = 0
+		}
+		if e := sh.all[sh.cursor]; e.id.key != key {
+			if e.clear > now {
+				s.evicted.Add(1)
+			}
+			s.drop(sh, sh.cursor)
+			return
+		}
+		sh.cursor++
+	}
+	// Every bucket of the shard is key's: go over the bound rather than
+	// forget a bucket of the call being decided.
+}
+
+// sweep examines up to n buckets of sh (locked) from its cursor, dropping
+// those drained at now.
+func (s *Memory) sweep(sh *shard, now int64, n int) {
+	for ; n > 0 && len(sh.all) > 0; n-- {
+		if sh.cursor >= len(sh.all) {
+			sh.cursor = 0
+		}
+		if sh.all[sh.cursor].clear <= now {
+			s.drop(sh, sh.cursor) // the last entry moves to cursor: examine it next
+			continue
+		}
+		sh.cursor++
+	}
+	if sh.peak >= shrinkMin && len(sh.m) <= sh.peak/4 {
+		m := make(map[bucketID]*entry, len(sh.m)*2)
+		for id, e := range sh.m {
+			m[id] = e
+		}
+		sh.m = m
+		sh.all = append(make([]*entry, 0, len(sh.all)*2), sh.all...)
+		sh.peak = len(sh.m)
+	}
+}
+
+// drop removes sh.all[i] from sh (locked).
+func (s *Memory) drop(sh *shard, i int) {
+	e := sh.all[i]
+	delete(sh.m, e.id)
+	last := len(sh.all) - 1
+	sh.all[i] = sh.all[last]
+	sh.all[i].slot = i
+	sh.all[last] = nil
+	sh.all = sh.all[:last]
+}
+
+// Sweep drops every bucket that has drained at now, and returns how many
+// it dropped. Admitted checks already sweep a little each; call Sweep to
+// free the memory of a store that has stopped being used.
+func (s *Memory) Sweep(now time.Time) int {
+	s.init()
+	t := int64(now.Sub(s.epoch))
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		_, t := sh.advance(now, t)
+		before := len(sh.all)
+		sh.cursor = 0
+		s.sweep(sh, t, before)
+		n += before - len(sh.all)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Len returns the number of buckets the store holds, drained ones not yet
+// swept included.
+func (s *Memory) Len() int {
+	s.init()
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += len(sh.m)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Evictions returns how many buckets that had not drained were evicted to
+// respect MaxKeys.
+func (s *Memory) Evictions() uint64 { return s.evicted.Load() }
