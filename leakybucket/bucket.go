@@ -95,7 +95,7 @@ func (b *Bucket) Check(lim Limit, now time.Time) (Result, error) {
 func step(p params, level, elapsed int64, charge bool) (newLevel, newElapsed int64, blocked bool) {
 	if level > 0 && elapsed >= p.interval {
 		k := elapsed / p.interval
-		if k >= ceilDiv(level, p.drip) {
+		if k >= p.drips(level) {
 			level = 0
 		} else {
 			level -= k * p.drip
@@ -117,16 +117,18 @@ func step(p params, level, elapsed int64, charge bool) (newLevel, newElapsed int
 // result builds the Result of a check decided at now that left the bucket
 // at level, elapsed nanoseconds after its last drip.
 func result(lim Limit, p params, now time.Time, level, elapsed int64, blocked bool) Result {
-	r := Result{Limit: lim, At: now, Blocked: blocked, Level: int(level)}
+	var remaining int
+	var retry, clear, next time.Duration
 	if level < p.size {
-		r.Remaining = int(p.size - level)
+		remaining = int(p.size - level)
 	} else {
 		// The next call waits until enough drips bring the level to S-1.
-		r.RetryAfter = time.Duration(ceilDiv(level+1-p.size, p.drip)*p.interval - elapsed)
+		retry = time.Duration(p.drips(level+1-p.size)*p.interval - elapsed)
 	}
 	if level > 0 {
-		r.ClearAfter = time.Duration(ceilDiv(level, p.drip)*p.interval - elapsed)
-		r.NextDrip = time.Duration(p.interval - elapsed)
+		clear = time.Duration(p.drips(level)*p.interval - elapsed)
+		next = time.Duration(p.interval - elapsed)
 	}
-	return r
+	return Result{Limit: lim, At: now, Blocked: blocked, Remaining: remaining, Level: int(level),
+		RetryAfter: retry, ClearAfter: clear, NextDrip: next}
 }

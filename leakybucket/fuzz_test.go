@@ -18,10 +18,10 @@ import (
 //     result, admitting a call only if neither limit blocks it;
 //   - every result keeps the invariants (Remaining = max(Size-Level, 0),
 //     Blocked implies a positive RetryAfter, ...);
-//   - no interval between two admissions holds more than S - 1 + min(D, S)
-//     * (floor(w/R) + 1) admissions (S + floor(w/R) for D = 1), for every
-//     pair of admissions: always for Memory, for the Bucket whenever the
-//     clock never went back.
+//   - no interval of length w between two admissions holds more than
+//     S - 1 + min(D, S)·(floor(w/R) + 1) admissions (S + floor(w/R) for
+//     D = 1), for every pair of admissions: always for Memory, for the
+//     Bucket whenever the clock never went back.
 //
 // Each byte of schedule is one call: its low 6 bits step the clock forward
 // by eighths of the first limit's drip interval, 0xF8 and above step it back

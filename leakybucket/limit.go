@@ -224,4 +224,17 @@ func validated(lim Limit) (Limit, bool, error) {
 // ceilDiv returns ceil(a/b) for a >= 0, b > 0.
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
+// drips returns how many drips empty a bucket holding level calls:
+// ceil(level/drip). It is on every check's path, so it avoids the 64-bit
+// division where it can.
+func (p params) drips(level int64) int64 {
+	switch {
+	case p.drip == 1:
+		return level
+	case level < 1<<31 && p.drip < 1<<31:
+		return int64(uint32(level+p.drip-1) / uint32(p.drip))
+	}
+	return ceilDiv(level, p.drip)
+}
+
 func ceilDivInt(a, b int) int { return (a + b - 1) / b }

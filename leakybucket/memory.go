@@ -54,10 +54,10 @@ const (
 // A bucket is forgotten once it has drained (its ClearAfter has passed, by
 // the limit it was last charged under): forgetting an empty bucket changes
 // nothing, so expiry is exact, not a cache policy. Memory starts no
-// goroutine and needs no Close: each admitted check examines a couple of
-// buckets of its shard, round robin, and drops those that have drained, so
-// a store in use keeps its memory proportional to the buckets not yet
-// drained, at a bounded cost per check. Sweep drops all drained buckets at
+// goroutine and needs no Close: each admitted check examines two buckets
+// of its shard, round robin, and drops those that have drained, so a store
+// in use keeps its memory proportional to the buckets not yet drained, at a
+// bounded cost per check. Sweep drops all drained buckets at
 // once. A shard's map is rebuilt once it has shrunk to a quarter of its
 // peak (past 1,024 buckets), because a Go map never gives back the memory
 // of deleted entries.
@@ -186,12 +186,13 @@ func (s *Memory) CheckAt(key string, lim Limit, now time.Time) (Result, error) {
 		level, elapsed = e.level, t-e.anchor
 	}
 	level, elapsed, blocked := step(p, level, elapsed, true)
+	r := result(lim, p, now, level, elapsed, blocked)
 	if !blocked {
-		s.commit(sh, e, id, p, level, t-elapsed, t)
+		s.commit(sh, e, id, level, t-elapsed, t+int64(r.ClearAfter), t)
 		s.sweep(sh, t, sweepPerCheck)
 	}
 	sh.mu.Unlock()
-	return result(lim, p, now, level, elapsed, blocked), nil
+	return r, nil
 }
 
 // CheckAllAt checks one call of key against every limit at now, at once:
@@ -248,7 +249,7 @@ func (s *Memory) CheckAllAt(key string, limits []Limit, dst []Result, now time.T
 			level, elapsed, _ := step(ps[i], ts[i].level, ts[i].elapsed, true)
 			ts[i].level, ts[i].elapsed = level, elapsed
 			if ts[i].e != nil {
-				s.commit(sh, ts[i].e, bucketID{key, lim.name()}, ps[i], level, t-elapsed, t)
+				s.commit(sh, ts[i].e, bucketID{key, lim.name()}, level, t-elapsed, t-elapsed+ps[i].drips(level)*ps[i].interval, t)
 			}
 		}
 		// New buckets last: making room for them may drop drained
@@ -256,7 +257,8 @@ func (s *Memory) CheckAllAt(key string, limits []Limit, dst []Result, now time.T
 		// drained.
 		for i, lim := range limits {
 			if ts[i].e == nil {
-				s.commit(sh, nil, bucketID{key, lim.name()}, ps[i], ts[i].level, t-ts[i].elapsed, t)
+				anchor := t - ts[i].elapsed
+				s.commit(sh, nil, bucketID{key, lim.name()}, ts[i].level, anchor, anchor+ps[i].drips(ts[i].level)*ps[i].interval, t)
 			}
 		}
 		s.sweep(sh, t, sweepPerCheck)
@@ -279,12 +281,12 @@ func (sh *shard) advance(now time.Time, t int64) (time.Time, int64) {
 }
 
 // commit stores the state of an admitted call in bucket id of sh (locked):
-// into e, or into a new entry if e is nil. It does not sweep: the caller
+// into e, or into a new entry if e is nil; clear is when it will have
+// drained. It does not sweep: the caller
 // sweeps once every bucket of its call is committed, when none of them has
 // drained (a bucket that has just admitted a call holds it for at least
 // one more drip), so the sweep cannot drop them.
-func (s *Memory) commit(sh *shard, e *entry, id bucketID, p params, level, anchor, now int64) {
-	clear := anchor + ceilDiv(level, p.drip)*p.interval
+func (s *Memory) commit(sh *shard, e *entry, id bucketID, level, anchor, clear, now int64) {
 	if e != nil {
 		e.level, e.anchor, e.clear = level, anchor, clear
 		return

@@ -331,8 +331,8 @@ func checkBound(t testing.TB, lim Limit, admitted []time.Time) {
 		for i := j; i >= 0; i-- {
 			w := admitted[j].Sub(admitted[i])
 			if n, b := j-i+1, bound(ref.size, ref.drip, ref.interval, w); n > b {
-				t.Fatalf("%d calls admitted within %v (from %v to %v), more than the bound %d for %v",
-					n, w, admitted[i].Sub(t0), admitted[j].Sub(t0), b, lim)
+				t.Fatalf("%d calls admitted within %v (from %v to %v after the first admission), more than the bound %d for %v",
+					n, w, admitted[i].Sub(admitted[0]), admitted[j].Sub(admitted[0]), b, lim)
 			}
 		}
 	}

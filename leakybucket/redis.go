@@ -27,9 +27,11 @@ type RedisOptions struct {
 	// Prefix starts every key. "" means DefaultPrefix ("leakybucket:"). It
 	// must not contain '{': the key's hash tag follows it.
 	Prefix string
-	// Timeout bounds each check, whatever the context: past it the check is
-	// decided by OnUnavailable. 0 means DefaultTimeout (100 ms); negative
-	// means no bound but the context's.
+	// Timeout bounds each check: past it the check is decided by
+	// OnUnavailable, even if the client is still waiting (for a new
+	// connection's handshake, go-redis waits its ReadTimeout, not the
+	// context's deadline). 0 means DefaultTimeout (100 ms); negative means
+	// no bound but the context's, and whatever go-redis honours of it.
 	Timeout time.Duration
 	// OnUnavailable decides checks while Redis cannot: FailClosed (the
 	// zero value), FailOpen or FailLocal.
@@ -162,14 +164,7 @@ func (r *Redis) CheckAll(ctx context.Context, key string, limits []Limit, dst []
 		return dst, nil
 	}
 
-	rctx, cancel := ctx, context.CancelFunc(nil)
-	if r.timeout > 0 {
-		rctx, cancel = context.WithTimeout(ctx, r.timeout)
-	}
-	reply, err := redisScript.Run(rctx, r.client, keys, args...).Int64Slice()
-	if cancel != nil {
-		cancel()
-	}
+	reply, err := r.run(ctx, keys, args)
 	if err == nil && len(reply) != 2+2*len(limits) {
 		err = errors.New("leakybucket: script replied " + strconv.Itoa(len(reply)) + " integers, want " + strconv.Itoa(2+2*len(limits)))
 	}
@@ -191,6 +186,34 @@ func (r *Redis) CheckAll(ctx context.Context, key string, limits []Limit, dst []
 		dst = append(dst, result(lim, ps[i], now, level, elapsed, !admitted && level >= ps[i].size))
 	}
 	return dst, nil
+}
+
+// run runs the script, within r.timeout. go-redis does not bound every
+// wait by the context (a new connection's handshake waits for the client's
+// ReadTimeout, 5 s by default, whatever the deadline), so the call runs on
+// a goroutine of its own and run stops waiting at the deadline: the
+// goroutine ends when go-redis gives up, or when the client is closed.
+func (r *Redis) run(ctx context.Context, keys []string, args []any) ([]int64, error) {
+	if r.timeout < 0 {
+		return redisScript.Run(ctx, r.client, keys, args...).Int64Slice()
+	}
+	rctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	type answer struct {
+		reply []int64
+		err   error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		reply, err := redisScript.Run(rctx, r.client, keys, args...).Int64Slice()
+		done <- answer{reply, err}
+	}()
+	select {
+	case a := <-done:
+		return a.reply, a.err
+	case <-rctx.Done():
+		return nil, rctx.Err()
+	}
 }
 
 // unavailable decides a check Redis could not, by the policy.

@@ -1,0 +1,283 @@
+package leakybucket
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestMemorySimultaneous(t *testing.T) {
+	// 16 goroutines, 100 calls each, at one instant: exactly Size admitted
+	// per key, whatever the interleaving.
+	lim := Limit{Size: 25, DripRate: time.Second, DripSize: 5}
+	var m Memory
+	var admitted [4]atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Go(func() {
+			for i := range 100 {
+				k := (g + i) % len(admitted)
+				r, err := m.CheckAt(fmt.Sprint("client-", k), lim, t0)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if !r.Blocked {
+					admitted[k].Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for k := range admitted {
+		if n := admitted[k].Load(); n != int64(lim.Size) {
+			t.Errorf("key %d: %d admitted at one instant, want %d", k, n, lim.Size)
+		}
+	}
+}
+
+func TestMemoryConcurrentClock(t *testing.T) {
+	// Goroutines share a fake clock that they advance as they go: every key's
+	// admissions, in the store's time, stay within the bound.
+	lim := Limit{Size: 8, DripRate: 3 * time.Millisecond, DripSize: 2}
+	var clock atomic.Int64 // µs since t0
+	m := &Memory{Shards: 2, Clock: func() time.Time { return t0.Add(time.Duration(clock.Add(7)) * time.Microsecond) }}
+	var mu sync.Mutex
+	admitted := map[string][]time.Time{}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 2000 {
+				key := fmt.Sprint("k", (g*7+i)%3)
+				r, err := m.Check(context.Background(), key, lim)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if !r.Blocked {
+					mu.Lock()
+					admitted[key] = append(admitted[key], r.At)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for key, times := range admitted {
+		// Decisions of one shard are in lock order and At never runs
+		// backwards within a shard; keys may share a shard, so sort.
+		sortTimes(times)
+		checkBound(t, lim, times)
+		if len(times) < lim.Size {
+			t.Errorf("%s: only %d admitted", key, len(times))
+		}
+	}
+}
+
+func TestMemoryClockAndZeroValue(t *testing.T) {
+	now := t0
+	m := &Memory{Clock: func() time.Time { return now }}
+	lim := Limit{Size: 1, DripRate: 10 * time.Millisecond}
+	if r, _ := m.Check(context.Background(), "a", lim); r.Blocked || !r.At.Equal(t0) {
+		t.Fatalf("first call: %+v", r)
+	}
+	if r, _ := m.Check(context.Background(), "a", lim); !r.Blocked || r.RetryAfter != 10*time.Millisecond {
+		t.Fatalf("second call: %+v", r)
+	}
+	now = now.Add(10 * time.Millisecond)
+	if r, _ := m.Check(context.Background(), "a", lim); r.Blocked {
+		t.Fatalf("after a drip: %+v", r)
+	}
+	// The zero value reads time.Now and works at once.
+	var z Memory
+	if r, err := z.Check(context.Background(), "a", lim); err != nil || r.Blocked || time.Since(r.At) > time.Minute {
+		t.Fatalf("zero Memory: %+v %v", r, err)
+	}
+}
+
+func TestMemoryStoreTimeNeverRunsBackwards(t *testing.T) {
+	lim := Limit{Size: 1, DripRate: 100 * time.Millisecond}
+	var m Memory
+	m.CheckAt("a", lim, at(0))
+	m.CheckAt("b", lim, at(100)) // the shard's time is now 100 ms (if a and b share it)
+	r, _ := m.CheckAt("a", lim, at(50))
+	// Either the store moved 50 to its own time (100: a has drained) or a
+	// and b are in different shards (50: a is still full). Both are
+	// consistent with the store's time, which At reports.
+	switch {
+	case r.At.Equal(at(100)) && !r.Blocked:
+	case r.At.Equal(at(50)) && r.Blocked && r.RetryAfter == 50*time.Millisecond:
+	default:
+		t.Fatalf("%+v", r)
+	}
+	one := &Memory{Shards: 1}
+	one.CheckAt("a", lim, at(0))
+	one.CheckAt("b", lim, at(100))
+	if r, _ := one.CheckAt("a", lim, at(50)); r.Blocked || !r.At.Equal(at(100)) {
+		t.Fatalf("one shard: %+v", r)
+	}
+}
+
+func TestMemoryCheckAllAtomic(t *testing.T) {
+	var m Memory
+	burst := Limit{Name: "burst", Size: 2, DripRate: time.Second}
+	slow := Limit{Name: "slow", Size: 1, DripRate: time.Minute}
+	limits := []Limit{burst, slow}
+	res, err := m.CheckAllAt("u", limits, nil, t0)
+	if err != nil || res[0].Blocked || res[1].Blocked || res[0].Remaining != 1 || res[1].Remaining != 0 {
+		t.Fatalf("first: %+v %v", res, err)
+	}
+	// slow blocks: the call is refused and burst is not charged.
+	res, _ = m.CheckAllAt("u", limits, res[:0], at(1))
+	if res[0].Blocked || res[0].Level != 1 || res[0].Remaining != 1 || !res[1].Blocked || res[1].RetryAfter != time.Minute-time.Millisecond {
+		t.Fatalf("second: %+v", res)
+	}
+	if r, _ := m.CheckAt("u", burst, at(2)); r.Blocked || r.Level != 2 {
+		t.Fatalf("burst alone after the refused call: %+v", r)
+	}
+	// The limits of a check must have distinct names; nothing is charged.
+	_, err = m.CheckAllAt("v", []Limit{burst, {Name: "burst", Size: 9}}, nil, t0)
+	if !errors.Is(err, ErrInvalidLimit) {
+		t.Fatalf("duplicate names: %v", err)
+	}
+	if _, err = m.CheckAllAt("v", []Limit{burst, {Name: "x"}}, nil, t0); !errors.Is(err, ErrInvalidLimit) {
+		t.Fatalf("an invalid limit: %v", err)
+	}
+	if m.Len() != 2 {
+		t.Fatalf("Len %d after refused checks of v, want 2", m.Len())
+	}
+	// More limits than the stack holds.
+	var many []Limit
+	for i := range 12 {
+		many = append(many, Limit{Name: fmt.Sprint("l", i), Size: 1 + i})
+	}
+	res, err = m.CheckAllAt("w", many, nil, t0)
+	if err != nil || len(res) != 12 || res[0].Remaining != 0 || res[11].Remaining != 11 {
+		t.Fatalf("12 limits: %+v %v", res, err)
+	}
+	res, _ = m.CheckAllAt("w", many, res[:0], t0)
+	if !res[0].Blocked || res[1].Blocked || res[1].Level != 1 {
+		t.Fatalf("12 limits, second call: %+v", res)
+	}
+}
+
+func TestMemoryExpiry(t *testing.T) {
+	// 3,000 one-call buckets in one shard drain 10 ms later. Nothing runs
+	// in the background: later checks sweep two buckets each, so about
+	// 1,500 checks forget them all, and the map is rebuilt on the way.
+	m := &Memory{Shards: 1}
+	short := Limit{Name: "short", Size: 1, DripRate: 10 * time.Millisecond}
+	for i := range 3000 {
+		m.CheckAt(fmt.Sprint("client-", i), short, t0)
+	}
+	if m.Len() != 3000 {
+		t.Fatalf("Len %d", m.Len())
+	}
+	driver := Limit{Name: "driver", Size: 1 << 20, DripRate: time.Millisecond}
+	n := 0
+	for m.Len() > 1 {
+		if n++; n > 1600 {
+			t.Fatalf("still %d buckets after %d checks", m.Len(), n)
+		}
+		if r, err := m.CheckAt("driver", driver, at(10)); err != nil || r.Blocked {
+			t.Fatalf("driver: %+v %v", r, err)
+		}
+	}
+	// The forgotten buckets had drained: a client comes back to an empty
+	// bucket, exactly as if it had been kept.
+	var b Bucket
+	b.Check(short, t0)
+	want, _ := b.Check(short, at(20))
+	if got, _ := m.CheckAt("client-7", short, at(20)); got != want {
+		t.Fatalf("after expiry: %+v, want %+v", got, want)
+	}
+	// Sweep drops every drained bucket at once.
+	for i := range 100 {
+		m.CheckAt(fmt.Sprint("late-", i), short, at(30))
+	}
+	if d := m.Sweep(at(39)); d != 0 {
+		t.Fatalf("Sweep before they drained dropped %d", d)
+	}
+	// (client-7's bucket, drained at 30, may have been swept by the late
+	// calls already.)
+	if d := m.Sweep(at(40)); d < 100 || d > 101 || m.Len() != 1 {
+		t.Fatalf("Sweep dropped %d, Len %d, want 100 or 101 dropped and the driver left", d, m.Len())
+	}
+	if m.Evictions() != 0 {
+		t.Fatalf("Evictions %d", m.Evictions())
+	}
+}
+
+func TestMemoryMaxKeys(t *testing.T) {
+	m := &Memory{Shards: 1, MaxKeys: 10}
+	lim := Limit{Size: 3, DripRate: time.Minute}
+	for i := range 15 {
+		m.CheckAt(fmt.Sprint("spray-", i), lim, t0)
+	}
+	if m.Len() != 10 || m.Evictions() != 5 {
+		t.Fatalf("Len %d Evictions %d, want 10 and 5", m.Len(), m.Evictions())
+	}
+	// Ten buckets that drain in 1 ms evict the ten that had not drained.
+	for i := range 10 {
+		m.CheckAt(fmt.Sprint("new-", i), Limit{Size: 1, DripRate: time.Millisecond}, t0)
+	}
+	if m.Len() != 10 || m.Evictions() != 15 {
+		t.Fatalf("Len %d Evictions %d, want 10 and 15", m.Len(), m.Evictions())
+	}
+	// Once they have drained, making room drops one of them without
+	// counting an eviction (and the check's sweep may drop more).
+	m.CheckAt("last", lim, at(2))
+	if m.Len() >= 10 || m.Evictions() != 15 {
+		t.Fatalf("Len %d Evictions %d, want fewer than 10 and 15", m.Len(), m.Evictions())
+	}
+	// A check never evicts a bucket of its own key, even if that exceeds
+	// the bound.
+	one := &Memory{Shards: 1, MaxKeys: 1}
+	two := []Limit{{Name: "a", Size: 2}, {Name: "b", Size: 2}}
+	one.CheckAllAt("k", two, nil, t0)
+	res, _ := one.CheckAllAt("k", two, nil, t0)
+	if one.Len() != 2 || res[0].Level != 2 || res[1].Level != 2 {
+		t.Fatalf("Len %d, results %+v", one.Len(), res)
+	}
+}
+
+func TestMemoryAllocs(t *testing.T) {
+	m := &Memory{}
+	lim := Limit{Name: "api", Size: 1 << 20, DripRate: time.Millisecond}
+	m.CheckAt("client", lim, t0)
+	now := t0
+	if n := testing.AllocsPerRun(1000, func() {
+		now = now.Add(time.Microsecond)
+		if _, err := m.CheckAt("client", lim, now); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Errorf("CheckAt allocates %v times per call", n)
+	}
+	ctx := context.Background()
+	if n := testing.AllocsPerRun(1000, func() { m.Check(ctx, "client", lim) }); n != 0 {
+		t.Errorf("Check allocates %v times per call", n)
+	}
+	limits := []Limit{lim, {Name: "hour", Size: 1 << 20, DripRate: time.Second}}
+	dst := make([]Result, 0, len(limits))
+	m.CheckAllAt("client", limits, dst, now)
+	if n := testing.AllocsPerRun(1000, func() { dst, _ = m.CheckAllAt("client", limits, dst[:0], now) }); n != 0 {
+		t.Errorf("CheckAllAt allocates %v times per call", n)
+	}
+	var b Bucket
+	if n := testing.AllocsPerRun(1000, func() { b.Check(lim, now) }); n != 0 {
+		t.Errorf("Bucket.Check allocates %v times per call", n)
+	}
+}
+
+func sortTimes(ts []time.Time) {
+	for i := 1; i < len(ts); i++ { // insertion sort: nearly sorted already
+		for j := i; j > 0 && ts[j].Before(ts[j-1]); j-- {
+			ts[j], ts[j-1] = ts[j-1], ts[j]
+		}
+	}
+}
