@@ -48,7 +48,9 @@ const (
 //     Retry-After never points earlier than the end of its window, as the
 //     draft asks.
 //
-// Without results it removes those headers.
+// Without results it removes those headers. Header names are
+// case-insensitive; net/http writes them in its canonical form
+// (X-Ratelimit-Remaining), HTTP/2 in lower case.
 func SetHeaders(h http.Header, draft bool, results ...Result) {
 	for _, k := range [...]string{HeaderRemaining, HeaderClear, HeaderReset, HeaderRetryAfter, HeaderPolicy, HeaderRateLimit} {
 		h.Del(k)
