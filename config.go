@@ -117,6 +117,9 @@ func (opts Options) config() (actors.Config, error) {
 	if opts.MaxBufferedBytes < 0 {
 		return bad("MaxBufferedBytes", opts.MaxBufferedBytes, "must not be negative")
 	}
+	if f := opts.RedisFallbackShare; f < 0 || f > 1 || f != f {
+		return bad("RedisFallbackShare", f, "must be a fraction in (0, 1] (0: 1/N of the processes seen)")
+	}
 	if strings.ContainsFunc(opts.Token, isCtl) || strings.TrimSpace(opts.Token) != opts.Token {
 		return bad("Token", nil, "contains spaces or control characters")
 	}

@@ -9,9 +9,11 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/redisstore"
 	"github.com/sluicehq/sluice/routes"
 )
 
@@ -27,9 +29,10 @@ const maxRequestBody = 64 << 20
 // bucket actor per rate-limit bucket; see the package documentation.
 type Limiter struct {
 	sys     *actors.System
-	timeout time.Duration   // Options.Timeout resolved (0: none)
-	base    *url.URL        // Options.BaseURL resolved
-	direct  *http.Transport // requests to other hosts (see onSite)
+	shared  *redisstore.Store // nil without Options.Redis
+	timeout time.Duration     // Options.Timeout resolved (0: none)
+	base    *url.URL          // Options.BaseURL resolved
+	direct  *http.Transport   // requests to other hosts (see onSite)
 }
 
 // New starts a limiter; it connects in the background. Close it when done.
@@ -40,15 +43,53 @@ func New(opts Options) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The shared store calls back into the system, which starts after it.
+	var sysp atomic.Pointer[actors.System]
+	var shared *redisstore.Store
+	if opts.Redis != nil {
+		sc := redisstore.Config{
+			Namespace:    redisstore.Namespace(opts.Token),
+			GlobalLimit:  cmpOr(opts.GlobalLimit, defaultGlobalLimit),
+			GlobalPeriod: cmpOr(opts.GlobalWindow, defaultGlobalWindow),
+			LeaseTTL:     cfg.AttemptTimeout + 10*time.Second,
+			Share:        opts.RedisFallbackShare,
+			Logger:       cfg.Logger,
+			Clock:        cfg.Clock,
+			Wake: func(major string) {
+				if s := sysp.Load(); s != nil {
+					s.SharedWake(major)
+				}
+			},
+			GlobalBlocked: func(wait time.Duration) {
+				if s := sysp.Load(); s != nil {
+					s.SharedGlobalBlocked(wait)
+				}
+			},
+		}
+		if cfg.AttemptTimeout <= 0 {
+			sc.LeaseTTL = 0 // the store's default
+		}
+		if inv := cfg.Invalid; inv != nil {
+			_, sc.InvalidLimit, sc.InvalidWindow = inv.Refusing(time.Time{})
+		}
+		if shared, err = redisstore.New(opts.Redis, sc); err != nil {
+			return nil, err
+		}
+		cfg.Shared = shared
+	}
 	sys, err := actors.Start(cfg)
 	if err != nil {
+		if shared != nil {
+			shared.Close()
+		}
 		return nil, err
 	}
+	sysp.Store(sys)
 	direct := &http.Transport{
 		Proxy: http.ProxyFromEnvironment, TLSClientConfig: opts.TLSConfig.Clone(), ForceAttemptHTTP2: true,
 		IdleConnTimeout: 30 * time.Second, TLSHandshakeTimeout: 10 * time.Second, MaxIdleConnsPerHost: 4,
 	}
-	return &Limiter{sys: sys, timeout: opts.timeout(), base: cfg.BaseURL, direct: direct}, nil
+	return &Limiter{sys: sys, shared: shared, timeout: opts.timeout(), base: cfg.BaseURL, direct: direct}, nil
 }
 
 // Send submits req and returns its future once req's body is buffered (at
@@ -295,6 +336,9 @@ type Snapshot struct {
 	GlobalUsed int
 	// Buckets are the live buckets, sorted by key.
 	Buckets []BucketSnapshot
+	// Shared is the state of the limits shared through Options.Redis (nil
+	// without it).
+	Shared *redisstore.Stats
 }
 
 // BucketSnapshot is one bucket's part of a Snapshot.
@@ -375,6 +419,10 @@ func (l *Limiter) Snapshot(ctx context.Context) (Snapshot, error) {
 	for i, b := range s.Buckets {
 		out.Buckets[i] = BucketSnapshot(b)
 	}
+	if l.shared != nil && err == nil {
+		st := l.shared.Stats()
+		out.Shared = &st
+	}
 	return out, err
 }
 
@@ -387,5 +435,8 @@ func (l *Limiter) Snapshot(ctx context.Context) (Snapshot, error) {
 func (l *Limiter) Close(ctx context.Context) error {
 	err := l.sys.Close(ctx)
 	l.direct.CloseIdleConnections()
+	if l.shared != nil {
+		l.shared.Close() // after every worker, so every request reported to it
+	}
 	return err
 }

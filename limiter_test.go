@@ -18,7 +18,13 @@ import (
 	"github.com/sluicehq/sluice/sluicetest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// go-redis retries a failed dial on a goroutine of its own that sleeps a
+// second between attempts and ends at the next one after its client is
+// closed: the Redis client belongs to the caller, not to the limiter (whose
+// goroutines must all be gone after Close).
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
+}
 
 const testToken = "test-token-abc123"
 

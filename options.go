@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
@@ -179,4 +180,20 @@ type Options struct {
 	// Global is the proactive global limit. Default: an in-memory sliding
 	// window of GlobalLimit per GlobalWindow.
 	Global ratelimit.GlobalLimiter
+	// Redis, when set, shares this token's limits with every process that
+	// uses the same token and Redis: the buckets (a window opens at the
+	// first request into an empty one), the global window, one pioneer per
+	// unknown bucket, the pauses after 429s and the invalid-request
+	// budget, each request reserved atomically in one round trip before it
+	// is sent (package redisstore; docs/scale-out.md). Keys are below
+	// "{sluice:<hash of Token>}" and all expire; the token itself is never
+	// written. Every process must use the same GlobalLimit, GlobalWindow
+	// and InvalidRequestLimit. The limiter does not close the client.
+	// Default nil: limits are this process's alone.
+	Redis redis.UniversalClient
+	// RedisFallbackShare is the fraction of every limit this process uses
+	// while Redis is unreachable (or slower than 250 ms), in (0, 1]: the
+	// limiter never fails open. Default 0: 1/N, N the number of processes
+	// last seen sharing the token in Redis (1/4 if none was ever seen).
+	RedisFallbackShare float64
 }

@@ -54,6 +54,7 @@ type bucket struct {
 	firstOut bool
 
 	received uint64 // enqueueMsgs from the supervisor
+	lastWake uint64 // seq of the last sharedWakeMsg
 	draining error  // set on Close
 	idleSent bool
 	timers   timers
@@ -198,6 +199,14 @@ func (b *bucket) receive(ctx actor.Context, msg any) {
 			b.probe = false
 			ctx.Send(b.sys.sup, &probeDoneMsg{abandoned: true})
 		}
+	case *sharedWakeMsg:
+		b.lastWake = max(b.lastWake, m.seq)
+		for _, l := range b.lanes {
+			if l.sharedNotify {
+				l.sharedNotify, l.sharedUntil = false, time.Time{}
+			}
+		}
+		b.pump(ctx)
 	case *wakeMsg:
 		kind := timerWake
 		switch {
@@ -319,6 +328,9 @@ func (b *bucket) enqueue(c *Call) {
 // bucket sends one pioneer at a time, and a first pioneer goes alone and
 // only with a slot held in every known bucket of the actor.
 func (b *bucket) ready(l *lane, now time.Time) (bool, time.Duration) {
+	if now.Before(l.sharedUntil) {
+		return false, l.sharedUntil.Sub(now)
+	}
 	l.sync(now)
 	switch l.machine.Current() {
 	case fsm.Initial:
@@ -528,7 +540,14 @@ func (b *bucket) dispatch(ctx actor.Context, l *lane, c *Call, conn *transport.C
 	b.sys.tel.event(c, "sent")
 	b.sys.running.Add(1)
 	self := b.self
-	if !b.sys.goWork(func() { b.sys.work(conn, c, self) }) {
+	var sr *ratelimit.SharedRequest
+	if b.sys.cfg.Shared != nil {
+		template := c.Route.Method + " " + c.Route.Template
+		hash, _ := b.sys.store.Alias(template)
+		sr = &ratelimit.SharedRequest{Now: now, Route: c.Route.Key(), Template: template, Major: c.Route.Major, Hash: hash,
+			Global: global || !c.Route.GlobalExempt, Local: l.state, Window: l.window, Margin: l.state.Margin(now)}
+	}
+	if !b.sys.goWork(func() { b.sys.work(conn, c, self, sr) }) {
 		b.release(ctx, c, now, ratelimit.Headers{}, true)
 		c.Complete(nil, ErrClosed)
 	}
@@ -592,6 +611,10 @@ func (b *bucket) result(ctx actor.Context, m *resultMsg) {
 	c := m.call
 	if c.lane == nil {
 		return // not on the wire for us (already released)
+	}
+	if m.deferred != nil {
+		b.deferred(ctx, c, m)
+		return
 	}
 	c.waitNetwork.Add(int64(m.at.Sub(c.sentAt)))
 	h := m.headers
@@ -658,6 +681,34 @@ func (b *bucket) result(ctx actor.Context, m *resultMsg) {
 	default:
 		c.Complete(m.resp, nil)
 	}
+}
+
+// deferred puts back in line a request the shared count refused before it
+// was sent (Config.Shared): its slots are given back, and its lane waits for
+// the time told, or for the answer another process's request gets.
+func (b *bucket) deferred(ctx actor.Context, c *Call, m *resultMsg) {
+	g := m.deferred
+	l := b.release(ctx, c, m.at, ratelimit.Headers{}, true).resolve()
+	c.sends.Add(-1)
+	now := b.sys.now()
+	if g.Scope == "budget" {
+		// The invalid answers of every process on the token reached the
+		// budget.
+		e := &BudgetError{RetryAfter: g.Wait}
+		if inv := b.sys.cfg.Invalid; inv != nil {
+			_, e.Count, e.Window = inv.Refusing(now)
+		}
+		c.Complete(nil, e)
+		return
+	}
+	requeueFront(l, c, now)
+	if g.Notify && b.lastWake > m.wakeSeq {
+		return // the answer it waits for came while it was being refused
+	}
+	if until := now.Add(g.Wait); until.After(l.sharedUntil) {
+		l.sharedUntil = until
+	}
+	l.sharedNotify = l.sharedNotify || g.Notify
 }
 
 // learn records what an answer tells about l's route: its template's hash

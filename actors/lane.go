@@ -55,6 +55,12 @@ type lane struct {
 	// sublimits (channel name and topic edits) and after any shared or
 	// sublimit 429, so at most one request meets an unseen limit.
 	serial bool
+	// sharedUntil holds the lane until then: the shared count (another
+	// process on the token) refused its head; sharedNotify is set when
+	// that wait ends early with an answer another process waits for
+	// (a sharedWakeMsg).
+	sharedUntil  time.Time
+	sharedNotify bool
 	// mergedInto is set when the lane turned out to share its hash with
 	// another lane of the actor: its work moved there, and its calls still
 	// on the wire report there.

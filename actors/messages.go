@@ -40,6 +40,10 @@ type resultMsg struct {
 	headers ratelimit.Headers
 	verdict ratelimit.Verdict
 	err     error
+	// deferred is set when the shared count (Config.Shared) refused the
+	// request before it was sent: it goes back in line for the wait told.
+	deferred *ratelimit.SharedGrant
+	wakeSeq  uint64 // System.wakes before the refused reservation
 }
 
 // wantMsg: bucket -> supervisor. The bucket has want requests ready to go
@@ -73,6 +77,14 @@ type grantMsg struct {
 // returns the cancelled ones to its pacer and recomputes when the next slot
 // frees.
 type freedMsg struct{ cancelled int }
+
+// sharedWakeMsg: Shared's subscriber -> supervisor -> bucket. An answer
+// another process's request got, which requests of the bucket actor of
+// major wait for (SharedGrant.Notify), has come.
+type sharedWakeMsg struct {
+	major string
+	seq   uint64 // its number in System.wakes
+}
 
 // globalHitMsg: worker -> supervisor. A global 429 paused the global
 // window until then (the worker blocked it already).

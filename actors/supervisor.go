@@ -231,6 +231,10 @@ func (s *supervisor) receive(ctx actor.Context) {
 		}
 	case *globalHitMsg:
 		s.globalHit(m.until)
+	case *sharedWakeMsg:
+		if ch := s.children[m.major]; ch != nil {
+			ctx.Send(ch.pid, m)
+		}
 	case *banMsg:
 		// A Cloudflare ban carries no Retry-After; the breaker's own
 		// backoff decides when to probe.

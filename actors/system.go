@@ -42,6 +42,11 @@ type Config struct {
 	Global ratelimit.GlobalLimiter
 	// Store keeps bucket limits and route aliases outside the actors.
 	Store ratelimit.BucketStore
+	// Shared, when set, counts the limits this process shares with others
+	// (redisstore): each request is reserved there too, by its worker,
+	// before it is sent, and the answer reported after (nil: limits are
+	// this process's alone).
+	Shared ratelimit.Shared
 	// Clock is the time source of every decision.
 	Clock func() time.Time
 	// MaxWait fails a request at once when its predicted wait exceeds it
@@ -162,6 +167,10 @@ type System struct {
 	// clock, Unix nanoseconds): a connection that dies before answering
 	// counts as a failed one only while the API answers nothing at all.
 	lastAnswer atomic.Int64
+	// wakes numbers the shared store's wake-ups (SharedWake), so that a
+	// bucket actor can tell one that came before a refusal it hears of
+	// later (see bucket.deferred).
+	wakes atomic.Uint64
 	// closing elects the Close that does the work (sync.Once would make
 	// the others wait for it, ignoring their ctx); stopped is closed when
 	// it has finished, for other Close and Snapshot calls.
@@ -532,6 +541,35 @@ func (s *System) runGuarded(f func()) {
 	f()
 }
 
+// SharedWake tells the bucket actor of major that an answer its requests
+// wait for in the shared count has come (see Config.Shared): they try
+// again at once. Safe to call from any goroutine, also after Close.
+func (s *System) SharedWake(major string) {
+	s.subMu.RLock() // Close sets closed under the write lock
+	defer s.subMu.RUnlock()
+	if s.closed.Load() {
+		return
+	}
+	s.root.Send(s.sup, &sharedWakeMsg{major: major, seq: s.wakes.Add(1)})
+}
+
+// SharedGlobalBlocked pauses the global window for wait: another process
+// sharing the token met a global 429. Safe to call from any goroutine.
+func (s *System) SharedGlobalBlocked(wait time.Duration) {
+	s.subMu.RLock()
+	defer s.subMu.RUnlock()
+	if s.closed.Load() {
+		return
+	}
+	now := s.now()
+	if wait <= s.global.Blocked(now) {
+		return // paused this long already
+	}
+	until := now.Add(wait)
+	s.global.Block(until)
+	s.root.Send(s.sup, &globalHitMsg{until: until})
+}
+
 // fastShare is the share of the global window a bucket actor may reserve
 // on its own, while nobody waits; the rest is handed out by the
 // supervisor's admission queue, longest backlog first, so the last slots
@@ -565,11 +603,24 @@ type keeper interface {
 // The attempt ends with the caller's context, with Close (ErrClosed) and
 // after AttemptTimeout (ErrAttemptTimeout), whichever comes first. A panic
 // here becomes this call's ErrInternal: exactly one resultMsg is sent.
-func (s *System) work(conn *transport.Conn, c *Call, bucket *actor.PID) {
+func (s *System) work(conn *transport.Conn, c *Call, bucket *actor.PID, sr *ratelimit.SharedRequest) {
 	reported := false
+	var grant ratelimit.SharedGrant
+	var shared *ratelimit.SharedAnswer // the answer to report to Shared, once the caller has it
 	report := func(m *resultMsg) {
 		reported = true
+		// A pioneer's answer reaches the shared store first: the bucket
+		// actor pipelines as soon as it learns the bucket, and the store
+		// must know it by then. Other answers only correct it: off the
+		// caller's path.
+		first := shared != nil && grant.Pioneer
+		if first {
+			s.cfg.Shared.Report(context.Background(), grant, *shared)
+		}
 		s.root.Send(bucket, m)
+		if shared != nil && !first {
+			s.cfg.Shared.Report(context.Background(), grant, *shared)
+		}
 	}
 	defer func() {
 		if r := recover(); r != nil && !reported {
@@ -590,14 +641,33 @@ func (s *System) work(conn *transport.Conn, c *Call, bucket *actor.PID) {
 		return connectionError(ctx, err)
 	}
 
+	if sr != nil {
+		// The shared count (other processes on the token) admits it too,
+		// or the bucket actor puts it back in line for the wait told.
+		seq := s.wakes.Load()
+		if grant = s.cfg.Shared.Reserve(ctx, *sr); !grant.OK {
+			report(&resultMsg{call: c, at: s.now(), deferred: &grant, wakeSeq: seq})
+			return
+		}
+		shared = &ratelimit.SharedAnswer{Template: sr.Template, Major: sr.Major}
+	}
 	req, err := s.prepare(ctx, c)
 	if err != nil {
+		if shared != nil {
+			shared.Now = s.now()
+		}
 		report(&resultMsg{call: c, at: s.now(), err: &notSentError{err}})
 		return
 	}
 	resp, err := conn.RoundTrip(req)
 	at := s.now()
+	if shared != nil {
+		shared.Now, shared.Sent, shared.RoundTrip = at, true, at.Sub(c.sentAt)
+	}
 	if err != nil {
+		if shared != nil && transport.Classify(err) == transport.NotSent {
+			shared.Sent = false
+		}
 		report(&resultMsg{call: c, at: at, err: fail(err)})
 		return
 	}
@@ -608,6 +678,9 @@ func (s *System) work(conn *transport.Conn, c *Call, bucket *actor.PID) {
 		s.log.Warn("sluice: malformed rate-limit headers", slog.String("route", c.Route.Redacted()), slog.String("error", herr.Error()))
 	}
 	m.headers = h
+	if shared != nil {
+		shared.Status, shared.Headers = resp.StatusCode, h
+	}
 	body, err := s.readBody(resp)
 	resp.Body.Close()
 	if err != nil {
@@ -619,6 +692,10 @@ func (s *System) work(conn *transport.Conn, c *Call, bucket *actor.PID) {
 		return
 	}
 	m.verdict = ratelimit.Classify(resp.StatusCode, h, body)
+	if shared != nil {
+		shared.Status, shared.Headers, shared.Verdict = resp.StatusCode, h, m.verdict
+		s.clock.Annotate(&shared.Headers) // the window's end by the server's clock
+	}
 	if m.verdict.Kind == ratelimit.GlobalLimit {
 		// Pause every request at once: the shared window refuses
 		// reservations from now on, before any actor hears of it.

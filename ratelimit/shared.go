@@ -1,0 +1,116 @@
+package ratelimit
+
+import (
+	"context"
+	"time"
+)
+
+// Shared is the seam for limits that several processes count together: one
+// bot token's buckets, global window and invalid-request budget, kept in a
+// store all of them reach (package redisstore keeps them in Redis).
+//
+// BucketStore and GlobalLimiter do not fit this: they read, decide and write
+// back in separate calls (Load, then Save), which is exactly the recipe that
+// overshoots when processes interleave, and they run inside the actors,
+// where a network round trip must not block. A Shared limiter instead takes
+// one request's slots atomically, in one call made from the goroutine that
+// is about to send the request, and corrects the shared state from the
+// answer in another, off the caller's path. The process keeps its own
+// Bucket and SlidingWindow in front of it: a request goes only when both its
+// process's view and the shared count admit it, so the shared count is what
+// bounds all processes together, and the local one what paces each.
+//
+// Every Reserve that grants must be followed by exactly one Report. Times in
+// SharedRequest and SharedAnswer are the caller's clock; an implementation
+// may keep its own (Redis's) and exchange only durations. Implementations
+// are safe for concurrent use; they never panic and never block longer than
+// their own timeout: when the shared store cannot be reached they decide
+// from local state (see redisstore's fallback) and say so in the grant.
+type Shared interface {
+	// Reserve takes one request's slots (its bucket's, and a global one if
+	// r.Global) in the shared count, or tells how long to wait.
+	Reserve(ctx context.Context, r SharedRequest) SharedGrant
+	// Report corrects the shared state from the answer to a granted
+	// request (or releases its slots if it was never sent).
+	Report(ctx context.Context, g SharedGrant, a SharedAnswer)
+}
+
+// SharedRequest describes one request to reserve for.
+type SharedRequest struct {
+	// Now is the caller's clock at the reservation.
+	Now time.Time
+	// Route is the request's route key (routes.Route.Key); Template its
+	// "METHOD /template", by which hashes are learned; Major its major
+	// parameters (the bucket actor's key).
+	Route, Template, Major string
+	// Hash is the X-RateLimit-Bucket the caller knows for Template ("" if
+	// none): the shared store learns it too if it had not.
+	Hash string
+	// Global asks for a slot of the token's global window too.
+	Global bool
+	// Local is the caller's own view of the bucket: a Known bucket seeds a
+	// shared one that is missing (the store was emptied), so no pioneer
+	// and no full window are spent on what the process already knows.
+	Local Bucket
+	// Window is the longest Reset-After the caller has seen for the bucket
+	// (0: unknown).
+	Window time.Duration
+	// Margin is how long after a window's estimated end it reopens
+	// (Bucket.Margin).
+	Margin time.Duration
+}
+
+// SharedGrant is the outcome of Reserve.
+type SharedGrant struct {
+	// OK reports that the request may be sent.
+	OK bool
+	// Wait is, when !OK, how long until a Reserve may succeed: an upper
+	// bound when Notify is set.
+	Wait time.Duration
+	// Notify reports that the wait ends with an answer to another
+	// process's request (the bucket's pioneer); the implementation calls
+	// its wake function for Major when it comes.
+	Notify bool
+	// Scope names what refused: "bucket", "global" (a global 429's pause
+	// or the window full), "budget" (the shared invalid-request budget
+	// is spent). Empty when OK.
+	Scope string
+	// Hash is the bucket hash the shared store knows for the request's
+	// template ("" if none): another process learned it.
+	Hash string
+	// Pioneer reports a granted request elected as its bucket's only
+	// pioneer (the shared store knew no limit for it): report its answer
+	// before acting on it, so that the bucket it reveals is known in the
+	// store before any request relies on it.
+	Pioneer bool
+	// Local reports that the grant was decided (also) from local state: the
+	// fallback share applied.
+	Local bool
+	// Lease identifies the reservation for Report (opaque).
+	Lease string
+	// Key is the shared bucket key the slot was taken from (opaque).
+	Key string
+	// Global reports that a global slot was taken.
+	Global bool
+}
+
+// SharedAnswer is what a granted request met.
+type SharedAnswer struct {
+	// Now is the caller's clock when the answer (or the error) came.
+	Now time.Time
+	// Sent is false when the request never reached the wire: its slots
+	// are given back.
+	Sent bool
+	// Status is the HTTP status (0: no answer: a lost connection, a
+	// timeout).
+	Status int
+	// Headers are the answer's rate-limit headers, annotated with Reopen
+	// (ServerClock.Annotate) when the caller can.
+	Headers Headers
+	// Verdict classifies a 429.
+	Verdict Verdict
+	// RoundTrip is how long the request took, send to headers.
+	RoundTrip time.Duration
+	// Template and Major are the request's (see SharedRequest).
+	Template, Major string
+}

@@ -1,0 +1,372 @@
+package redisstore
+
+import "github.com/redis/go-redis/v9"
+
+// The scripts run atomically in Redis, each in one round trip, with Redis's
+// own clock (TIME) as the only clock: processes exchange durations, never
+// their local times, so their clocks need not agree.
+//
+// Keys, all below the namespace P = "{sluice:<hash of the token>}" (the
+// braces are a Cluster hash tag: one bot's keys sit on one shard), every one
+// with an expiry:
+//
+//	P:b:<bucket>  hash   l limit, u used in the current window, r its end
+//	                     (ms), p paused until (ms), w longest Reset-After
+//	                     seen (ms), v 1 while the window's end is a guess no
+//	                     answer confirmed, s when the window began (ms:
+//	                     requests reserved earlier may belong to an older
+//	                     one), x the X-RateLimit-Reset of the window (Unix
+//	                     ms, the server's clock), n 1 while a process waits for an answer on
+//	                     this bucket
+//	P:f:<bucket>  zset   reservations in flight: lease -> expiry (ms)
+//	P:g           zset   global slots: lease -> held until (ms)
+//	P:m:<major>   zset   the first pioneer in flight of a template no process
+//	                     has seen answered, per major parameters
+//	P:gb          string the global window is blocked until (ms)
+//	P:a           hash   "METHOD /template" -> X-RateLimit-Bucket hash
+//	P:i:<minute>  string invalid answers (401, 403, non-shared 429) that minute
+//	P:procs       zset   live processes: id -> heartbeat expiry (ms)
+//	P:pmax        string the most processes seen alive at once recently
+//	P:wake        pub/sub channel: "w|<major>" (an answer a process waits
+//	                     for came), "g|<ms>" (a global 429: pause for ms)
+//
+// <bucket> is routes.BucketKey(hash, major) ("bucket <hash> <major>") once
+// the route's hash is known, else the route's key (a pioneer's bucket).
+// Scripts build keys below KEYS[1] (the namespace) themselves: with the
+// hash tag they all live on KEYS[1]'s slot, as Redis Cluster requires.
+
+// reserveScript takes one request's slots, all or nothing.
+//
+// ARGV: 1 lease, 2 route key, 3 template, 4 major, 5 global slot wanted (0/1), 6 global
+// limit, 7 global period ms, 8 lease ttl ms, 9 caller's known limit (0:
+// unknown), 10 caller's remaining not counting its own requests in flight, 11 caller's window end, ms from now (0:
+// none), 12 caller's longest Reset-After ms, 13 reopening margin ms, 14
+// invalid-request limit (0: none), 15 its window in minutes, 16 how long a
+// bucket is kept after its window ms, 17 the hash the caller knows for
+// the template ("" if none).
+//
+// Returns {granted 0/1, wait ms, scope, hash, notify-or-pioneer 0/1, bucket
+// key used}. When granted, the 5th is 1 for a pioneer; when refused, 1 if
+// the wait ends with another process's answer (published on P:wake).
+var reserveScript = redis.NewScript(`
+local P = KEYS[1]
+local lease, key, tpl, major = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local wantG = ARGV[5] == '1'
+local gN, gPer, ttl = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local lLimit, lRem, lReset, lWin = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
+local margin, invLimit, invMin, keep = tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[15]), tonumber(ARGV[16])
+local known = ARGV[17]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+if invLimit > 0 then
+  local minute = math.floor(now / 60000)
+  local n = 0
+  for m = minute - invMin + 1, minute do
+    n = n + tonumber(redis.call('GET', P .. ':i:' .. m) or '0')
+  end
+  if n >= invLimit then
+    return {0, 60000 - now % 60000, 'budget', '', 0, key}
+  end
+end
+
+local G = P .. ':g'
+if wantG then
+  local blocked = tonumber(redis.call('GET', P .. ':gb') or '0')
+  if blocked > now then
+    return {0, blocked - now, 'global', '', 0, key}
+  end
+  redis.call('ZREMRANGEBYSCORE', G, '-inf', now)
+  if redis.call('ZCARD', G) >= gN then
+    local first = redis.call('ZRANGE', G, 0, 0, 'WITHSCORES')
+    return {0, math.max(1, math.min(tonumber(first[2]) - now, gPer)), 'global', '', 0, key}
+  end
+end
+
+-- The bucket: by its hash when any process learned it, else by the route
+-- (a pioneer's bucket).
+local RF = P .. ':f:' .. key
+local hash = redis.call('HGET', P .. ':a', tpl) or ''
+if hash == '' and known ~= '' then
+  hash = known
+  redis.call('HSET', P .. ':a', tpl, hash)
+  redis.call('PEXPIRE', P .. ':a', 86400000)
+end
+if hash ~= '' then
+  key = 'bucket ' .. hash .. ' ' .. major
+end
+local B, F = P .. ':b:' .. key, P .. ':f:' .. key
+redis.call('ZREMRANGEBYSCORE', F, '-inf', now)
+local inflight = redis.call('ZCARD', F)
+local r = redis.call('HMGET', B, 'l', 'u', 'r', 'p', 'w', 'v', 's')
+local limit, used, reset = tonumber(r[1]) or 0, tonumber(r[2]) or 0, tonumber(r[3]) or 0
+local pause, win, prov = tonumber(r[4]) or 0, tonumber(r[5]) or 0, tonumber(r[6]) or 0
+local start = tonumber(r[7]) or 0
+if pause > now then
+  return {0, pause - now, 'bucket', hash, 0, key}
+end
+
+local function waitAnswer()
+  -- the wait ends with an answer: mark the bucket so the answer's report
+  -- publishes a wake-up; the earliest lease expiry bounds it.
+  redis.call('HSET', B, 'n', 1)
+  redis.call('PEXPIRE', B, math.max(reset - now, ttl) + keep)
+  local first = redis.call('ZRANGE', F, 0, 0, 'WITHSCORES')
+  local w = ttl
+  if first[2] then w = math.max(1, tonumber(first[2]) - now) end
+  return {0, w, 'bucket', hash, 1, key}
+end
+
+if limit == 0 and lLimit > 0 then
+  -- The store lost the bucket (expired, or Redis restarted) but the
+  -- caller knows it: seed it from the caller's view of Discord's count.
+  limit, win = lLimit, lWin
+  if lReset > 0 then
+    reset, used, prov, start = now + lReset, math.max(inflight, lLimit - lRem), 0, now
+  end
+end
+
+-- A template no process has seen answered: its pioneer may land in any
+-- bucket of the major parameters, so it goes alone (one per major across
+-- processes) and, while it is in flight, every known bucket of the major
+-- keeps a slot for it.
+local M = P .. ':m:' .. major
+redis.call('ZREMRANGEBYSCORE', M, '-inf', now)
+local holds = redis.call('ZCARD', M)
+local pioneer = 0
+if limit == 0 then
+  if hash == '' and holds > 0 then
+    return waitAnswer()
+  end
+  -- One pioneer per bucket, also while another one, reserved before its
+  -- hash was known, is in flight under the route's key.
+  local routeInflight = 0
+  if RF ~= F then
+    redis.call('ZREMRANGEBYSCORE', RF, '-inf', now)
+    routeInflight = redis.call('ZCARD', RF)
+  end
+  if inflight + routeInflight > 0 then
+    return waitAnswer()
+  end
+  pioneer = 1
+else
+  if now >= reset then
+    if prov == 1 and inflight > 0 then
+      -- The last window's end was a guess no answer confirmed: it may be
+      -- too short. Wait for an answer rather than refill twice.
+      return waitAnswer()
+    end
+    -- A new window; requests still in flight may be counted in it.
+    used, reset, prov, start = inflight, now + math.max(win, 50) + margin, 1, now
+  end
+  if used + holds >= limit then
+    redis.call('HSET', B, 'l', limit, 'u', used, 'r', reset, 'w', win, 'v', prov, 's', start)
+    redis.call('PEXPIRE', B, reset - now + keep)
+    if used < limit then
+      return waitAnswer() -- the slot held for the major's pioneer
+    end
+    return {0, math.max(1, reset - now), 'bucket', hash, 0, key}
+  end
+  used = used + 1
+end
+
+redis.call('ZADD', F, now + ttl, lease)
+redis.call('PEXPIRE', F, ttl)
+if pioneer == 1 and hash == '' then
+  redis.call('ZADD', M, now + ttl, lease)
+  redis.call('PEXPIRE', M, ttl)
+end
+if limit > 0 then
+  redis.call('HSET', B, 'l', limit, 'u', used, 'r', reset, 'w', win, 'v', prov, 's', start)
+end
+redis.call('PEXPIRE', B, math.max(reset - now, ttl) + keep)
+if wantG then
+  redis.call('ZADD', G, now + ttl + gPer, lease)
+  redis.call('PEXPIRE', G, ttl + gPer)
+end
+return {1, 0, '', hash, pioneer, key}
+`)
+
+// reportScript corrects the shared state from an answer and releases the
+// reservation.
+//
+// ARGV: 1 lease, 2 bucket key (from the reservation), 3 sent (0/1), 4 HTTP
+// status (0: none), 5 full rate-limit headers (0/1), 6 limit, 7 remaining,
+// 8 the answer's window end in ms from now (the caller's estimate, any
+// margin included; the 429 pause comes from 13), 9 X-RateLimit-Bucket ("" if none), 10 template, 11
+// major, 12 429 scope ("", user, shared, sublimit, global, ban), 13 its wait
+// ms, 14 counts as invalid (0/1), 15 held a global slot (0/1), 16 global
+// period ms, 17 extra margin added to 8 ms, 18 round trip ms, 19 how long a bucket
+// is kept after its window ms, 20 invalid-request window in minutes, 21
+// lease ttl ms (as reserved: a lease's score less it is its reservation
+// time), 22 X-RateLimit-Reset in Unix ms (0: none), which tells windows
+// apart.
+//
+// Returns the number of processes woken.
+var reportScript = redis.NewScript(`
+local P = KEYS[1]
+local lease, key = ARGV[1], ARGV[2]
+local sent, status, full = ARGV[3] == '1', tonumber(ARGV[4]), ARGV[5] == '1'
+local L, rem, ra = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local hash, tpl, major = ARGV[9], ARGV[10], ARGV[11]
+local scope, wait, invalid, global = ARGV[12], tonumber(ARGV[13]), ARGV[14] == '1', ARGV[15] == '1'
+local gPer, margin, rtt, keep, invMin = tonumber(ARGV[16]), tonumber(ARGV[17]), tonumber(ARGV[18]), tonumber(ARGV[19]), tonumber(ARGV[20])
+local ttl, dr = tonumber(ARGV[21]), tonumber(ARGV[22])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local woken = 0
+local function wake(b)
+  if redis.call('HGET', b, 'n') then
+    redis.call('HDEL', b, 'n')
+    woken = woken + redis.call('PUBLISH', P .. ':wake', 'w|' .. major)
+  end
+end
+
+local B, F = P .. ':b:' .. key, P .. ':f:' .. key
+-- when the request was reserved (its lease expires ttl after): 0 if the
+-- lease expired already
+local reservedAt = 0
+local score = redis.call('ZSCORE', F, lease)
+if score then
+  reservedAt = tonumber(score) - ttl
+end
+local removed = redis.call('ZREM', F, lease)
+if redis.call('ZREM', P .. ':m:' .. major, lease) == 1 then
+  -- The major's first pioneer is answered: its actors may go on.
+  woken = woken + redis.call('PUBLISH', P .. ':wake', 'w|' .. major)
+end
+if global then
+  if sent then
+    redis.call('ZADD', P .. ':g', 'XX', now + gPer, lease)
+  else
+    redis.call('ZREM', P .. ':g', lease)
+  end
+end
+
+if not sent then
+  -- Never on the wire: give the slot back within its window.
+  if removed == 1 then
+    local r = redis.call('HMGET', B, 'l', 'u', 'r')
+    local limit, used, reset = tonumber(r[1]) or 0, tonumber(r[2]) or 0, tonumber(r[3]) or 0
+    if limit > 0 and now < reset and used > 0 then
+      redis.call('HSET', B, 'u', used - 1)
+    end
+  end
+  wake(B)
+  return woken
+end
+
+if invalid then
+  local k = P .. ':i:' .. math.floor(now / 60000)
+  redis.call('INCR', k)
+  redis.call('PEXPIRE', k, (invMin + 1) * 60000)
+end
+if scope == 'global' then
+  local blockEnd = now + wait
+  if blockEnd > tonumber(redis.call('GET', P .. ':gb') or '0') then
+    redis.call('SET', P .. ':gb', blockEnd, 'PX', math.max(1, wait))
+    redis.call('PUBLISH', P .. ':wake', 'g|' .. wait)
+  end
+end
+
+local target = key
+if hash ~= '' then
+  if tpl ~= '' then
+    redis.call('HSET', P .. ':a', tpl, hash)
+    redis.call('PEXPIRE', P .. ':a', 86400000)
+  end
+  local real = 'bucket ' .. hash .. ' ' .. major
+  if real ~= key then
+    -- Reserved under its route's key (a pioneer): what it taught belongs
+    -- to the real bucket; who waits on the route key resolves the alias.
+    wake(B)
+    target = real
+  end
+end
+
+local TB, TF = P .. ':b:' .. target, P .. ':f:' .. target
+redis.call('ZREMRANGEBYSCORE', TF, '-inf', now)
+local inflight = redis.call('ZCARD', TF)
+local r = redis.call('HMGET', TB, 'l', 'u', 'r', 'p', 'w', 'v', 's', 'x')
+local limit, used, reset = tonumber(r[1]) or 0, tonumber(r[2]) or 0, tonumber(r[3]) or 0
+local pause, win, prov = tonumber(r[4]) or 0, tonumber(r[5]) or 0, tonumber(r[6]) or 0
+local start, x = tonumber(r[7]) or 0, tonumber(r[8]) or 0
+-- A pioneer reserved under its route's key was not counted here.
+local extra = 0
+if target ~= key then
+  extra = 1
+end
+
+if full and scope ~= 'global' and scope ~= 'ban' then
+  local e = now + ra + margin
+  if limit == 0 then
+    -- The pioneer's answer: the bucket becomes known.
+    limit, used, reset, prov, start, x = L, math.max(L - rem, inflight + 1), e, 0, reservedAt, dr
+  elseif reservedAt < start then
+    -- Reserved before the current window began: it may have been
+    -- counted in an older window or in this one; it can only make this
+    -- one end later.
+    reset = math.max(reset, e)
+  elseif prov == 1 then
+    -- The first answer of a window opened on a guess confirms its end.
+    limit, used, reset, prov, x = L, math.max(used + extra, L - rem), e, 0, dr
+  elseif dr > 0 and x > 0 and dr > x + 5 then
+    -- Discord's X-RateLimit-Reset shows a newer window than the one
+    -- counted here (told by the window's identity, never by timing: a
+    -- report delayed on its way must not undo the count).
+    limit, used, reset, start, x = L, math.max(L - rem, inflight + 1), e, reservedAt, dr
+  elseif dr > 0 and x > 0 and dr < x - 5 then
+    -- An older window's answer: nothing to learn for this one.
+  else
+    -- The current window: what remains can only drop, and its end only
+    -- move later.
+    limit, used = math.min(limit, L), math.max(used + extra, L - rem)
+    if x == 0 then
+      x = dr
+    end
+    if dr == 0 then
+      reset = math.max(reset, e)
+    end
+  end
+  if status ~= 429 and ra > win then
+    win = ra
+  end
+elseif limit > 0 then
+  -- No headers (a lost answer, a 5xx): it was probably counted, in a
+  -- window that ends within a period from now.
+  reset = math.max(reset, now + math.max(win, 50) + 50)
+end
+if scope == 'user' or scope == 'shared' or scope == 'sublimit' then
+  pause = math.max(pause, now + wait)
+end
+if limit > 0 or pause > now then
+  redis.call('HSET', TB, 'l', limit, 'u', used, 'r', reset, 'p', pause, 'w', win, 'v', prov, 's', start, 'x', x)
+  redis.call('PEXPIRE', TB, math.max(reset, pause, now) - now + keep)
+end
+wake(TB)
+return woken
+`)
+
+// heartbeatScript records a live process and returns how many share the
+// token: the most seen alive at once within the last ARGV[3] ms.
+//
+// ARGV: 1 process id, 2 how long the record lives ms, 3 how long the
+// largest count is remembered ms.
+var heartbeatScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local k = KEYS[1] .. ':procs'
+redis.call('ZREMRANGEBYSCORE', k, '-inf', now)
+redis.call('ZADD', k, now + tonumber(ARGV[2]), ARGV[1])
+redis.call('PEXPIRE', k, tonumber(ARGV[2]))
+-- the most processes seen at once recently: a process that has just
+-- started, or that beat before the others, still counts them all
+local n = redis.call('ZCARD', k)
+local mk = KEYS[1] .. ':pmax'
+local m = tonumber(redis.call('GET', mk) or '0')
+if n >= m then
+  redis.call('SET', mk, n, 'PX', tonumber(ARGV[3]))
+  return n
+end
+return m
+`)

@@ -1,0 +1,234 @@
+package redisstore
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/ratelimit"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func newStore(t *testing.T, srv *redistest.Server, cfg Config) *Store {
+	t.Helper()
+	if cfg.Namespace == "" {
+		cfg.Namespace = Namespace("secret-token-" + t.Name())
+	}
+	s, err := New(srv.Client(t), cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func answer(limit, remaining int, resetAfter time.Duration, hash string) ratelimit.SharedAnswer {
+	return ratelimit.SharedAnswer{Now: time.Now(), Sent: true, Status: 200, Major: "channel_id=1",
+		Template: "GET /channels/{channel_id}/messages",
+		Headers: ratelimit.Headers{Limit: limit, Remaining: remaining, ResetAfter: resetAfter, Bucket: hash,
+			Has: ratelimit.Present{Limit: true, Remaining: true, ResetAfter: true, Bucket: hash != ""}}}
+}
+
+func request() ratelimit.SharedRequest {
+	return ratelimit.SharedRequest{Now: time.Now(), Route: "GET /channels/{channel_id}/messages channel_id=1",
+		Template: "GET /channels/{channel_id}/messages", Major: "channel_id=1", Global: true}
+}
+
+// One pioneer per unknown bucket across every process: the others wait for
+// its answer, are woken by it, and then share the bucket it revealed
+// (under its hash, learned for every process) without ever going over.
+func TestPioneerElectionAndWake(t *testing.T) {
+	srv := redistest.Start(t)
+	woken := make(chan string, 4)
+	ns := Namespace("tok")
+	a := newStore(t, srv, Config{Namespace: ns})
+	b := newStore(t, srv, Config{Namespace: ns, Wake: func(major string) { woken <- major }})
+	ctx := context.Background()
+
+	p := a.Reserve(ctx, request())
+	require.True(t, p.OK, "the first request of an unknown bucket is its pioneer")
+	w := b.Reserve(ctx, request())
+	require.False(t, w.OK, "a second pioneer while the first is in flight")
+	assert.True(t, w.Notify)
+	assert.Equal(t, "bucket", w.Scope)
+
+	a.Report(ctx, p, answer(5, 4, time.Second, "h1"))
+	select {
+	case m := <-woken:
+		assert.Equal(t, "channel_id=1", m)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiting process was not woken by the pioneer's answer")
+	}
+	granted := 0
+	for range 10 {
+		g := b.Reserve(ctx, request())
+		if g.OK {
+			granted++
+			assert.Equal(t, "bucket h1 channel_id=1", g.Key, "reserved under the hash the other process learned")
+			assert.Equal(t, "h1", g.Hash)
+		}
+	}
+	assert.Equal(t, 4, granted, "the pioneer's window had 4 left")
+}
+
+// Many goroutines on two stores reserving one bucket at once: exactly what
+// remains is granted, and the global window caps the total.
+func TestReservationsNeverExceedTheCount(t *testing.T) {
+	srv := redistest.Start(t)
+	ns := Namespace("tok2")
+	stores := []*Store{newStore(t, srv, Config{Namespace: ns, GlobalLimit: 1000}), newStore(t, srv, Config{Namespace: ns, GlobalLimit: 1000})}
+	ctx := context.Background()
+	p := stores[0].Reserve(ctx, request())
+	require.True(t, p.OK)
+	stores[0].Report(ctx, p, answer(10, 9, 5*time.Second, ""))
+
+	var ok atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if stores[i%2].Reserve(ctx, request()).OK {
+				ok.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	assert.EqualValues(t, 9, ok.Load())
+
+	// The global window alone.
+	g := newStore(t, srv, Config{Namespace: Namespace("tok3"), GlobalLimit: 7})
+	n := 0
+	for i := range 20 {
+		r := request()
+		r.Route = "GET /x/{id} id=" + string(rune('a'+i))
+		r.Template, r.Hash = "GET /x/{id}", "x" // a known bucket per id
+		r.Major = "id=" + string(rune('a'+i))
+		if g.Reserve(ctx, r).OK {
+			n++
+		}
+	}
+	assert.Equal(t, 7, n)
+}
+
+// Every key the store writes is below the token's hash tag, carries an
+// expiry, and nothing contains the token.
+func TestKeysExpireAndHideTheToken(t *testing.T) {
+	srv := redistest.Start(t)
+	const token = "MTIzNDU2Nzg5.very-secret"
+	s := newStore(t, srv, Config{Namespace: Namespace(token), InvalidLimit: 100})
+	ctx := context.Background()
+	g := s.Reserve(ctx, request())
+	require.True(t, g.OK)
+	a := answer(5, 4, time.Second, "h1")
+	s.Report(ctx, g, a)
+	g = s.Reserve(ctx, request())
+	require.True(t, g.OK)
+	a.Status, a.Verdict = 429, ratelimit.Verdict{Kind: ratelimit.UserLimit, Wait: time.Second}
+	s.Report(ctx, g, a)
+
+	c := srv.Client(t)
+	keys, err := c.Keys(ctx, "*").Result()
+	require.NoError(t, err)
+	require.NotEmpty(t, keys)
+	for _, k := range keys {
+		assert.True(t, strings.HasPrefix(k, Namespace(token)+":"), k)
+		assert.NotContains(t, k, "secret")
+		ttl, err := c.PTTL(ctx, k).Result()
+		require.NoError(t, err)
+		assert.Greater(t, ttl, time.Duration(0), "key %q has no expiry", k)
+	}
+	// The 429 paused the bucket for every process, and counted as invalid.
+	r := s.Reserve(ctx, request())
+	assert.False(t, r.OK)
+	assert.Greater(t, r.Wait, 500*time.Millisecond)
+}
+
+// Redis killed: the store answers from its local share at once, never
+// fails open, and comes back to shared limits when Redis does.
+func TestFallbackAndRecovery(t *testing.T) {
+	srv := redistest.Start(t)
+	modes := make(chan Mode, 8)
+	s := newStore(t, srv, Config{Namespace: Namespace("tok4"), GlobalLimit: 40, Share: 0.25, Heartbeat: 50 * time.Millisecond,
+		ModeChanged: func(_, to Mode) { modes <- to }})
+	ctx := context.Background()
+	require.True(t, s.Reserve(ctx, request()).OK)
+	srv.Kill()
+
+	// The first reservation meets the dead Redis and switches; the global
+	// window is held for a period (others' slots are unknown), then a
+	// quarter of it is this process's.
+	assert.False(t, s.Reserve(ctx, request()).OK)
+	require.Equal(t, Fallback, <-modes)
+	later := time.Now().Add(2 * time.Second)
+	n := 0
+	for i := range 40 {
+		r := request()
+		r.Now = later
+		r.Route, r.Major = "GET /x/{id} id="+string(rune('a'+i)), "id="+string(rune('a'+i))
+		r.Template, r.Hash = "GET /x/{id}", "x"
+		g := r
+		if s.Reserve(ctx, g).OK {
+			n++
+		}
+	}
+	assert.Equal(t, Fallback, s.Mode())
+	assert.Equal(t, 10, n, "a quarter of the global limit while Redis is down")
+	assert.EqualValues(t, 1, s.Stats().Outages)
+
+	srv.Restart(t)
+	select {
+	case m := <-modes:
+		require.Equal(t, Recovering, m)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the store never noticed Redis was back")
+	}
+	// Recovering: the local share still applies on top of Redis.
+	g := s.Reserve(ctx, request())
+	assert.False(t, g.Local && !g.OK && g.Scope == "", "a refusal names its scope")
+}
+
+// While Redis is down, a known bucket gets this process's share of its
+// limit per window, and no more.
+func TestFallbackShareOfABucket(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, srv, Config{Namespace: Namespace("tok5"), Share: 0.25})
+	srv.Kill()
+	// The switch happens at the first reservation; its window under way is
+	// held: the next window is the first counted locally.
+	now := time.Now()
+	var first ratelimit.Bucket
+	first.Observe(now, now, ratelimit.Headers{Limit: 50, Remaining: 49, ResetAfter: time.Second,
+		Has: ratelimit.Present{Limit: true, Remaining: true, ResetAfter: true}})
+	r := request()
+	r.Now, r.Local, r.Window = now, first, time.Second
+	g := s.Reserve(context.Background(), r)
+	assert.False(t, g.OK, "the window under way at the switch is held")
+	assert.Equal(t, Fallback, s.Mode())
+	now = now.Add(2 * time.Second) // a later window, past the global hold
+	var local ratelimit.Bucket
+	local.Observe(now, now, ratelimit.Headers{Limit: 50, Remaining: 49, ResetAfter: time.Second,
+		Has: ratelimit.Present{Limit: true, Remaining: true, ResetAfter: true}})
+	// Offered a request every 5 ms for a window's length, it sends a
+	// quarter of 50, evenly spaced: any interval as long as the window
+	// holds no more, whatever phase Discord's window has.
+	var sent []time.Time
+	for at := now; at.Before(now.Add(time.Second)); at = at.Add(5 * time.Millisecond) {
+		r := request()
+		r.Now, r.Local, r.Window, r.Global = at, local, time.Second, false
+		if s.Reserve(context.Background(), r).OK {
+			sent = append(sent, at)
+		}
+	}
+	assert.Len(t, sent, 12, "a quarter of 50 in a window")
+	for i := 1; i < len(sent); i++ {
+		assert.GreaterOrEqual(t, sent[i].Sub(sent[i-1]), time.Second/12, "spaced by a twelfth of the window")
+	}
+}
