@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -231,4 +232,75 @@ func TestFallbackShareOfABucket(t *testing.T) {
 	for i := 1; i < len(sent); i++ {
 		assert.GreaterOrEqual(t, sent[i].Sub(sent[i-1]), time.Second/12, "spaced by a twelfth of the window")
 	}
+}
+
+// countCalls counts the commands a client sends to Redis (a pipeline counts
+// once: one round trip).
+type countCalls struct{ n atomic.Int64 }
+
+func (c *countCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *countCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if name := cmd.Name(); name == "evalsha" || name == "eval" {
+			c.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (c *countCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+// BenchmarkReserveReport measures what sharing costs one request: its
+// reservation (on the caller's path) and its report (after the answer), on
+// a real redis-server over a unix socket, and counts the round trips.
+func BenchmarkReserveReport(b *testing.B) {
+	srv := redistest.Start(b)
+	rdb := srv.Client(b)
+	calls := &countCalls{}
+	s, err := New(rdb, Config{Namespace: Namespace("bench"), GlobalLimit: ratelimit.MaxGlobalLimit, Heartbeat: time.Hour})
+	require.NoError(b, err)
+	defer s.Close()
+	ctx := context.Background()
+	p := s.Reserve(ctx, request())
+	require.True(b, p.OK)
+	s.Report(ctx, p, answer(1_000_000, 999_999, time.Hour, "h"))
+	rdb.AddHook(calls)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		r := request()
+		r.Hash = "h"
+		g := s.Reserve(ctx, r)
+		if !g.OK {
+			b.Fatalf("refused: %+v", g)
+		}
+		s.Report(ctx, g, answer(1_000_000, 999_000, time.Hour, "h"))
+	}
+	b.ReportMetric(float64(calls.n.Load())/float64(b.N), "roundtrips/op")
+}
+
+// A request costs one round trip before it is sent and one after.
+func TestOneRoundTripEachWay(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	s, err := New(rdb, Config{Namespace: Namespace("rt"), Heartbeat: time.Hour})
+	require.NoError(t, err)
+	defer s.Close()
+	ctx := context.Background()
+	p := s.Reserve(ctx, request())
+	s.Report(ctx, p, answer(50, 49, time.Minute, "h"))
+	calls := &countCalls{}
+	rdb.AddHook(calls)
+	r := request()
+	r.Hash = "h"
+	g := s.Reserve(ctx, r)
+	require.True(t, g.OK)
+	assert.EqualValues(t, 1, calls.n.Load(), "reservation")
+	s.Report(ctx, g, answer(50, 48, time.Minute, "h"))
+	assert.EqualValues(t, 2, calls.n.Load(), "report")
+	assert.Zero(t, s.Stats().Errors)
 }
