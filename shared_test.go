@@ -350,14 +350,25 @@ func TestSharedLimitsSurviveRedisDying(t *testing.T) {
 		}
 	})
 	require.True(t, killed && restarted)
-	ok, outages, fallback := 0, int64(0), int64(0)
+	ok, outages, fallback, back := 0, int64(0), int64(0), 0
+	var modes []string
 	for _, r := range res {
 		ok += r.OK
 		assert.Zero(t, r.Failed, "errors: %v", r.Errors)
 		outages += r.Shared.Outages
 		fallback += r.Shared.FallbackReserved
-		assert.NotEqual(t, redisstore.Fallback, r.Shared.Mode, "a process still counts alone after Redis came back")
+		modes = append(modes, r.Shared.Mode.String())
+		if r.Shared.Mode != redisstore.Fallback {
+			back++
+		}
 	}
+	// Shared counting resumed: processes are back on Redis (a process
+	// whose load ended within its first probes after the restart may not
+	// be yet), and the restarted Redis holds the token's bucket again.
+	assert.Positive(t, back, "no process came back to Redis: %v", modes)
+	keys, err := rs.Client(t).Keys(context.Background(), redisstore.Namespace(testToken+"-saturated")+":b:*").Result()
+	require.NoError(t, err)
+	assert.NotEmpty(t, keys, "nothing was counted in Redis after its restart")
 	assert.Equal(t, sharedProcesses*sharedWorkers, ok, "every request has its outcome")
 	assert.GreaterOrEqual(t, outages, int64(sharedProcesses), "every process noticed the outage")
 	assert.Positive(t, fallback, "requests were counted locally meanwhile")
@@ -369,5 +380,92 @@ func TestSharedLimitsSurviveRedisDying(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d outages, %d reservations in fallback; %s", outages, fallback, srv.Stats().Summary())
+	t.Logf("%d outages, %d reservations in fallback, modes at the end %v; %s", outages, fallback, modes, srv.Stats().Summary())
+}
+
+// sharedPair is two limiters on one token and one Redis, as two processes
+// would be (each its own Store, its own Redis connections).
+func sharedPair(t *testing.T, srv *sluicetest.Server, rs *redistest.Server, opts sluice.Options, traceA func(sluice.TraceEvent)) (a, b *sluice.Limiter) {
+	t.Helper()
+	mk := func(trace func(sluice.TraceEvent)) *sluice.Limiter {
+		o := opts
+		o.BaseURL, o.H2C, o.Token, o.Redis, o.Trace = srv.APIBase(), true, testToken+"-"+t.Name(), rs.Client(t), trace
+		lim, err := sluice.New(o)
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			assert.NoError(t, lim.Close(ctx))
+		})
+		return lim
+	}
+	return mk(traceA), mk(nil)
+}
+
+// A global 429 met by one process pauses the others at once: none of their
+// requests goes into the outage.
+func TestSharedGlobal429PausesEveryProcess(t *testing.T) {
+	rs := redistest.Start(t)
+	srv, err := sluicetest.NewServer(sluicetest.Options{H2C: true, Rules: sharedScenarios["fan-out"].rules})
+	require.NoError(t, err)
+	defer srv.Close()
+	hit := make(chan struct{}, 1)
+	a, b := sharedPair(t, srv, rs, sluice.Options{GlobalLimit: sharedGlobal}, func(e sluice.TraceEvent) {
+		if e.Kind == "receive" && e.Message == "global_hit" {
+			select {
+			case hit <- struct{}{}:
+			default:
+			}
+		}
+	})
+	ctx := context.Background()
+	for _, lim := range []*sluice.Limiter{a, b} { // both connected and warm
+		resp, err := lim.Do(ctx, req("GET", "/channels/1/messages", ""))
+		require.NoError(t, err)
+		resp.Body.Close()
+	}
+
+	srv.InjectGlobalLimit(400 * time.Millisecond)
+	fa := a.Send(ctx, req("GET", "/channels/2/messages", ""))
+	select {
+	case <-hit:
+	case <-time.After(10 * time.Second):
+		t.Fatal("process A never met the injected global 429")
+	}
+	var fs []*sluice.Future
+	for i := range 20 {
+		fs = append(fs, b.Send(ctx, req("GET", "/channels/"+strconv.Itoa(100+i)+"/messages", "")))
+	}
+	for _, f := range append(fs, fa) {
+		resp, err := f.Await(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, http.StatusOK, resp.StatusCode)
+		resp.Body.Close()
+	}
+	st := srv.Stats()
+	assert.Equal(t, 1, st.RateLimited["global"], "only the request that met the outage got a global 429: process B waited without trying")
+	srv.AssertNoViolations(t)
+}
+
+// The invalid-request budget counts the 401/403/429 answers of every
+// process: one that saw only half of them refuses too.
+func TestSharedInvalidRequestBudget(t *testing.T) {
+	rs := redistest.Start(t)
+	srv, err := sluicetest.NewServer(sluicetest.Options{H2C: true, Rules: sharedScenarios["fan-out"].rules, Forbidden: []string{"666"}})
+	require.NoError(t, err)
+	defer srv.Close()
+	a, b := sharedPair(t, srv, rs, sluice.Options{InvalidRequestLimit: 4}, nil)
+	ctx := context.Background()
+	for _, lim := range []*sluice.Limiter{a, a, b, b} {
+		resp, err := lim.Do(ctx, req("GET", "/channels/666/messages", ""))
+		require.NoError(t, err)
+		assert.Equal(t, http.StatusForbidden, resp.StatusCode)
+		resp.Body.Close()
+	}
+	// Each saw 2 of the 4: only the shared count reaches the budget.
+	_, err = a.Do(ctx, req("GET", "/channels/1/messages", ""))
+	var be *sluice.BudgetError
+	require.ErrorAs(t, err, &be, "the budget spent by both processes refuses A's next request")
+	assert.ErrorIs(t, err, sluice.ErrInvalidRequestBudget)
+	assert.Greater(t, be.RetryAfter, time.Duration(0))
 }
