@@ -32,6 +32,7 @@ type LimitError struct {
 	Reason string
 }
 
+// Error returns "leakybucket: invalid limit <name>: <reason>".
 func (e *LimitError) Error() string {
 	return "leakybucket: invalid limit " + strconv.Quote(e.Name) + ": " + e.Reason
 }
@@ -86,6 +87,7 @@ type UnavailableError struct {
 	RetryAfter time.Duration
 }
 
+// Error returns "leakybucket: store unavailable (<policy>): <cause>".
 func (e *UnavailableError) Error() string {
 	return "leakybucket: store unavailable (" + e.Policy.String() + "): " + e.Err.Error()
 }

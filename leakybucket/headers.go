@@ -9,13 +9,20 @@ import (
 
 // Header names SetHeaders writes.
 const (
-	HeaderRemaining  = "X-RateLimit-Remaining"
-	HeaderClear      = "X-RateLimit-Clear"
-	HeaderReset      = "X-RateLimit-Reset"
+	// HeaderRemaining is the seed's count of calls that can be made now.
+	HeaderRemaining = "X-RateLimit-Remaining"
+	// HeaderClear is the seed's seconds until every bucket is empty.
+	HeaderClear = "X-RateLimit-Clear"
+	// HeaderReset is the seed's seconds until a blocked call would be
+	// admitted (only when blocked).
+	HeaderReset = "X-RateLimit-Reset"
+	// HeaderRetryAfter is HeaderReset in whole seconds, rounded up (only
+	// when blocked).
 	HeaderRetryAfter = "Retry-After"
-	// HeaderPolicy and HeaderRateLimit are the structured fields of
+	// HeaderPolicy is the quota policy field of
 	// draft-ietf-httpapi-ratelimit-headers (-10, -11).
-	HeaderPolicy    = "RateLimit-Policy"
+	HeaderPolicy = "RateLimit-Policy"
+	// HeaderRateLimit is the service limit field of the same draft.
 	HeaderRateLimit = "RateLimit"
 )
 

@@ -33,13 +33,22 @@ const (
 	// DefaultMaxKeys is the most buckets a Memory whose MaxKeys is 0 holds.
 	DefaultMaxKeys = 1_000_000
 
-	// sweepPerCheck is how many buckets each admitted check examines for
+	// sweepPerCheck is how many buckets a sweeping check examines for
 	// expiry. Above 1, so that expiry keeps up with checks that each add at
 	// most one bucket per limit.
 	sweepPerCheck = 2
+	// sweepEvery is how often an admitted check that adds no bucket sweeps:
+	// once every sweepEvery such checks of its shard. Sweeping touches
+	// other buckets' memory, which costs a check on a busy store about a
+	// fifth of its time; only new buckets make the store grow, and those
+	// always sweep.
+	sweepEvery = 16
 	// shrinkMin is the peak size below which a shard's map is never
 	// rebuilt.
 	shrinkMin = 1024
+	// evictSample is how many buckets a full shard examines to choose one
+	// to evict.
+	evictSample = 8
 	// maxStackLimits is how many limits CheckAllAt handles without
 	// allocating.
 	maxStackLimits = 8
@@ -54,19 +63,22 @@ const (
 // A bucket is forgotten once it has drained (its ClearAfter has passed, by
 // the limit it was last charged under): forgetting an empty bucket changes
 // nothing, so expiry is exact, not a cache policy. Memory starts no
-// goroutine and needs no Close: each admitted check examines two buckets
-// of its shard, round robin, and drops those that have drained, so a store
-// in use keeps its memory proportional to the buckets not yet drained, at a
-// bounded cost per check. Sweep drops all drained buckets at
+// goroutine and needs no Close: each admitted check that adds a bucket, and
+// one in 16 of the other admitted checks of a shard, examines two buckets of
+// the shard, round robin, and drops those that have drained. Only new
+// buckets make the store grow, and each pays for the expiry of two, so a
+// store in use keeps its memory proportional to the buckets not yet
+// drained, at a bounded cost per check. Sweep drops all drained buckets at
 // once. A shard's map is rebuilt once it has shrunk to a quarter of its
 // peak (past 1,024 buckets), because a Go map never gives back the memory
 // of deleted entries.
 //
 // MaxKeys bounds the memory against keys created faster than they drain
 // (a spray of client addresses): a check that needs a new bucket in a full
-// shard first evicts the next bucket round robin (never one of its own key).
-// If that bucket had not drained, its client may get up to Size calls early;
-// Evictions counts those.
+// shard first drops a drained bucket if the next few round robin include
+// one, and otherwise evicts, of the next 8, the bucket that would drain
+// first (never one of its own key). The client of an evicted bucket may get
+// up to Size calls early; Evictions counts them.
 //
 // The zero value is an empty store with the defaults, ready to use. The
 // exported fields are options: set them before the first use and do not
@@ -111,7 +123,8 @@ type shard struct {
 	latest int64 // the latest time seen, ns since epoch (MinInt64: none): the shard's clock never runs backwards
 	m      map[bucketID]*entry
 	all    []*entry // every entry of m, for the round-robin sweep; entry.slot is its index
-	cursor int      // next index of all to examine
+	cursor int      // the round robin examines all[cursor-1] next (see next)
+	checks uint32   // admitted checks that added no bucket, for maybeSweep
 	peak   int      // largest len(m) since the map was built
 	_      [64]byte // keep shards on separate cache lines
 }
@@ -189,7 +202,7 @@ func (s *Memory) CheckAt(key string, lim Limit, now time.Time) (Result, error) {
 	r := result(lim, p, now, level, elapsed, blocked)
 	if !blocked {
 		s.commit(sh, e, id, level, t-elapsed, t+int64(r.ClearAfter), t)
-		s.sweep(sh, t, sweepPerCheck)
+		s.maybeSweep(sh, t, e == nil)
 	}
 	sh.mu.Unlock()
 	return r, nil
@@ -255,13 +268,15 @@ func (s *Memory) CheckAllAt(key string, limits []Limit, dst []Result, now time.T
 		// New buckets last: making room for them may drop drained
 		// buckets, and the existing ones of this call are no longer
 		// drained.
+		inserted := false
 		for i, lim := range limits {
 			if ts[i].e == nil {
+				inserted = true
 				anchor := t - ts[i].elapsed
 				s.commit(sh, nil, bucketID{key, lim.name()}, ts[i].level, anchor, anchor+ps[i].drips(ts[i].level)*ps[i].interval, t)
 			}
 		}
-		s.sweep(sh, t, sweepPerCheck)
+		s.maybeSweep(sh, t, inserted)
 	}
 	sh.mu.Unlock()
 	for i, lim := range limits {
@@ -300,39 +315,67 @@ func (s *Memory) commit(sh *shard, e *entry, id bucketID, level, anchor, clear, 
 	sh.peak = max(sh.peak, len(sh.m))
 }
 
-// evict makes room in the full shard sh (locked): it drops the next bucket
-// round robin that is not one of key's (which the current check may be
-// updating), counting an eviction if it had not drained.
+// evict makes room in the full shard sh (locked) for a bucket of key. It
+// examines buckets round robin, skipping key's own (the current check may be
+// updating them): the first that has drained is dropped; otherwise, of the
+// first evictSample examined, the one that would drain first (the least
+// state lost) is evicted and counted.
 func (s *Memory) evict(sh *shard, key string, now int64) {
+	best, sampled := -1, 0
 	for range len(sh.all) {
-		if sh.cursor >= len(sh.all) {
-			sh.cursor = 0
+		if sampled == evictSample {
+			break
 		}
-		if e := sh.all[sh.cursor]; e.id.key != key {
-			if e.clear > now {
-				s.evicted.Add(1)
-			}
-			s.drop(sh, sh.cursor)
+		i := sh.next()
+		e := sh.all[i]
+		if e.id.key == key {
+			continue
+		}
+		if e.clear <= now {
+			s.drop(sh, i)
 			return
 		}
-		sh.cursor++
+		if best < 0 || e.clear < sh.all[best].clear {
+			best = i
+		}
+		sampled++
 	}
-	// Every bucket of the shard is key's: go over the bound rather than
-	// forget a bucket of the call being decided.
+	if best >= 0 {
+		s.evicted.Add(1)
+		s.drop(sh, best)
+	}
+	// Otherwise every bucket of the shard is key's: go over the bound
+	// rather than forget a bucket of the call being decided.
 }
 
-// sweep examines up to n buckets of sh (locked) from its cursor, dropping
+// maybeSweep sweeps sh (locked) after an admitted check: always if the
+// check added a bucket, otherwise once every sweepEvery checks.
+func (s *Memory) maybeSweep(sh *shard, now int64, inserted bool) {
+	sh.checks++
+	if inserted || sh.checks%sweepEvery == 0 {
+		s.sweep(sh, now, sweepPerCheck)
+	}
+}
+
+// next returns the index of all that the round robin examines next. It
+// walks down from the end, so that drop, which moves the last bucket into
+// the hole, only ever moves one already examined in this round (or added
+// since it began): every step of a round examines a bucket not yet seen.
+func (sh *shard) next() int {
+	if sh.cursor <= 0 || sh.cursor > len(sh.all) {
+		sh.cursor = len(sh.all)
+	}
+	sh.cursor--
+	return sh.cursor
+}
+
+// sweep examines up to n buckets of sh (locked), round robin, dropping
 // those drained at now.
 func (s *Memory) sweep(sh *shard, now int64, n int) {
 	for ; n > 0 && len(sh.all) > 0; n-- {
-		if sh.cursor >= len(sh.all) {
-			sh.cursor = 0
+		if i := sh.next(); sh.all[i].clear <= now {
+			s.drop(sh, i)
 		}
-		if sh.all[sh.cursor].clear <= now {
-			s.drop(sh, sh.cursor) // the last entry moves to cursor: examine it next
-			continue
-		}
-		sh.cursor++
 	}
 	if sh.peak >= shrinkMin && len(sh.m) <= sh.peak/4 {
 		m := make(map[bucketID]*entry, len(sh.m)*2)
@@ -368,7 +411,7 @@ func (s *Memory) Sweep(now time.Time) int {
 		sh.mu.Lock()
 		_, t := sh.advance(now, t)
 		before := len(sh.all)
-		sh.cursor = 0
+		sh.cursor = len(sh.all)
 		s.sweep(sh, t, before)
 		n += before - len(sh.all)
 		sh.mu.Unlock()

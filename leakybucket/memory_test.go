@@ -167,8 +167,10 @@ func TestMemoryCheckAllAtomic(t *testing.T) {
 
 func TestMemoryExpiry(t *testing.T) {
 	// 3,000 one-call buckets in one shard drain 10 ms later. Nothing runs
-	// in the background: later checks sweep two buckets each, so about
-	// 1,500 checks forget them all, and the map is rebuilt on the way.
+	// in the background: each check that adds a bucket examines two, so
+	// about 2,000 new clients forget them all (some of the examined are
+	// the new clients' own), and the map is rebuilt on the way; checks of
+	// an existing bucket sweep one time in 16.
 	m := &Memory{Shards: 1}
 	short := Limit{Name: "short", Size: 1, DripRate: 10 * time.Millisecond}
 	for i := range 3000 {
@@ -177,35 +179,52 @@ func TestMemoryExpiry(t *testing.T) {
 	if m.Len() != 3000 {
 		t.Fatalf("Len %d", m.Len())
 	}
-	driver := Limit{Name: "driver", Size: 1 << 20, DripRate: time.Millisecond}
+	long := Limit{Name: "long", Size: 1, DripRate: time.Hour}
 	n := 0
-	for m.Len() > 1 {
-		if n++; n > 1600 {
-			t.Fatalf("still %d buckets after %d checks", m.Len(), n)
+	for m.Len() > n {
+		if n++; n > 2100 {
+			t.Fatalf("still %d buckets after %d new ones", m.Len(), n)
 		}
-		if r, err := m.CheckAt("driver", driver, at(10)); err != nil || r.Blocked {
+		m.CheckAt(fmt.Sprint("new-", n), long, at(10))
+	}
+	m.Sweep(at(10)) // leaves only the new clients' buckets
+	if m.Len() != n {
+		t.Fatalf("Len %d, want %d", m.Len(), n)
+	}
+	for i := range 3000 {
+		m.CheckAt(fmt.Sprint("client-", i), short, at(20))
+	}
+	driver := Limit{Name: "driver", Size: 1 << 20, DripRate: time.Millisecond}
+	// One round of the sweep over every bucket takes Len/2 sweeps, 16
+	// checks each.
+	checks, budget := 0, sweepEvery*(m.Len()/sweepPerCheck+50)
+	for m.Len() > n+1 {
+		if checks++; checks > budget {
+			t.Fatalf("still %d buckets after %d checks", m.Len(), checks)
+		}
+		if r, err := m.CheckAt("driver", driver, at(30)); err != nil || r.Blocked {
 			t.Fatalf("driver: %+v %v", r, err)
 		}
 	}
 	// The forgotten buckets had drained: a client comes back to an empty
 	// bucket, exactly as if it had been kept.
 	var b Bucket
-	b.Check(short, t0)
-	want, _ := b.Check(short, at(20))
-	if got, _ := m.CheckAt("client-7", short, at(20)); got != want {
+	b.Check(short, at(20))
+	want, _ := b.Check(short, at(40))
+	if got, _ := m.CheckAt("client-7", short, at(40)); got != want {
 		t.Fatalf("after expiry: %+v, want %+v", got, want)
 	}
 	// Sweep drops every drained bucket at once.
 	for i := range 100 {
-		m.CheckAt(fmt.Sprint("late-", i), short, at(30))
+		m.CheckAt(fmt.Sprint("late-", i), short, at(50))
 	}
-	if d := m.Sweep(at(39)); d != 0 {
+	// Before they drain, Sweep drops only client-7's bucket (drained at 50)
+	// if the late calls have not swept it already.
+	if d := m.Sweep(at(59)); d > 1 {
 		t.Fatalf("Sweep before they drained dropped %d", d)
 	}
-	// (client-7's bucket, drained at 30, may have been swept by the late
-	// calls already.)
-	if d := m.Sweep(at(40)); d < 100 || d > 101 || m.Len() != 1 {
-		t.Fatalf("Sweep dropped %d, Len %d, want 100 or 101 dropped and the driver left", d, m.Len())
+	if d := m.Sweep(at(60)); d != 100 || m.Len() != n+1 {
+		t.Fatalf("Sweep dropped %d, Len %d, want 100 dropped and %d left", d, m.Len(), n+1)
 	}
 	if m.Evictions() != 0 {
 		t.Fatalf("Evictions %d", m.Evictions())
@@ -221,18 +240,27 @@ func TestMemoryMaxKeys(t *testing.T) {
 	if m.Len() != 10 || m.Evictions() != 5 {
 		t.Fatalf("Len %d Evictions %d, want 10 and 5", m.Len(), m.Evictions())
 	}
-	// Ten buckets that drain in 1 ms evict the ten that had not drained.
+	// Drained buckets make room without an eviction.
+	short := Limit{Size: 1, DripRate: time.Millisecond}
+	m = &Memory{Shards: 1, MaxKeys: 10}
 	for i := range 10 {
-		m.CheckAt(fmt.Sprint("new-", i), Limit{Size: 1, DripRate: time.Millisecond}, t0)
+		m.CheckAt(fmt.Sprint("short-", i), short, t0)
 	}
-	if m.Len() != 10 || m.Evictions() != 15 {
-		t.Fatalf("Len %d Evictions %d, want 10 and 15", m.Len(), m.Evictions())
+	for i := range 5 {
+		m.CheckAt(fmt.Sprint("late-", i), lim, at(2))
 	}
-	// Once they have drained, making room drops one of them without
-	// counting an eviction (and the check's sweep may drop more).
-	m.CheckAt("last", lim, at(2))
-	if m.Len() >= 10 || m.Evictions() != 15 {
-		t.Fatalf("Len %d Evictions %d, want fewer than 10 and 15", m.Len(), m.Evictions())
+	if m.Len() > 10 || m.Evictions() != 0 {
+		t.Fatalf("Len %d Evictions %d, want at most 10 and 0", m.Len(), m.Evictions())
+	}
+	// With none drained, the bucket that would drain first goes.
+	m = &Memory{Shards: 1, MaxKeys: 5}
+	for i := range 4 {
+		m.CheckAt(fmt.Sprint("long-", i), lim, t0)
+	}
+	m.CheckAt("short", Limit{Size: 1, DripRate: 10 * time.Millisecond}, t0)
+	m.CheckAt("new", lim, t0)
+	if r, _ := m.CheckAt("short", Limit{Size: 1, DripRate: 10 * time.Millisecond}, t0); r.Blocked || m.Evictions() != 2 {
+		t.Fatalf("short was not the one evicted: %+v, %d evictions", r, m.Evictions())
 	}
 	// A check never evicts a bucket of its own key, even if that exceeds
 	// the bound.
