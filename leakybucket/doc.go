@@ -89,9 +89,9 @@
 //   - Redis restarted empty: every bucket starts empty again (the script is
 //     sent again once, with EVAL).
 //   - A flood of new keys (addresses sprayed by a client): IPKey keys IPv6
-//     clients by /64, and Memory holds at most MaxKeys buckets, evicting
-//     round robin beyond that; Redis keys expire when their bucket has
-//     drained.
+//     clients by /64; Memory bounds its buckets with MaxKeys, evicting the
+//     one that would drain first among a few examined; Redis keys expire
+//     when their bucket has drained.
 //   - An invalid limit is a configuration error: [ErrInvalidLimit], from
 //     NewMiddleware at start-up, or from a check before any bucket changes.
 //

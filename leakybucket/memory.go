@@ -87,9 +87,10 @@ type Memory struct {
 	// Shards is the number of shards, rounded up to a power of two. 0 means
 	// DefaultShards (64).
 	Shards int
-	// MaxKeys is the most buckets the store holds (a key has one bucket per
-	// limit name). 0 means DefaultMaxKeys (1,000,000); negative means no
-	// bound.
+	// MaxKeys bounds the buckets the store holds (a key has one bucket per
+	// limit name): each shard holds at most MaxKeys/Shards, rounded up (a
+	// check may exceed it only with buckets of its own key). 0 means
+	// DefaultMaxKeys (1,000,000); negative means no bound.
 	MaxKeys int
 	// Clock is the time source of Check and CheckAll (the *At methods take
 	// the time as an argument). nil means time.Now.
@@ -115,16 +116,15 @@ type entry struct {
 	level  int64 // calls in the bucket; > 0 while the entry is in the map (an admitted call put it there)
 	anchor int64 // ns since the store's epoch of the last drip
 	clear  int64 // ns since epoch when the bucket is empty: the entry may be dropped at or after it
-	slot   int   // index in shard.all
 }
 
 type shard struct {
 	mu     sync.Mutex
 	latest int64 // the latest time seen, ns since epoch (MinInt64: none): the shard's clock never runs backwards
 	m      map[bucketID]*entry
-	all    []*entry // every entry of m, for the round-robin sweep; entry.slot is its index
+	all    []*entry // every entry of m, once, in any order: the round robin's list
 	cursor int      // the round robin examines all[cursor-1] next (see next)
-	checks uint32   // admitted checks that added no bucket, for maybeSweep
+	checks uint32   // admitted checks, for maybeSweep
 	peak   int      // largest len(m) since the map was built
 	_      [64]byte // keep shards on separate cache lines
 }
@@ -297,10 +297,10 @@ func (sh *shard) advance(now time.Time, t int64) (time.Time, int64) {
 
 // commit stores the state of an admitted call in bucket id of sh (locked):
 // into e, or into a new entry if e is nil; clear is when it will have
-// drained. It does not sweep: the caller
-// sweeps once every bucket of its call is committed, when none of them has
-// drained (a bucket that has just admitted a call holds it for at least
-// one more drip), so the sweep cannot drop them.
+// drained. It does not sweep: the caller sweeps once every bucket of its
+// call is committed, when none of them has drained (a bucket that has just
+// admitted a call holds it for at least one more drip), so the sweep cannot
+// drop them.
 func (s *Memory) commit(sh *shard, e *entry, id bucketID, level, anchor, clear, now int64) {
 	if e != nil {
 		e.level, e.anchor, e.clear = level, anchor, clear
@@ -309,7 +309,7 @@ func (s *Memory) commit(sh *shard, e *entry, id bucketID, level, anchor, clear, 
 	if s.perShard > 0 && len(sh.m) >= s.perShard {
 		s.evict(sh, id.key, now)
 	}
-	e = &entry{id: id, level: level, anchor: anchor, clear: clear, slot: len(sh.all)}
+	e = &entry{id: id, level: level, anchor: anchor, clear: clear}
 	sh.m[id] = e
 	sh.all = append(sh.all, e)
 	sh.peak = max(sh.peak, len(sh.m))
@@ -394,14 +394,13 @@ func (s *Memory) drop(sh *shard, i int) {
 	delete(sh.m, e.id)
 	last := len(sh.all) - 1
 	sh.all[i] = sh.all[last]
-	sh.all[i].slot = i
 	sh.all[last] = nil
 	sh.all = sh.all[:last]
 }
 
 // Sweep drops every bucket that has drained at now, and returns how many
-// it dropped. Admitted checks already sweep a little each; call Sweep to
-// free the memory of a store that has stopped being used.
+// it dropped. Checks already sweep a little as they go; call Sweep to free
+// the memory of a store that has stopped being used.
 func (s *Memory) Sweep(now time.Time) int {
 	s.init()
 	t := int64(now.Sub(s.epoch))

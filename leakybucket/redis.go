@@ -37,7 +37,7 @@ type RedisOptions struct {
 	// zero value), FailOpen or FailLocal.
 	OnUnavailable Policy
 	// RetryAfter is the RetryAfter (and ClearAfter) of the blocked results
-	// of FailClosed. 0 means DefaultUnavailableRetryAfter (1 s).
+	// of FailClosed. 0 or negative means DefaultUnavailableRetryAfter (1 s).
 	RetryAfter time.Duration
 	// Fallback is the local store of FailLocal. nil means a new Memory of
 	// its own (a zero Memory, with time.Now as its clock).
@@ -71,8 +71,10 @@ type RedisOptions struct {
 // makes a bucket stricter. A cancelled caller context returns the
 // context's error and no results.
 //
-// A Redis is safe for concurrent use. It holds no goroutine and no
-// connection of its own: close the client to release them.
+// A Redis is safe for concurrent use. It runs nothing in the background
+// and holds no connection of its own (close the client to release them);
+// each check's call to Redis runs on a goroutine that ends with that call
+// (see RedisOptions.Timeout).
 type Redis struct {
 	client     redis.Scripter
 	prefix     string

@@ -17,9 +17,9 @@ import (
 )
 
 // newTestClient connects to s with a pool large enough that the outage
-// tests never trip go-redis's dial circuit breaker, and dial retries that
-// the store's Timeout cuts short.
-func newTestClient(t testing.TB, s *redistest.Server) *redis.Client {
+// tests never trip go-redis's dial circuit breaker, and a single dial
+// attempt; then applies each of more to the options.
+func newTestClient(t testing.TB, s *redistest.Server, more ...func(*redis.Options)) *redis.Client {
 	t.Helper()
 	opt, err := redis.ParseURL(s.URL)
 	if err != nil {
@@ -27,6 +27,9 @@ func newTestClient(t testing.TB, s *redistest.Server) *redis.Client {
 	}
 	opt.PoolSize = 64
 	opt.DialerRetries = 1
+	for _, f := range more {
+		f(opt)
+	}
 	c := redis.NewClient(opt)
 	t.Cleanup(func() { c.Close() })
 	return c
@@ -243,8 +246,7 @@ func TestRedisUnavailable(t *testing.T) {
 	s := redistest.Start(t)
 	// One client fails at once when Redis refuses connections (no retries);
 	// the other has go-redis's default retries, which only Timeout cuts.
-	c := newTestClient(t, s)
-	c.Options().MaxRetries = -1
+	c := newTestClient(t, s, func(o *redis.Options) { o.MaxRetries = -1 })
 	retrying := redis.NewClient(&redis.Options{Network: "unix", Addr: s.Socket})
 	defer retrying.Close()
 	ctx := context.Background()
