@@ -7,13 +7,15 @@ import "time"
 type Result struct {
 	// Limit is the limit checked.
 	Limit Limit
-	// At is when the check was decided: the time passed to a *At method or
-	// read from the store's clock (for Redis, its TIME).
+	// At is when the check was decided: the time given to the check (for
+	// Memory, the shard's time if that is later; see Memory.CheckAt), or
+	// Redis's TIME, or the local clock when a Redis policy decided.
 	At time.Time
-	// Blocked reports that the bucket was full: the call was refused and
-	// added nothing. In a check of several limits, a call is admitted only
-	// if no limit blocks it, and only an admitted call is added to the
-	// buckets.
+	// Blocked reports that this limit's bucket was full: the call was
+	// refused and added nothing. In a check of several limits the call is
+	// admitted only if no limit is Blocked; when one is, the others are not
+	// charged either, and their Results describe their buckets without the
+	// call.
 	Blocked bool
 	// Remaining is how many more calls the bucket admits right now: 0 if
 	// this call was blocked or filled the bucket (the seed's
