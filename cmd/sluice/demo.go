@@ -29,6 +29,14 @@ type demoConfig struct {
 	progress bool
 	out      io.Writer
 	errOut   io.Writer
+
+	// With processes > 1, that many OS processes share one token through
+	// Redis (multi.go): the one at redisURL, or a private redis-server
+	// (redisBin) that killRedis kills mid-load and restarts.
+	processes int
+	redisURL  string
+	redisBin  string
+	killRedis bool
 }
 
 // job is one request of the demo's load.
@@ -47,7 +55,11 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.size, "size", 600, "number of requests, 1 to 100000")
 	fs.BoolVar(&cfg.trace, "trace", false, "print every actor message and state transition to stderr")
 	progress := fs.String("progress", "auto", "live view: auto (when stdout is a terminal), on, off")
-	const usage = "Usage: sluice demo [flags]\n\nStart the simulator in-process, drive a realistic load through Sluice and report.\nNo network is needed. Interrupted (Ctrl-C), it reports what completed and exits 130.\n"
+	fs.IntVar(&cfg.processes, "processes", 1, "OS processes sharing one token through Redis, 1 to 64 (1: one process, no Redis)")
+	fs.StringVar(&cfg.redisURL, "redis", "", "Redis `URL` the processes share (redis://host:port/db or unix:///path); default: a private redis-server on a unix socket, if installed")
+	fs.BoolVar(&cfg.killRedis, "kill-redis", false, "kill the private redis-server a quarter into the load and restart it 2 s later, to show the fallback (with -processes, without -redis)")
+	const usage = "Usage: sluice demo [flags]\n\nStart the simulator in-process, drive a realistic load through Sluice and report.\nNo network is needed. Interrupted (Ctrl-C), it reports what completed and exits 130.\n" +
+		"With -processes N, N OS processes (this program run again) share one token through\nRedis, each with its share of the load, and the simulator judges them together.\n"
 	if done, err := parseFlags(fs, args, usage, stdout); done {
 		return err
 	}
@@ -69,6 +81,12 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if _, ok := scenarios[cfg.scenario]; !ok {
 		return usageErrorf("demo", "unknown -scenario %q", cfg.scenario)
+	}
+	if err := checkMultiFlags(&cfg); err != nil {
+		return err
+	}
+	if cfg.processes > 1 {
+		return runMultiDemo(ctx, cfg)
 	}
 	return runDemo(ctx, cfg)
 }
@@ -247,7 +265,7 @@ func runDemo(ctx context.Context, cfg demoConfig) error {
 	defer mp.Shutdown(context.Background())
 	opts := sluice.Options{BaseURL: srv.APIBase(), Token: "demo-token", TLSConfig: srv.ClientTLSConfig(), MeterProvider: mp}
 	if cfg.trace {
-		opts.Trace = printTrace(cfg.errOut)
+		opts.Trace = printTrace(cfg.errOut, "")
 	}
 	lim, err := sluice.New(opts)
 	if err != nil {
@@ -304,7 +322,7 @@ func runDemo(ctx context.Context, cfg demoConfig) error {
 	// Interrupted: some requests were cancelled. (Every request ended
 	// before a late signal is a finished run.)
 	interrupted := t.cancelled.Load() > 0
-	report(cfg.out, jobs, t, srv.Stats(), rules, faultsFor(cfg.scenario).ExternalGlobal, reader, elapsed, interrupted)
+	report(cfg.out, jobs, t, srv.Stats(), rules, faultsFor(cfg.scenario).ExternalGlobal, readMetrics(reader), elapsed, interrupted)
 	if interrupted {
 		return context.Cause(ctx)
 	}
@@ -372,7 +390,7 @@ func trim(s string, n int) string {
 // allow, 429s by scope, retries and where the time went. An interrupted
 // run says so, counts the requests that completed, and is not compared
 // with the ideal time of the whole load.
-func report(w io.Writer, jobs []job, t *tally, st sluicetest.Stats, rules sluicetest.RuleSet, outages []sluicetest.GlobalOutage, reader *sdkmetric.ManualReader, elapsed time.Duration, interrupted bool) {
+func report(w io.Writer, jobs []job, t *tally, st sluicetest.Stats, rules sluicetest.RuleSet, outages []sluicetest.GlobalOutage, m demoMetrics, elapsed time.Duration, interrupted bool) {
 	completed := len(jobs) - int(t.cancelled.Load())
 	if interrupted {
 		fmt.Fprintf(w, "\nInterrupted after %s: %d of %d requests completed, %d cancelled\n\n",
@@ -436,7 +454,7 @@ func report(w io.Writer, jobs []job, t *tally, st sluicetest.Stats, rules sluice
 		fmt.Fprintf(w, "Faults injected: %d 5xx, %d dropped connections\n", st.ServerErrors, st.Dropped)
 	}
 
-	responses, outcomes, waits := readMetrics(reader)
+	responses, outcomes, waits := m.Responses, m.Outcomes, m.Waits
 	fmt.Fprintf(w, "\nRetries: %d (answers received %d for %d requests ended)\n", max(0, responses-outcomes), responses, outcomes)
 	total := waits["bucket"] + waits["global"] + waits["network"]
 	if total > 0 {
@@ -480,45 +498,67 @@ func idealDuration(nonExempt int, st sluicetest.Stats, rules sluicetest.RuleSet,
 	return best, why
 }
 
+// demoMetrics are the limiter's own counters the report shows: answers
+// received (retries included), requests ended, and the seconds they waited
+// by kind (bucket, global, network), summed.
+type demoMetrics struct {
+	Responses int64              `json:"responses"`
+	Outcomes  int64              `json:"outcomes"`
+	Waits     map[string]float64 `json:"waits"`
+}
+
+// add sums o into m.
+func (m *demoMetrics) add(o demoMetrics) {
+	m.Responses += o.Responses
+	m.Outcomes += o.Outcomes
+	if m.Waits == nil {
+		m.Waits = map[string]float64{}
+	}
+	for k, v := range o.Waits {
+		m.Waits[k] += v
+	}
+}
+
 // readMetrics reads the limiter's own counters from the in-process reader.
-func readMetrics(reader *sdkmetric.ManualReader) (responses, outcomes int64, waits map[string]float64) {
-	waits = map[string]float64{}
+func readMetrics(reader *sdkmetric.ManualReader) demoMetrics {
+	m := demoMetrics{Waits: map[string]float64{}}
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(context.Background(), &rm); err != nil {
-		return 0, 0, waits
+		return m
 	}
 	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			switch d := m.Data.(type) {
+		for _, mt := range sm.Metrics {
+			switch d := mt.Data.(type) {
 			case metricdata.Sum[int64]:
 				for _, p := range d.DataPoints {
-					switch m.Name {
+					switch mt.Name {
 					case "sluice.responses":
-						responses += p.Value
+						m.Responses += p.Value
 					case "sluice.requests":
-						outcomes += p.Value
+						m.Outcomes += p.Value
 					}
 				}
 			case metricdata.Histogram[float64]:
-				if m.Name == "sluice.wait" {
+				if mt.Name == "sluice.wait" {
 					for _, p := range d.DataPoints {
 						kind, _ := p.Attributes.Value("sluice.wait.kind")
-						waits[kind.AsString()] += p.Sum
+						m.Waits[kind.AsString()] += p.Sum
 					}
 				}
 			}
 		}
 	}
-	return responses, outcomes, waits
+	return m
 }
 
-// printTrace prints trace events compactly, one line each.
-func printTrace(w io.Writer) func(sluice.TraceEvent) {
+// printTrace prints trace events compactly, one line each, after prefix
+// (which names the process when several run).
+func printTrace(w io.Writer, prefix string) func(sluice.TraceEvent) {
 	var mu sync.Mutex
 	start := time.Now()
 	return func(e sluice.TraceEvent) {
 		what := e.Message + e.Event
-		line := fmt.Sprintf("%8.1fms %-10s %-10s %-13s", float64(e.Time.Sub(start).Microseconds())/1000, e.Actor, e.Kind, what)
+		line := fmt.Sprintf("%s%8.1fms %-10s %-10s %-13s", prefix, float64(e.Time.Sub(start).Microseconds())/1000, e.Actor, e.Kind, what)
 		if e.RequestID != 0 {
 			line += fmt.Sprintf(" req=%-5d %s", e.RequestID, e.Route)
 		} else if e.Bucket != "" {

@@ -7,6 +7,9 @@
 //	sluice version            print the version (sluice.Version, the library's)
 //	sluice help [command]     print the usage, or a command's flags
 //
+// "sluice demo -processes N" runs N processes of this program (as the
+// unlisted command "demo-child") on one token through Redis.
+//
 // Every subcommand stops cleanly on SIGINT or SIGTERM; a second signal ends
 // the process at once. Exit status: 0 on success and for -h, 2 for a usage
 // error (unknown command or flag, an argument a command does not take, a
@@ -115,6 +118,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return demo(ctx, args[1:], stdout, stderr)
 	case "simulate":
 		return simulate(ctx, args[1:], stdout, stderr)
+	case childCommand: // not listed: a process of "sluice demo -processes N" (child.go)
+		return demoChild(ctx, args[1:], os.Stdin, stdout, stderr)
 	case "version":
 		fs := flag.NewFlagSet("version", flag.ContinueOnError)
 		if done, err := parseFlags(fs, args[1:], "Usage: sluice version\n\nPrint the version (the library's, also in its User-Agent).\n", stdout); done {

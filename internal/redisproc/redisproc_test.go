@@ -1,0 +1,89 @@
+package redisproc_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/sluicehq/sluice/internal/redisproc"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func binary(t *testing.T) string {
+	t.Helper()
+	bin := redisproc.Binary()
+	if bin == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("redis-server is not installed, and CI=true requires it")
+		}
+		t.Skip("redis-server is not installed")
+	}
+	return bin
+}
+
+func TestStartKillRestartClose(t *testing.T) {
+	s, err := redisproc.Start(context.Background(), binary(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("a started server does not answer: %v", err)
+	}
+	if s.URL != "unix://"+s.Socket {
+		t.Fatalf("URL %q is not the socket %q", s.URL, s.Socket)
+	}
+	s.Kill()
+	if err := s.Ping(ctx); err == nil {
+		t.Fatal("a killed server still answers")
+	}
+	if _, err := os.Stat(s.Socket); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the socket of a killed server remains: %v", err)
+	}
+	if err := s.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("restarted server: %v", err)
+	}
+	s.Close()
+	if err := s.Ping(ctx); err == nil {
+		t.Fatal("a closed server still answers")
+	}
+	if _, err := os.Stat(s.Socket); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("Close left the socket: %v", err)
+	}
+	s.Close() // twice: nothing
+}
+
+func TestStartEndsWithItsContext(t *testing.T) {
+	bin := binary(t)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	want := errors.New("given up")
+	cancel(want)
+	if _, err := redisproc.Start(ctx, bin); !errors.Is(err, want) {
+		t.Fatalf("Start with an ended context: %v, want %v", err, want)
+	}
+}
+
+func TestStartFailsWithoutABinary(t *testing.T) {
+	if _, err := redisproc.Start(context.Background(), ""); err == nil {
+		t.Fatal("Start without a binary did not fail")
+	}
+	if _, err := redisproc.Start(context.Background(), "/nonexistent/redis-server"); err == nil {
+		t.Fatal("Start with a missing binary did not fail")
+	}
+	// A program that exits at once, without the log line.
+	if bin, err := exec.LookPath("true"); err == nil {
+		_, err := redisproc.Start(context.Background(), bin)
+		if err == nil || !strings.Contains(err.Error(), "exited before accepting connections") {
+			t.Fatalf("Start of a program that exits: %v", err)
+		}
+	}
+}
