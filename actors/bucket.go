@@ -545,7 +545,8 @@ func (b *bucket) dispatch(ctx actor.Context, l *lane, c *Call, conn *transport.C
 		template := c.Route.Method + " " + c.Route.Template
 		hash, _ := b.sys.store.Alias(template)
 		sr = &ratelimit.SharedRequest{Now: now, Route: c.Route.Key(), Template: template, Major: c.Route.Major, Hash: hash,
-			Global: global || !c.Route.GlobalExempt, Local: l.state, Window: l.window, Margin: l.state.Margin(now)}
+			Global: global || !c.Route.GlobalExempt, Local: l.state, Window: l.window, Margin: l.state.Margin(now),
+			Serial: l.serial}
 	}
 	if !b.sys.goWork(func() { b.sys.work(conn, c, self, sr) }) {
 		b.release(ctx, c, now, ratelimit.Headers{}, true)

@@ -58,6 +58,11 @@ type SharedRequest struct {
 	// Margin is how long after a window's estimated end it reopens
 	// (Bucket.Margin).
 	Margin time.Duration
+	// Serial asks for one request in flight at a time in the bucket,
+	// across processes: a route with a hidden sublimit (channel renames)
+	// or a bucket that met a shared or sublimit 429. The shared store also
+	// remembers the latter for every process.
+	Serial bool
 }
 
 // SharedGrant is the outcome of Reserve.

@@ -16,7 +16,8 @@ import "github.com/redis/go-redis/v9"
 //	                     answer confirmed, s when the window began (ms:
 //	                     requests reserved earlier may belong to an older
 //	                     one), x the X-RateLimit-Reset of the window (Unix
-//	                     ms, the server's clock), n 1 while a process waits for an answer on
+//	                     ms, the server's clock), z 1 once a shared or
+//	                     sublimit 429 was met (one at a time), n 1 while a process waits for an answer on
 //	                     this bucket
 //	P:f:<bucket>  zset   reservations in flight: lease -> expiry (ms)
 //	P:g           zset   global slots: lease -> held until (ms)
@@ -43,7 +44,7 @@ import "github.com/redis/go-redis/v9"
 // none), 12 caller's longest Reset-After ms, 13 reopening margin ms, 14
 // invalid-request limit (0: none), 15 its window in minutes, 16 how long a
 // bucket is kept after its window ms, 17 the hash the caller knows for
-// the template ("" if none).
+// the template ("" if none), 18 the caller sends one at a time here (0/1).
 //
 // Returns {granted 0/1, wait ms, scope, hash, notify-or-pioneer 0/1, bucket
 // key used}. When granted, the 5th is 1 for a pioneer; when refused, 1 if
@@ -98,10 +99,11 @@ end
 local B, F = P .. ':b:' .. key, P .. ':f:' .. key
 redis.call('ZREMRANGEBYSCORE', F, '-inf', now)
 local inflight = redis.call('ZCARD', F)
-local r = redis.call('HMGET', B, 'l', 'u', 'r', 'p', 'w', 'v', 's')
+local r = redis.call('HMGET', B, 'l', 'u', 'r', 'p', 'w', 'v', 's', 'z')
 local limit, used, reset = tonumber(r[1]) or 0, tonumber(r[2]) or 0, tonumber(r[3]) or 0
 local pause, win, prov = tonumber(r[4]) or 0, tonumber(r[5]) or 0, tonumber(r[6]) or 0
-local start = tonumber(r[7]) or 0
+local start, serial = tonumber(r[7]) or 0, r[8] == '1' or ARGV[18] == '1'
+
 if pause > now then
   return {0, pause - now, 'bucket', hash, 0, key}
 end
@@ -158,6 +160,11 @@ else
     end
     -- A new window; requests still in flight may be counted in it.
     used, reset, prov, start = inflight, now + math.max(win, 50) + margin, 1, now
+  end
+  if serial and inflight > 0 then
+    -- A limit no header shows (a hidden sublimit, or one met already):
+    -- one request at a time across every process.
+    return waitAnswer()
   end
   if used + holds >= limit then
     redis.call('HSET', B, 'l', limit, 'u', used, 'r', reset, 'w', win, 'v', prov, 's', start)
@@ -338,6 +345,10 @@ elseif limit > 0 then
 end
 if scope == 'user' or scope == 'shared' or scope == 'sublimit' then
   pause = math.max(pause, now + wait)
+end
+if scope == 'shared' or scope == 'sublimit' then
+  -- A limit no header shows: every process goes one at a time here now.
+  redis.call('HSET', TB, 'z', 1)
 end
 if limit > 0 or pause > now then
   redis.call('HSET', TB, 'l', limit, 'u', used, 'r', reset, 'p', pause, 'w', win, 'v', prov, 's', start, 'x', x)

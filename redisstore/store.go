@@ -368,7 +368,7 @@ func (s *Store) reserve(ctx context.Context, r ratelimit.SharedRequest) (ratelim
 		lease, r.Route, r.Template, r.Major, b2i(r.Global),
 		s.cfg.GlobalLimit, ms(s.cfg.GlobalPeriod), ms(s.cfg.LeaseTTL),
 		limit, remaining, resetIn, ms(r.Window), ms(r.Margin),
-		s.cfg.InvalidLimit, ms(s.cfg.InvalidWindow)/60000, ms(DefaultKeep), r.Hash).Slice()
+		s.cfg.InvalidLimit, ms(s.cfg.InvalidWindow)/60000, ms(DefaultKeep), r.Hash, b2i(r.Serial)).Slice()
 	if err != nil {
 		return ratelimit.SharedGrant{}, err
 	}

@@ -326,3 +326,45 @@ func TestOneRoundTripEachWay(t *testing.T) {
 	assert.EqualValues(t, 2, calls.n.Load(), "report")
 	assert.Zero(t, s.Stats().Errors)
 }
+
+// A limit no header shows goes one request at a time across processes:
+// a route the caller sends serially, and, once one process met a shared or
+// sublimit 429, the bucket for every process.
+func TestSerialAcrossProcesses(t *testing.T) {
+	srv := redistest.Start(t)
+	ns := Namespace("serial")
+	a := newStore(t, srv, Config{Namespace: ns})
+	b := newStore(t, srv, Config{Namespace: ns})
+	ctx := context.Background()
+	p := a.Reserve(ctx, request())
+	require.True(t, p.OK)
+	a.Report(ctx, p, answer(5, 4, time.Minute, "h"))
+
+	r := request()
+	r.Hash, r.Serial = "h", true
+	first := a.Reserve(ctx, r)
+	require.True(t, first.OK)
+	second := b.Reserve(ctx, r)
+	assert.False(t, second.OK, "a second serial request while one is in flight")
+	assert.True(t, second.Notify, "it waits for the first one's answer")
+
+	// The first meets a sublimit 429: from now on every process is serial
+	// there, also one that does not know the route is.
+	sub := answer(5, 3, time.Minute, "h")
+	sub.Status, sub.Verdict = 429, ratelimit.Verdict{Kind: ratelimit.Sublimit, Wait: 10 * time.Millisecond}
+	a.Report(ctx, first, sub)
+	plain := request()
+	plain.Hash = "h"
+	plain.Now = time.Now()
+	paused := b.Reserve(ctx, plain)
+	require.False(t, paused.OK, "the 429's pause holds every process")
+	require.LessOrEqual(t, paused.Wait, 10*time.Millisecond)
+	<-time.After(paused.Wait + time.Millisecond) // the pause the store told (whole ms), on Redis's clock
+	g := b.Reserve(ctx, plain)
+	require.True(t, g.OK, "after the pause: %+v", g)
+	again := a.Reserve(ctx, plain)
+	assert.False(t, again.OK, "one at a time once the sublimit was met")
+	assert.True(t, again.Notify)
+	b.Report(ctx, g, answer(5, 2, time.Minute, "h"))
+	assert.Zero(t, a.Stats().Errors+b.Stats().Errors)
+}
