@@ -692,6 +692,10 @@ func (b *bucket) deferred(ctx actor.Context, c *Call, m *resultMsg) {
 	l := b.release(ctx, c, m.at, ratelimit.Headers{}, true).resolve()
 	c.sends.Add(-1)
 	now := b.sys.now()
+	if b.draining != nil {
+		c.Complete(nil, b.draining) // Close began: nothing goes back in line
+		return
+	}
 	if g.Scope == "budget" {
 		// The invalid answers of every process on the token reached the
 		// budget.
