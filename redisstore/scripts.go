@@ -203,10 +203,10 @@ return {1, 0, '', hash, pioneer, key}
 // margin included; the 429 pause comes from 13), 9 X-RateLimit-Bucket ("" if none), 10 template, 11
 // major, 12 429 scope ("", user, shared, sublimit, global, ban), 13 its wait
 // ms, 14 counts as invalid (0/1), 15 held a global slot (0/1), 16 global
-// period ms, 17 extra margin added to 8 ms, 18 round trip ms, 19 how long a bucket
-// is kept after its window ms, 20 invalid-request window in minutes, 21
-// lease ttl ms (as reserved: a lease's score less it is its reservation
-// time), 22 X-RateLimit-Reset in Unix ms (0: none), which tells windows
+// period ms, 17 round trip ms, 18 how long a bucket is kept after its
+// window ms, 19 invalid-request window in minutes, 20 lease ttl ms (as
+// reserved: a lease's score less it is its reservation time), 21
+// X-RateLimit-Reset in Unix ms (0: none), which tells windows
 // apart.
 //
 // Returns the number of processes woken.
@@ -217,8 +217,8 @@ local sent, status, full = ARGV[3] == '1', tonumber(ARGV[4]), ARGV[5] == '1'
 local L, rem, ra = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local hash, tpl, major = ARGV[9], ARGV[10], ARGV[11]
 local scope, wait, invalid, global = ARGV[12], tonumber(ARGV[13]), ARGV[14] == '1', ARGV[15] == '1'
-local gPer, margin, rtt, keep, invMin = tonumber(ARGV[16]), tonumber(ARGV[17]), tonumber(ARGV[18]), tonumber(ARGV[19]), tonumber(ARGV[20])
-local ttl, dr = tonumber(ARGV[21]), tonumber(ARGV[22])
+local gPer, rtt, keep, invMin = tonumber(ARGV[16]), tonumber(ARGV[17]), tonumber(ARGV[18]), tonumber(ARGV[19])
+local ttl, dr = tonumber(ARGV[20]), tonumber(ARGV[21])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local woken = 0
@@ -305,7 +305,7 @@ if target ~= key then
 end
 
 if full and scope ~= 'global' and scope ~= 'ban' then
-  local e = now + ra + margin
+  local e = now + ra
   if limit == 0 then
     -- The pioneer's answer: the bucket becomes known.
     limit, used, reset, prov, start, x = L, math.max(L - rem, inflight + 1), e, 0, reservedAt, dr

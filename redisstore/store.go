@@ -311,6 +311,13 @@ func (s *Store) Reserve(ctx context.Context, r ratelimit.SharedRequest) ratelimi
 	}
 	g, err := s.reserve(ctx, r)
 	switch {
+	case err != nil && ctx.Err() != nil:
+		// The caller's context ended (the request was cancelled, its
+		// attempt timed out, Close): not Redis's fault, and nothing to send.
+		if mode == Recovering {
+			s.fb.report(local, ratelimit.SharedAnswer{Now: r.Now})
+		}
+		return ratelimit.SharedGrant{Scope: "bucket"}
 	case err != nil:
 		s.failed(err, r.Now)
 		if mode == Recovering {
@@ -420,14 +427,12 @@ func (s *Store) report(ctx context.Context, lease string, g ratelimit.SharedGran
 		scope = a.Verdict.Kind.Scope()
 	}
 	invalid := a.Sent && ratelimit.CountsAsInvalid(a.Status, a.Verdict)
-	// The window's end as a duration from now: from the server's clock
-	// when the caller could read it (Headers.Reopen), else Reset-After
-	// less the time since the answer came.
+	// The window's end as a duration from now, as ratelimit.Bucket
+	// estimates it: the receive time plus Reset-After (late by the return
+	// trip already), or, if earlier, the server clock's reopening plus
+	// ReopenMargin, trusted only if it is not before the request's send
+	// time plus Reset-After.
 	now := s.cfg.Clock()
-	// As ratelimit.Bucket estimates it: the receive time plus Reset-After
-	// (late by the return trip already), or, if earlier, the server
-	// clock's reopening plus ReopenMargin, trusted only if it is not
-	// before the request's send time plus Reset-After.
 	resetIn := h.ResetAfter - now.Sub(a.Now)
 	if sent := a.Now.Add(-a.RoundTrip); !h.Reopen.IsZero() && !h.Reopen.Before(sent.Add(h.ResetAfter)) {
 		resetIn = min(resetIn, h.Reopen.Add(ratelimit.ReopenMargin).Sub(now))
@@ -440,7 +445,7 @@ func (s *Store) report(ctx context.Context, lease string, g ratelimit.SharedGran
 		lease, g.Key, b2i(a.Sent), a.Status, b2i(full),
 		h.Limit, h.Remaining, ms(max(resetIn, time.Millisecond)), hash, a.Template, a.Major,
 		scope, ms(a.Verdict.Wait), b2i(invalid), b2i(g.Global),
-		ms(s.cfg.GlobalPeriod), 0, ms(a.RoundTrip), ms(DefaultKeep), ms(s.cfg.InvalidWindow)/60000,
+		ms(s.cfg.GlobalPeriod), ms(a.RoundTrip), ms(DefaultKeep), ms(s.cfg.InvalidWindow)/60000,
 		ms(s.cfg.LeaseTTL), resetMs).Err()
 }
 

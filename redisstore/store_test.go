@@ -368,3 +368,16 @@ func TestSerialAcrossProcesses(t *testing.T) {
 	b.Report(ctx, g, answer(5, 2, time.Minute, "h"))
 	assert.Zero(t, a.Stats().Errors+b.Stats().Errors)
 }
+
+// A caller whose context ended while it reserved is refused, and Redis is
+// not taken for unreachable because of it.
+func TestCancelledCallerIsNotAnOutage(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, srv, Config{Namespace: Namespace("cancel")})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	g := s.Reserve(ctx, request())
+	assert.False(t, g.OK)
+	assert.Equal(t, Shared, s.Mode(), "a cancelled request switched the store to its fallback")
+	assert.True(t, s.Reserve(context.Background(), request()).OK)
+}
