@@ -462,10 +462,15 @@ func TestSharedInvalidRequestBudget(t *testing.T) {
 		assert.Equal(t, http.StatusForbidden, resp.StatusCode)
 		resp.Body.Close()
 	}
-	// Each saw 2 of the 4: only the shared count reaches the budget.
-	_, err = a.Do(ctx, req("GET", "/channels/1/messages", ""))
+	// Answers are counted in Redis after their callers have them: Close
+	// waits for that. Each saw 2 of the 4; only the shared count reaches
+	// the budget, and a third process, which saw none, refuses.
+	require.NoError(t, a.Close(ctx))
+	require.NoError(t, b.Close(ctx))
+	c, _ := sharedPair(t, srv, rs, sluice.Options{InvalidRequestLimit: 4}, nil)
+	_, err = c.Do(ctx, req("GET", "/channels/1/messages", ""))
 	var be *sluice.BudgetError
-	require.ErrorAs(t, err, &be, "the budget spent by both processes refuses A's next request")
+	require.ErrorAs(t, err, &be, "the budget spent by two processes refuses a third's request")
 	assert.ErrorIs(t, err, sluice.ErrInvalidRequestBudget)
 	assert.Greater(t, be.RetryAfter, time.Duration(0))
 }

@@ -607,20 +607,24 @@ func (s *System) work(conn *transport.Conn, c *Call, bucket *actor.PID, sr *rate
 	reported := false
 	var grant ratelimit.SharedGrant
 	var shared *ratelimit.SharedAnswer // the answer to report to Shared, once the caller has it
+	// toShared reports the answer to the shared store, once.
+	toShared := func() {
+		if shared != nil {
+			s.cfg.Shared.Report(context.Background(), grant, *shared)
+			shared = nil
+		}
+	}
 	report := func(m *resultMsg) {
 		reported = true
 		// A pioneer's answer reaches the shared store first: the bucket
 		// actor pipelines as soon as it learns the bucket, and the store
 		// must know it by then. Other answers only correct it: off the
-		// caller's path.
-		first := shared != nil && grant.Pioneer
-		if first {
-			s.cfg.Shared.Report(context.Background(), grant, *shared)
+		// caller's path. (A global 429 was reported already.)
+		if grant.Pioneer {
+			toShared()
 		}
 		s.root.Send(bucket, m)
-		if shared != nil && !first {
-			s.cfg.Shared.Report(context.Background(), grant, *shared)
-		}
+		toShared()
 	}
 	defer func() {
 		if r := recover(); r != nil && !reported {
@@ -701,6 +705,7 @@ func (s *System) work(conn *transport.Conn, c *Call, bucket *actor.PID, sr *rate
 		// reservations from now on, before any actor hears of it.
 		until := at.Add(m.verdict.Wait)
 		s.global.Block(until)
+		toShared() // and every other process's, before anything here moves
 		s.root.Send(s.sup, &globalHitMsg{until: until})
 	}
 	resp.Body = io.NopCloser(bytes.NewReader(body))
