@@ -621,7 +621,7 @@ func (b *bucket) result(ctx actor.Context, m *resultMsg) {
 	h := m.headers
 	answered := m.resp != nil || h.Has.RateLimit
 	if answered {
-		b.sys.clock.Observe(c.sentAt, h)
+		b.sys.clock.Observe(m.wired, m.at, h)
 		b.sys.clock.Annotate(&h)
 	}
 	var ns *notSentError

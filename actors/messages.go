@@ -35,7 +35,11 @@ type resultMsg struct {
 	call *Call
 	// at is when the response headers arrived (or the attempt failed): the
 	// time every window computed from this answer starts from.
-	at      time.Time
+	at time.Time
+	// wired is when the request's headers were written to the connection
+	// (zero if it was not sent): the send time of the server clock's
+	// sample (bucket.result).
+	wired   time.Time
 	resp    *http.Response // body fully read and replaced by a buffer
 	headers ratelimit.Headers
 	verdict ratelimit.Verdict

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"slices"
 	"strings"
@@ -655,6 +656,17 @@ func (s *System) work(conn *transport.Conn, c *Call, bucket *actor.PID, sr *rate
 		}
 		shared = &ratelimit.SharedAnswer{Template: sr.Template, Major: sr.Major}
 	}
+	// wire is when the request's headers were written to the connection:
+	// the local time nearest its arrival at the server, which the server
+	// clock's samples need (ratelimit.ServerClock). c.sentAt, when the
+	// actor handed it over, can be far earlier under load (this
+	// goroutine's start, the body, the connection's write lock), and a
+	// sample taken from it would have later requests counted early.
+	var wire atomic.Pointer[time.Time]
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteHeaders: func() {
+		t := s.now()
+		wire.Store(&t)
+	}})
 	req, err := s.prepare(ctx, c)
 	if err != nil {
 		if shared != nil {
@@ -663,8 +675,13 @@ func (s *System) work(conn *transport.Conn, c *Call, bucket *actor.PID, sr *rate
 		report(&resultMsg{call: c, at: s.now(), err: &notSentError{err}})
 		return
 	}
+	handed := s.now()
 	resp, err := conn.RoundTrip(req)
 	at := s.now()
+	wired := handed
+	if t := wire.Load(); t != nil {
+		wired = *t
+	}
 	if shared != nil {
 		shared.Now, shared.Sent, shared.RoundTrip = at, true, at.Sub(c.sentAt)
 	}
@@ -676,7 +693,7 @@ func (s *System) work(conn *transport.Conn, c *Call, bucket *actor.PID, sr *rate
 		return
 	}
 	s.lastAnswer.Store(at.UnixNano())
-	m := &resultMsg{call: c, at: at}
+	m := &resultMsg{call: c, at: at, wired: wired}
 	h, herr := ratelimit.ParseHeaders(resp.Header, at)
 	if herr != nil {
 		s.log.Warn("sluice: malformed rate-limit headers", slog.String("route", c.Route.Redacted()), slog.String("error", herr.Error()))

@@ -19,8 +19,8 @@ const (
 	// ReopenMargin is how long after the reopening time read from the
 	// server's clock (Headers.Reopen) a bucket reopens while Discord keeps
 	// the time it announces. It covers a request that reaches Discord
-	// faster than every one of the last 64 by more than their spread
-	// (ServerClock's lead is a minimum over those) and the rounding of
+	// faster than every one of the last 64 by more than their range
+	// (ServerClock's lead is a minimum over those, less their range) and the rounding of
 	// X-RateLimit-Reset beyond ResetPrecision; 10 ms is about 1% of a
 	// one-second window. An
 	// estimate from the receive time alone is late by the whole return

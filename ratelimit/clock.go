@@ -53,51 +53,78 @@ const (
 //	serverAt = Reset - ResetAfter
 //
 // is the server's clock at that moment. For a request sent at local time
-// sent, the sample
+// sent and answered at local time received, the sample
 //
 //	phi = serverAt - sent
 //
 // is the offset of the server's clock from ours plus the forward trip of this
-// request. Lead is the smallest phi of the last ClockSamples answers, or
-// less: the smallest phi ever seen, risen by LeadRise per minute since, so a
-// burst that slows every recent trip does not make the next fast one early. A
-// request sent at local time T is counted at server time T + phi_j with
-// phi_j >= Lead, up to the jitter below the smallest phi seen. So the
-// earliest local send time whose request the server counts no earlier than
-// server time S is
+// request, and phi - (received - sent), the offset less the return trip, is
+// a lower bound of the offset that no trip can break. From the last
+// ClockSamples answers the clock keeps
 //
-//	Local(S) = S - Lead + ResetPrecision + Spread
+//   - Fast, the smallest phi, or less: the smallest phi ever seen, risen by
+//     LeadRise per minute since, so that a request as fast as one was
+//     minutes earlier is not counted early after a burst slowed every
+//     recent one;
+//   - Range, the largest phi less the smallest: how much the trips differ
+//     among themselves;
+//   - Bound, the largest phi - (received - sent).
 //
-// where Spread, the distance between the two smallest samples, estimates how
-// far below the smallest sample the next one may fall (it is 0 to 1 ms when
-// the forward trip does not jitter, as with sluicetest, which delays only
-// answers). Local answers once ClockWarm samples are kept.
+// and uses
+//
+//	Lead = max(Bound, Fast - Range), at most Fast
+//
+// A request sent at local time T is counted at server time T + phi_j, and
+// phi_j >= offset >= Bound, so the earliest local send time whose request
+// the server counts no earlier than server time S is at most
+//
+//	Local(S) = S - Lead + ResetPrecision
+//
+// Local answers once ClockWarm samples are kept.
 //
 // For example, with the server's clock 100 ms ahead of ours, a forward trip
 // of 80 ms and a return trip of 120 ms: a request sent at 12:00:00.000
 // (local) is counted at 12:00:00.180 (server) in a window that ends at
 // 12:00:01.180, and answered at 12:00:00.200 (local) with Reset-After 1.000
-// and Reset 12:00:01.180. Then serverAt = 12:00:00.180 and phi = 180 ms; if
-// the answers before it had the same trips, Lead = 180 ms, Spread = 0 and
-// Local(Reset) = 12:00:01.180 - 0.180 + 0.001 = 12:00:01.001, while the
-// receive time plus Reset-After says 12:00:01.200: 199 ms (the return trip
-// less the precision) later. A request sent at 12:00:01.001 is counted at
-// 12:00:01.181 by the server's clock, after the reset. TestReopenStepByStep
-// walks through the same numbers, on to the bucket's reopening.
+// and Reset 12:00:01.180. Then serverAt = 12:00:00.180, phi = 180 ms and the
+// bound -20 ms; if the answers before it had the same trips, Range = 0, Lead
+// = 180 ms and Local(Reset) = 12:00:01.180 - 0.180 + 0.001 = 12:00:01.001,
+// while the receive time plus Reset-After says 12:00:01.200: 199 ms (the
+// return trip less the precision) later. A request sent at 12:00:01.001 is
+// counted at 12:00:01.181 by the server's clock, after the reset.
+// TestReopenStepByStep walks through the same numbers, on to the bucket's
+// reopening.
 //
-// # Why the minimum
+// # Why the minimum, less the range
 //
 // Local must never be early: a request sent before the server's reset is
 // counted in the old, exhausted window and gets a 429. phi_j varies with the
 // forward trip of each request, and the smallest phi seen is the best
-// available bound on how early a request can be counted: any larger value
-// (the mean, the latest sample) sends too early whenever a request travels
-// faster than that. The minimum is also safe when a clock steps: a step that
-// lowers phi takes effect with the next sample, and one that raises it only
-// makes Local later until the old samples leave the ring. A request faster
-// than every one of the last 64 by more than Spread is what the bucket's
-// ReopenMargin covers, and a server that reopens later than it announced is
-// what [Bucket.LateReopen] learns.
+// available bound on how early a request can be counted, as long as the
+// trips ahead are like the trips seen: any larger value (the mean, the
+// latest sample) sends too early whenever a request travels faster than
+// that. They are not always alike. Every answer of a burst sent at once
+// (a cold start, with connections being set up and the server's handlers
+// queued) may have come 15 ms slower than the next lone request: the
+// smallest of those samples then makes the lone request early by 15 ms,
+// which no fixed margin covers. So the lead is lowered by how much the
+// kept trips differ among themselves (a burst's queue spreads them as much
+// as it delays the first), and never further than Bound, which holds
+// whatever the trips: once a quick answer has come (a small received -
+// sent), Bound is within its round trip of the offset and the lead is
+// tight again. With steady trips Range is near zero and Lead the smallest
+// phi. A request faster than every one kept by more than their range is
+// what the bucket's ReopenMargin covers, and a server that reopens later
+// than it announced is what [Bucket.LateReopen] learns. The minimum is also
+// safe when a clock steps: a step that lowers phi takes effect with the
+// next sample, and one that raises it only makes Local later until the old
+// samples leave the ring.
+//
+// The send time of a sample should be as close to the wire as the caller
+// can take it (package actors takes the moment the request's headers were
+// written): a send time taken earlier, while the request waited for a
+// goroutine or a connection, adds that wait to phi and moves Local early
+// for a request that does not wait.
 //
 // Every method takes the time as an argument. Local times should come from
 // one clock that also reads wall time (time.Now values): phi compares the
@@ -109,10 +136,10 @@ const (
 type ServerClock struct {
 	mu     sync.Mutex
 	phis   [ClockSamples]time.Duration // ring of samples
+	lows   [ClockSamples]time.Duration // phi - round trip of each; noLow if unknown
 	n      int                         // samples kept, <= ClockSamples
 	next   int                         // ring position of the next sample
-	lead   time.Duration               // min(smallest of phis[:n], the floor)
-	spread time.Duration               // second smallest less the smallest (0 if n < 2)
+	lead   time.Duration               // max(bound, fast - range), at most fast
 	anchor time.Time                   // sent time of the latest sample
 	// floor is the smallest lead ever seen, rising by LeadRise per minute
 	// since floorAt.
@@ -120,12 +147,17 @@ type ServerClock struct {
 	floorAt time.Time
 }
 
-// Observe records the answer to a request sent at local time sent. It uses h
-// only if it has both Reset and ResetAfter; a sample whose lead is further
-// than an hour from zero (a broken header, or a Reset-After cut to MaxWait)
-// is ignored, as is a zero sent. Call it for every answer that carries the
-// headers, 429s included, before [ServerClock.Annotate].
-func (c *ServerClock) Observe(sent time.Time, h Headers) {
+// noLow marks a sample whose answer time is unknown: it bounds nothing.
+const noLow = time.Duration(-1 << 63)
+
+// Observe records the answer, received at local time received, to a
+// request sent at local time sent. It uses h only if it has both Reset and
+// ResetAfter; a sample whose lead is further than an hour from zero (a
+// broken header, or a Reset-After cut to MaxWait) is ignored, as is a zero
+// sent. A zero received (or one before sent) adds no Bound. Call it for
+// every answer that carries the headers, 429s included, before
+// [ServerClock.Annotate].
+func (c *ServerClock) Observe(sent, received time.Time, h Headers) {
 	if sent.IsZero() || !h.Has.Reset || !h.Has.ResetAfter {
 		return
 	}
@@ -133,39 +165,39 @@ func (c *ServerClock) Observe(sent time.Time, h Headers) {
 	if phi > maxLead || phi < -maxLead {
 		return
 	}
+	low := noLow
+	if !received.IsZero() && !received.Before(sent) {
+		low = phi - received.Sub(sent)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.phis[c.next] = phi
+	c.phis[c.next], c.lows[c.next] = phi, low
 	c.next = (c.next + 1) % ClockSamples
 	c.n = min(c.n+1, ClockSamples)
-	first, second := c.phis[0], time.Duration(maxLead+1)
-	for _, p := range c.phis[1:c.n] {
-		if p < first {
-			first, second = p, first
-		} else if p < second {
-			second = p
-		}
-	}
-	c.lead, c.spread = first, 0
-	if c.n > 1 {
-		c.spread = second - first
+	smallest, largest, bound := c.phis[0], c.phis[0], c.lows[0]
+	for i := 1; i < c.n; i++ {
+		smallest, largest, bound = min(smallest, c.phis[i]), max(largest, c.phis[i]), max(bound, c.lows[i])
 	}
 	if c.floorAt.IsZero() || phi <= c.floorAtTime(sent) {
 		c.floor, c.floorAt = phi, sent
 	}
-	c.lead = min(c.lead, c.floorAtTime(sent))
+	fast := min(smallest, c.floorAtTime(sent))
+	c.lead = fast - (largest - smallest)
+	if bound != noLow {
+		c.lead = min(fast, max(c.lead, bound))
+	}
 	c.anchor = sent
 }
 
-// floorAt_ is the floor at local time t: the smallest lead seen, risen by
-// LeadRise per second since.
+// floorAtTime is the floor at local time t: the smallest lead seen, risen
+// by LeadRise per minute since.
 func (c *ServerClock) floorAtTime(t time.Time) time.Duration {
 	return c.floor + time.Duration(float64(LeadRise)*t.Sub(c.floorAt).Minutes())
 }
 
-// Lead returns the smallest lead over the kept samples: how far ahead of
-// the local send time the server's clock reads, at the soonest, when it
-// counts a request. ok is false before the first sample.
+// Lead returns the lead Local uses: how far ahead of the local send time
+// the server's clock reads, at the soonest, when it counts a request (see
+// ServerClock). ok is false before the first sample.
 func (c *ServerClock) Lead() (lead time.Duration, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -174,8 +206,8 @@ func (c *ServerClock) Lead() (lead time.Duration, ok bool) {
 
 // Local converts the server time server to the earliest local send time
 // whose request the server counts no earlier than server: server - Lead +
-// ResetPrecision + Spread (see ServerClock). ok is false, and the time zero,
-// while fewer than ClockWarm samples are kept.
+// ResetPrecision (see ServerClock). ok is false, and the time zero, while
+// fewer than ClockWarm samples are kept.
 func (c *ServerClock) Local(server time.Time) (local time.Time, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -188,7 +220,7 @@ func (c *ServerClock) local(server time.Time) (time.Time, bool) {
 	}
 	// server carries no monotonic reading, so Sub uses wall times; Add
 	// keeps the anchor's monotonic reading in the result.
-	return c.anchor.Add(server.Sub(c.anchor) - c.lead + ResetPrecision + c.spread), true
+	return c.anchor.Add(server.Sub(c.anchor) - c.lead + ResetPrecision), true
 }
 
 // Annotate sets h.Reopen to Local(h.Reset), the local time at which the

@@ -49,10 +49,11 @@
 // compares X-RateLimit-Reset with the local clock directly: it learns the
 // offset, plus the fastest forward trip, from Reset - Reset-After, the
 // server's time when it counted a request, less that request's send time,
-// and takes the minimum over the last 64 answers (once it has 16), plus the
-// distance between the two smallest, so that a converted time is early only
-// for a request faster than all of those by more than that (which
-// ReopenMargin covers). Of the responses of one window (same X-RateLimit-Reset) the
+// and takes the minimum over the last 64 answers (once it has 16), less
+// how much those differ among themselves but never below what no trip can
+// break (the same less the round trip), so that a converted time is early
+// only for a request faster than all of those by more than their range
+// (which ReopenMargin covers). Of the responses of one window (same X-RateLimit-Reset) the
 // earliest estimate wins. TestReopenStepByStep shows one reopening with
 // numbers.
 //

@@ -26,11 +26,10 @@ const (
 // then for one more period: the server counted it at some moment between
 // the two, and only this keeps every server-side window within n whatever
 // the latency and its jitter. Settle may be given, instead of the answer's
-// arrival, [ServerClock.CountedAt] (the earliest local send time whose
-// request the server counts no earlier than this one): that releases the
-// slot up to a return trip sooner, and keeps the guarantee as long as no
-// request travels faster than the clock's recent samples by more than their
-// spread. A request that was never sent gives its slot back with Cancel.
+// arrival, the earliest local send time whose request the server counts no
+// earlier than this one ([ServerClock.Local] of the server's count time):
+// that releases the slot up to a return trip sooner, and keeps the
+// guarantee as long as no request travels faster than the clock's lead. A request that was never sent gives its slot back with Cancel.
 // Every successful Reserve must be followed by exactly one Settle or Cancel.
 //
 // Invariant: for every instant t, the requests with reservedAt <= t <
@@ -109,7 +108,7 @@ func (w *SlidingWindow) ReserveKeeping(now time.Time, keep int) (ok bool) {
 }
 
 // Settle records that a reserved request was answered at now (or counted
-// by the server at now, as [ServerClock.CountedAt] reckons it): its slot is
+// by the server at now, as [ServerClock.Local] reckons it): its slot is
 // held until now plus the period. Without a reservation in flight it does
 // nothing.
 func (w *SlidingWindow) Settle(now time.Time) {
