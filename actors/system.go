@@ -662,10 +662,10 @@ func (s *System) work(conn *transport.Conn, c *Call, bucket *actor.PID, sr *rate
 	// actor handed it over, can be far earlier under load (this
 	// goroutine's start, the body, the connection's write lock), and a
 	// sample taken from it would have later requests counted early.
-	var wire atomic.Pointer[time.Time]
+	base := s.now()
+	var wire atomic.Int64 // since base, +1 so that 0 means "not written"
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteHeaders: func() {
-		t := s.now()
-		wire.Store(&t)
+		wire.Store(int64(s.now().Sub(base)) + 1)
 	}})
 	req, err := s.prepare(ctx, c)
 	if err != nil {
@@ -679,8 +679,8 @@ func (s *System) work(conn *transport.Conn, c *Call, bucket *actor.PID, sr *rate
 	resp, err := conn.RoundTrip(req)
 	at := s.now()
 	wired := handed
-	if t := wire.Load(); t != nil {
-		wired = *t
+	if d := wire.Load(); d > 0 {
+		wired = base.Add(time.Duration(d - 1))
 	}
 	if shared != nil {
 		shared.Now, shared.Sent, shared.RoundTrip = at, true, at.Sub(c.sentAt)

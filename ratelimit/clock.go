@@ -75,12 +75,14 @@ const (
 //	Lead = max(Bound, Fast - Range), at most Fast
 //
 // A request sent at local time T is counted at server time T + phi_j, and
-// phi_j >= offset >= Bound, so the earliest local send time whose request
-// the server counts no earlier than server time S is at most
+// phi_j >= offset >= Bound, so with
 //
 //	Local(S) = S - Lead + ResetPrecision
 //
-// Local answers once ClockWarm samples are kept.
+// a request sent at Local(S) or later is counted no earlier than server time
+// S whenever its phi_j >= Lead: always when Lead is Bound, and otherwise as
+// long as no trip is faster than the fastest kept by more than their range
+// (see below). Local answers once ClockWarm samples are kept.
 //
 // For example, with the server's clock 100 ms ahead of ours, a forward trip
 // of 80 ms and a return trip of 120 ms: a request sent at 12:00:00.000
