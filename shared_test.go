@@ -291,6 +291,9 @@ func TestSharedLimitsAcrossProcesses(t *testing.T) {
 					for _, e := range b.Timeline {
 						t.Logf("%s %+v", b.Key, e)
 					}
+					for i, r := range res {
+						t.Logf("process %d: %+v", i, r.Shared)
+					}
 				}
 			}
 			assert.LessOrEqual(t, st.MaxGlobalWindow, sharedGlobal)
@@ -378,7 +381,9 @@ func TestSharedLimitsSurviveRedisDying(t *testing.T) {
 	assert.GreaterOrEqual(t, outages, int64(sharedProcesses), "every process noticed the outage")
 	assert.Positive(t, fallback, "requests were counted locally meanwhile")
 	srv.AssertNoViolations(t)
-	if os.Getenv("DBG") != "" {
+	if os.Getenv("DBG") != "" || t.Failed() {
+		// The server's count, to tell which phase went over (the times
+		// of the kill and the restart are logged above).
 		for _, b := range srv.Stats().Buckets {
 			for _, e := range b.Timeline {
 				t.Logf("%v %d %d", e.At.Round(time.Millisecond), e.Status, e.Remaining)

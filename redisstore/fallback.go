@@ -1,6 +1,8 @@
 package redisstore
 
 import (
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -11,16 +13,35 @@ import (
 // drops the windows that ended.
 const fallbackSweep = 4096
 
+// sameWindow is how far apart two X-RateLimit-Reset values may be and still
+// name one window (the header has millisecond precision; Discord's varies by
+// a millisecond or two within a window).
+const sameWindow = 5 * time.Millisecond
+
 // fallback counts limits locally while Redis is unreachable, with a share of
 // each: the global window admits k = floor(limit × share) (at least 1) in
 // any period (a sliding window), and each bucket k = floor(its limit ×
-// share) (at least 1) in any interval as long as its window, spaced evenly
-// (one every window/k). The processes' views of a bucket's window drift
-// apart without Redis, so a count per window would let two of one
-// process's windows meet one of Discord's; evenly spaced, a process's
-// requests fit any window Discord opens. With N processes each on 1/N, the
-// total stays within every limit, but for buckets whose limit is below N:
-// each process still sends one per window there (docs/scale-out.md).
+// share) (at least 1) per window, under two rules that must both admit a
+// request:
+//
+//   - Spacing: one every window/k. The processes' views of a bucket's
+//     window drift apart without Redis, so a count per window alone would
+//     let two of one process's windows meet one of Discord's; evenly
+//     spaced, a process's requests fit any window Discord opens.
+//   - A count per Discord window: this process's answered requests that
+//     Discord counted in its current window (told apart by
+//     X-RateLimit-Reset, never by timing), plus every request of its still
+//     in flight, stay below k. Spacing alone holds only while requests
+//     reach Discord as evenly as they leave: a stall (a pause of the
+//     server, a congested link, a GC pause) at a window's start delivers
+//     the requests of a longer span into one window, and with N processes
+//     each one over, the total is over. An in-flight request is counted
+//     in the current window whichever window it lands in, so no stall puts
+//     more than k of this process's in one.
+//
+// With N processes each on 1/N, the total stays within every limit, but for
+// buckets whose limit is below N: each process still sends one per window
+// there (docs/scale-out.md).
 //
 // What other processes sent through Redis before the switch is unknown, so
 // at the switch the fallback sends nothing for one global period, and
@@ -34,15 +55,28 @@ type fallback struct {
 	buckets map[string]*fbWindow
 	since   time.Time // the last switch to the fallback
 	period  time.Duration
+	seq     uint64 // grants so far, across buckets and switches
 }
 
-// fbWindow is one bucket as this process paces it in fallback: next is
-// when its next request may go; held, while the window under way at the
-// switch lasts.
+// fbWindow is one bucket as this process paces it in fallback.
+//
+// Invariants (under fallback.mu): inflight counts the grants of this
+// window whose Report has not come; used counts answers Discord counted in
+// the window named win, as long as the local clock is before ends (the
+// latest end any of them implies, late by their return trips: never
+// early); a reservation is granted only if used + inflight < k and now is
+// at or after both next and held.
 type fbWindow struct {
-	next  time.Time
-	held  time.Time
-	count int // granted and not given back (for Refund)
+	next     time.Time // spacing: when the next request may go
+	prevNext time.Time // next before the latest grant, for its refund
+	held     time.Time // the window under way at the switch lasts until then
+	first    uint64    // the first grant's sequence number in this window
+	last     uint64    // the latest grant's
+	inflight int
+	win      time.Time // X-RateLimit-Reset of the newest window answered
+	ends     time.Time // local time it ends at the latest
+	used     int
+	window   time.Duration // the bucket's window, margin included
 }
 
 func newFallback(limit int, period time.Duration, share func() float64) *fallback {
@@ -62,6 +96,18 @@ func (f *fallback) enter(now time.Time) {
 // portion returns floor(n × share), at least 1.
 func (f *fallback) portion(n int) int { return max(1, int(float64(n)*f.share())) }
 
+// grantKey names a grant for Report: its bucket's key and sequence number.
+func grantKey(key string, seq uint64) string { return key + "#" + strconv.FormatUint(seq, 36) }
+
+func parseGrantKey(k string) (key string, seq uint64) {
+	i := strings.LastIndexByte(k, '#')
+	if i < 0 {
+		return k, 0
+	}
+	seq, _ = strconv.ParseUint(k[i+1:], 36, 64)
+	return k[:i], seq
+}
+
 func (f *fallback) reserve(r ratelimit.SharedRequest) ratelimit.SharedGrant {
 	refuse := func(scope string, wait time.Duration) ratelimit.SharedGrant {
 		return ratelimit.SharedGrant{Scope: scope, Wait: max(wait, time.Millisecond), Local: true}
@@ -78,7 +124,7 @@ func (f *fallback) reserve(r ratelimit.SharedRequest) ratelimit.SharedGrant {
 	defer f.mu.Unlock()
 	if len(f.buckets) > fallbackSweep {
 		for k, w := range f.buckets {
-			if !r.Now.Before(later(w.next, w.held)) {
+			if w.inflight == 0 && !r.Now.Before(later(later(w.next, w.held), w.ends)) {
 				delete(f.buckets, k)
 			}
 		}
@@ -89,28 +135,45 @@ func (f *fallback) reserve(r ratelimit.SharedRequest) ratelimit.SharedGrant {
 	}
 	w := f.buckets[key]
 	if w == nil {
-		w = &fbWindow{}
+		w = &fbWindow{first: f.seq + 1}
 		f.buckets[key] = w
 	}
 	limit := 1 // unknown: one at a time, as the caller's pioneer goes
 	if r.Local.Known {
 		limit = r.Local.Limit
 	}
-	window := max(r.Window, 50*time.Millisecond) + r.Margin
-	if r.Local.Known && r.Local.ResetAt.After(r.Now) && !r.Local.ResetAt.After(f.since.Add(window)) {
+	k := f.portion(limit)
+	w.window = max(r.Window, 50*time.Millisecond) + r.Margin
+	if r.Local.Known && r.Local.ResetAt.After(r.Now) && !r.Local.ResetAt.After(f.since.Add(w.window)) {
 		// The window under way began before the switch: other processes
 		// may have used it through Redis.
 		w.held = later(w.held, r.Local.ResetAt)
 	}
-	if at := later(w.next, w.held); r.Now.Before(at) {
+	if !r.Now.Before(w.ends) {
+		w.used = 0 // Discord's window ended: the next one is counted afresh
+	}
+	wait := later(w.next, w.held).Sub(r.Now)
+	if w.used+w.inflight >= k {
+		// Full for this process: until the window ends if its own answers
+		// filled it, else until an answer (at most a spacing step).
+		full := w.window / time.Duration(k)
+		if w.used > 0 {
+			full = w.ends.Sub(r.Now)
+		}
+		wait = max(wait, full)
+	}
+	if wait > 0 {
 		if r.Global {
 			f.global.Cancel(r.Now)
 		}
-		return refuse("bucket", at.Sub(r.Now))
+		return refuse("bucket", wait)
 	}
-	w.next = r.Now.Add(window / time.Duration(f.portion(limit)))
-	w.count++
-	return ratelimit.SharedGrant{OK: true, Local: true, Key: key, Lease: joinLease("", key), Global: r.Global}
+	f.seq++
+	w.last, w.prevNext = f.seq, w.next
+	w.next = r.Now.Add(w.window / time.Duration(k))
+	w.inflight++
+	gk := grantKey(key, f.seq)
+	return ratelimit.SharedGrant{OK: true, Local: true, Key: gk, Lease: joinLease("", gk), Global: r.Global}
 }
 
 func later(a, b time.Time) time.Time {
@@ -129,16 +192,41 @@ func (f *fallback) report(g ratelimit.SharedGrant, a ratelimit.SharedAnswer) {
 			f.global.Cancel(a.Now)
 		}
 	}
-	if a.Sent {
-		if a.Status == 429 && a.Verdict.Kind == ratelimit.GlobalLimit {
-			f.global.Block(a.Now.Add(a.Verdict.Wait))
+	if a.Sent && a.Status == 429 && a.Verdict.Kind == ratelimit.GlobalLimit {
+		f.global.Block(a.Now.Add(a.Verdict.Wait))
+	}
+	key, seq := parseGrantKey(g.Key)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	w := f.buckets[key]
+	if w == nil || seq < w.first || seq > w.last {
+		return // granted before the last switch: its window was cleared
+	}
+	w.inflight--
+	if !a.Sent {
+		if seq == w.last {
+			// The latest grant never went: its turn goes to the next one.
+			// (An earlier one's cannot: a later request went after it.)
+			w.next = w.prevNext
 		}
 		return
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if w := f.buckets[g.Key]; w != nil && w.count > 0 {
-		w.count--
-		w.next = a.Now // never sent: its turn goes to the next one
+	h := a.Headers
+	if !h.Has.Reset || !h.Has.ResetAfter {
+		// No window named (no headers: a lost answer, a 5xx): it was
+		// probably counted, in a window that ends within one from now.
+		w.used++
+		w.ends = later(w.ends, a.Now.Add(w.window))
+		return
+	}
+	end := a.Now.Add(h.ResetAfter)
+	switch d := h.Reset.Sub(w.win); {
+	case w.win.IsZero() || d > sameWindow:
+		w.win, w.used, w.ends = h.Reset, 1, end // a newer window
+	case d < -sameWindow:
+		// an older window's answer: nothing to count in this one
+	default:
+		w.used++
+		w.ends = later(w.ends, end)
 	}
 }
