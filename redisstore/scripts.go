@@ -23,6 +23,8 @@ import "github.com/redis/go-redis/v9"
 //	P:g           zset   global slots: lease -> held until (ms)
 //	P:m:<major>   zset   the first pioneer in flight of a template no process
 //	                     has seen answered, per major parameters
+//	P:k:<major>   set    the known buckets (by hash) of the major parameters,
+//	                     where such a pioneer may land
 //	P:gb          string the global window is blocked until (ms)
 //	P:a           hash   "METHOD /template" -> X-RateLimit-Bucket hash
 //	P:i:<minute>  string invalid answers (401, 403, non-shared 429) that minute
@@ -126,6 +128,10 @@ if limit == 0 and lLimit > 0 then
   if lReset > 0 then
     reset, used, prov, start = now + lReset, math.max(inflight, lLimit - lRem), 0, now
   end
+  if string.sub(key, 1, 7) == 'bucket ' then
+    redis.call('SADD', P .. ':k:' .. major, key)
+    redis.call('PEXPIRE', P .. ':k:' .. major, math.max(reset - now, ttl) + keep)
+  end
 end
 
 -- A template no process has seen answered: its pioneer may land in any
@@ -149,6 +155,23 @@ if limit == 0 then
   end
   if inflight + routeInflight > 0 then
     return waitAnswer()
+  end
+  if hash == '' then
+    -- It may land in any known bucket of the major: each must have a slot
+    -- free (its hold keeps that slot while it is in flight), and none may
+    -- be paused by a 429.
+    local K = P .. ':k:' .. major
+    for _, kb in ipairs(redis.call('SMEMBERS', K)) do
+      local s = redis.call('HMGET', P .. ':b:' .. kb, 'l', 'u', 'r', 'p')
+      local kl, ku, kr, kp = tonumber(s[1]) or 0, tonumber(s[2]) or 0, tonumber(s[3]) or 0, tonumber(s[4]) or 0
+      if kl == 0 and kp <= now then
+        redis.call('SREM', K, kb) -- expired
+      elseif kp > now then
+        return {0, kp - now, 'bucket', hash, 0, key}
+      elseif now < kr and ku >= kl then
+        return {0, math.max(1, kr - now), 'bucket', hash, 0, key}
+      end
+    end
   end
   pioneer = 1
 else
@@ -353,6 +376,12 @@ end
 if limit > 0 or pause > now then
   redis.call('HSET', TB, 'l', limit, 'u', used, 'r', reset, 'p', pause, 'w', win, 'v', prov, 's', start, 'x', x)
   redis.call('PEXPIRE', TB, math.max(reset, pause, now) - now + keep)
+  if string.sub(target, 1, 7) == 'bucket ' then
+    -- A known bucket of the major: a new template's pioneer may land in it.
+    local K = P .. ':k:' .. major
+    redis.call('SADD', K, target)
+    redis.call('PEXPIRE', K, math.max(reset, pause, now) - now + keep)
+  end
 end
 wake(TB)
 return woken

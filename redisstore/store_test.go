@@ -381,3 +381,102 @@ func TestCancelledCallerIsNotAnOutage(t *testing.T) {
 	assert.Equal(t, Shared, s.Mode(), "a cancelled request switched the store to its fallback")
 	assert.True(t, s.Reserve(context.Background(), request()).OK)
 }
+
+// A second template of a major whose bucket is known (two routes on one
+// hash): its pioneer holds a slot of the known bucket while in flight, and
+// its answer, which names the same bucket, counts it there: the two
+// templates together never get more than the bucket's limit in a window.
+func TestSecondTemplateOnAKnownHash(t *testing.T) {
+	srv := redistest.Start(t)
+	ns := Namespace("tok-2tpl")
+	a := newStore(t, srv, Config{Namespace: ns})
+	b := newStore(t, srv, Config{Namespace: ns})
+	ctx := context.Background()
+	reset := time.Now().Add(time.Second).Truncate(time.Millisecond)
+	tpl := func(name string) ratelimit.SharedRequest {
+		r := request()
+		r.Route, r.Template = "GET /channels/{channel_id}/"+name+" channel_id=1", "GET /channels/{channel_id}/"+name
+		return r
+	}
+	ans := func(name string, remaining int) ratelimit.SharedAnswer {
+		return ratelimit.SharedAnswer{Now: time.Now(), Sent: true, Status: 200, Major: "channel_id=1",
+			Template: "GET /channels/{channel_id}/" + name,
+			Headers: ratelimit.Headers{Limit: 50, Remaining: remaining, ResetAfter: time.Until(reset), Reset: reset, Bucket: "h",
+				Has: ratelimit.Present{Limit: true, Remaining: true, ResetAfter: true, Reset: true, Bucket: true}}}
+	}
+	p := a.Reserve(ctx, tpl("pins"))
+	require.True(t, p.OK && p.Pioneer)
+	a.Report(ctx, p, ans("pins", 49))
+
+	m := b.Reserve(ctx, tpl("messages"))
+	require.True(t, m.OK, "the second template's pioneer: %+v", m)
+	require.True(t, m.Pioneer)
+	granted := 1 + 1 // the two pioneers
+	var held []ratelimit.SharedGrant
+	for range 60 {
+		if g := a.Reserve(ctx, tpl("pins")); g.OK {
+			granted++
+			held = append(held, g)
+		}
+	}
+	assert.Equal(t, 50, granted, "the messages pioneer holds one slot of the known bucket")
+	b.Report(ctx, m, ans("messages", 50-granted+len(held)))
+	for range 10 {
+		if g := a.Reserve(ctx, tpl("pins")); g.OK {
+			granted++
+			held = append(held, g)
+		}
+		if g := b.Reserve(ctx, tpl("messages")); g.OK {
+			granted++
+			held = append(held, g)
+		}
+	}
+	assert.Equal(t, 50, granted, "over the limit after the second template's answer")
+	for _, g := range held {
+		a.Report(ctx, g, ans("pins", 0))
+	}
+}
+
+// A new template's pioneer may land in any known bucket of its major: while
+// one of them has no slot left in its window (or is paused by a 429), it
+// waits, and goes once the window has ended.
+func TestNewTemplatePioneerWaitsForAFullBucket(t *testing.T) {
+	srv := redistest.Start(t)
+	ns := Namespace("tok-full")
+	a := newStore(t, srv, Config{Namespace: ns})
+	b := newStore(t, srv, Config{Namespace: ns})
+	ctx := context.Background()
+	const window = 300 * time.Millisecond
+	reset := time.Now().Add(window).Truncate(time.Millisecond)
+	tpl := func(name string) ratelimit.SharedRequest {
+		r := request()
+		r.Route, r.Template, r.Window = "GET /channels/{channel_id}/"+name+" channel_id=1", "GET /channels/{channel_id}/"+name, window
+		return r
+	}
+	p := a.Reserve(ctx, tpl("pins"))
+	require.True(t, p.OK && p.Pioneer)
+	a.Report(ctx, p, ratelimit.SharedAnswer{Now: time.Now(), Sent: true, Status: 200, Major: "channel_id=1",
+		Template: "GET /channels/{channel_id}/pins",
+		Headers: ratelimit.Headers{Limit: 5, Remaining: 4, ResetAfter: time.Until(reset), Reset: reset, Bucket: "h",
+			Has: ratelimit.Present{Limit: true, Remaining: true, ResetAfter: true, Reset: true, Bucket: true}}})
+	for range 4 {
+		require.True(t, a.Reserve(ctx, tpl("pins")).OK)
+	}
+	require.False(t, a.Reserve(ctx, tpl("pins")).OK, "the bucket is full")
+	w := b.Reserve(ctx, tpl("messages"))
+	require.False(t, w.OK, "a new template's pioneer while the major's known bucket is full")
+	assert.Equal(t, "bucket", w.Scope)
+	assert.Greater(t, w.Wait, window/2, "until the window ends")
+	assert.LessOrEqual(t, w.Wait, window+100*time.Millisecond)
+	// Once it has ended, the pioneer goes (Redis's clock: wait for it).
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		m := b.Reserve(ctx, tpl("messages"))
+		if m.OK {
+			assert.True(t, m.Pioneer)
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the pioneer never went: %+v", m)
+		<-time.After(m.Wait)
+	}
+}
