@@ -382,6 +382,23 @@ func TestCancelledCallerIsNotAnOutage(t *testing.T) {
 	assert.True(t, s.Reserve(context.Background(), request()).OK)
 }
 
+// channelRequest is a request on "GET /channels/{channel_id}/<name>" of
+// channel 1, whose bucket's window is known to last window (0: unknown).
+func channelRequest(name string, window time.Duration) ratelimit.SharedRequest {
+	r := request()
+	r.Route, r.Template, r.Window = "GET /channels/{channel_id}/"+name+" channel_id=1", "GET /channels/{channel_id}/"+name, window
+	return r
+}
+
+// hashAnswer is an answer to channelRequest(name) from bucket "h", in the
+// window that ends at reset.
+func hashAnswer(name string, limit, remaining int, reset time.Time) ratelimit.SharedAnswer {
+	return ratelimit.SharedAnswer{Now: time.Now(), Sent: true, Status: 200, Major: "channel_id=1",
+		Template: "GET /channels/{channel_id}/" + name,
+		Headers: ratelimit.Headers{Limit: limit, Remaining: remaining, ResetAfter: time.Until(reset), Reset: reset, Bucket: "h",
+			Has: ratelimit.Present{Limit: true, Remaining: true, ResetAfter: true, Reset: true, Bucket: true}}}
+}
+
 // A second template of a major whose bucket is known (two routes on one
 // hash): its pioneer holds a slot of the known bucket while in flight, and
 // its answer, which names the same bucket, counts it there: the two
@@ -393,17 +410,8 @@ func TestSecondTemplateOnAKnownHash(t *testing.T) {
 	b := newStore(t, srv, Config{Namespace: ns})
 	ctx := context.Background()
 	reset := time.Now().Add(time.Second).Truncate(time.Millisecond)
-	tpl := func(name string) ratelimit.SharedRequest {
-		r := request()
-		r.Route, r.Template = "GET /channels/{channel_id}/"+name+" channel_id=1", "GET /channels/{channel_id}/"+name
-		return r
-	}
-	ans := func(name string, remaining int) ratelimit.SharedAnswer {
-		return ratelimit.SharedAnswer{Now: time.Now(), Sent: true, Status: 200, Major: "channel_id=1",
-			Template: "GET /channels/{channel_id}/" + name,
-			Headers: ratelimit.Headers{Limit: 50, Remaining: remaining, ResetAfter: time.Until(reset), Reset: reset, Bucket: "h",
-				Has: ratelimit.Present{Limit: true, Remaining: true, ResetAfter: true, Reset: true, Bucket: true}}}
-	}
+	tpl := func(name string) ratelimit.SharedRequest { return channelRequest(name, 0) }
+	ans := func(name string, remaining int) ratelimit.SharedAnswer { return hashAnswer(name, 50, remaining, reset) }
 	p := a.Reserve(ctx, tpl("pins"))
 	require.True(t, p.OK && p.Pioneer)
 	a.Report(ctx, p, ans("pins", 49))
@@ -448,17 +456,10 @@ func TestNewTemplatePioneerWaitsForAFullBucket(t *testing.T) {
 	ctx := context.Background()
 	const window = 300 * time.Millisecond
 	reset := time.Now().Add(window).Truncate(time.Millisecond)
-	tpl := func(name string) ratelimit.SharedRequest {
-		r := request()
-		r.Route, r.Template, r.Window = "GET /channels/{channel_id}/"+name+" channel_id=1", "GET /channels/{channel_id}/"+name, window
-		return r
-	}
+	tpl := func(name string) ratelimit.SharedRequest { return channelRequest(name, window) }
 	p := a.Reserve(ctx, tpl("pins"))
 	require.True(t, p.OK && p.Pioneer)
-	a.Report(ctx, p, ratelimit.SharedAnswer{Now: time.Now(), Sent: true, Status: 200, Major: "channel_id=1",
-		Template: "GET /channels/{channel_id}/pins",
-		Headers: ratelimit.Headers{Limit: 5, Remaining: 4, ResetAfter: time.Until(reset), Reset: reset, Bucket: "h",
-			Has: ratelimit.Present{Limit: true, Remaining: true, ResetAfter: true, Reset: true, Bucket: true}}})
+	a.Report(ctx, p, hashAnswer("pins", 5, 4, reset))
 	for range 4 {
 		require.True(t, a.Reserve(ctx, tpl("pins")).OK)
 	}
