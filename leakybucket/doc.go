@@ -54,7 +54,7 @@
 // Every decision depends on time, and the core takes it as an argument:
 // [Bucket.Check], [Memory.CheckAt] and [Memory.CheckAllAt] take now, so the
 // same inputs always give the same result and tests never sleep.
-// [Memory.Check] reads Memory.Clock (time.Now by default); [Redis] reads
+// [Memory.Check] reads Memory.Clock (the monotonic clock by default); [Redis] reads
 // Redis's TIME inside the script, so nodes with skewed clocks still share
 // one clock. A time earlier than a bucket's last drip counts as no time
 // passed, and a Memory shard's time never runs backwards.

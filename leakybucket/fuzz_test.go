@@ -110,6 +110,7 @@ func FuzzModel(f *testing.F) {
 			invariants(t, what, got[0])
 			invariants(t, what, got[1])
 		}
+		checkChains(t, mem)
 		for _, ks := range keys {
 			checkBound(t, limA, ks.memAdmitted) // the store's times are monotonic
 			if monotonic {

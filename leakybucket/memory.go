@@ -93,7 +93,10 @@ type Memory struct {
 	// DefaultMaxKeys (1,000,000); negative means no bound.
 	MaxKeys int
 	// Clock is the time source of Check and CheckAll (the *At methods take
-	// the time as an argument). nil means time.Now.
+	// the time as an argument). nil means the monotonic clock: the time of
+	// the store's first use plus the monotonic time elapsed since, which is
+	// time.Now without its wall clock reading (half its cost) and is never
+	// moved by a step of the wall clock.
 	Clock func() time.Time
 
 	once     sync.Once
@@ -113,20 +116,22 @@ type bucketID struct {
 // entry is one bucket of a shard.
 type entry struct {
 	id     bucketID
-	level  int64 // calls in the bucket; > 0 while the entry is in the map (an admitted call put it there)
-	anchor int64 // ns since the store's epoch of the last drip
-	clear  int64 // ns since epoch when the bucket is empty: the entry may be dropped at or after it
+	hash   uint64 // maphash of id.key: the entry's place in the shard's map
+	chain  *entry // the next entry whose key has the same hash (the other limits of its key, mostly)
+	level  int64  // calls in the bucket; > 0 while the entry is in the map (an admitted call put it there)
+	anchor int64  // ns since the store's epoch of the last drip
+	clear  int64  // ns since epoch when the bucket is empty: the entry may be dropped at or after it
 }
 
 type shard struct {
 	mu     sync.Mutex
-	latest int64 // the latest time seen, ns since epoch (MinInt64: none): the shard's clock never runs backwards
-	m      map[bucketID]*entry
-	all    []*entry // every entry of m, once, in any order: the round robin's list
-	cursor int      // the round robin examines all[cursor-1] next (see next)
-	checks uint32   // admitted checks, for maybeSweep
-	peak   int      // largest len(m) since the map was built
-	_      [64]byte // keep shards on separate cache lines
+	latest int64             // the latest time seen, ns since epoch (MinInt64: none): the shard's clock never runs backwards
+	m      map[uint64]*entry // by the hash of the key (which also chose the shard): the first of a chain, see find
+	all    []*entry          // every entry, once, in any order: the round robin's list
+	cursor int               // the round robin examines all[cursor-1] next (see next)
+	checks uint32            // admitted checks, for maybeSweep
+	peak   int               // largest len(all) since the map was built
+	_      [64]byte          // keep shards on separate cache lines
 }
 
 func (s *Memory) init() {
@@ -138,7 +143,7 @@ func (s *Memory) init() {
 		n = 1 << bits.Len(uint(n-1))
 		s.shards = make([]shard, n)
 		for i := range s.shards {
-			s.shards[i].m = make(map[bucketID]*entry)
+			s.shards[i].m = make(map[uint64]*entry)
 			s.shards[i].latest = math.MinInt64
 		}
 		s.mask = uint64(n - 1)
@@ -153,23 +158,43 @@ func (s *Memory) init() {
 	})
 }
 
-func (s *Memory) now() time.Time {
-	if s.Clock != nil {
-		return s.Clock()
-	}
-	return time.Now()
-}
-
 // Check checks one call of key against lim at the Clock's time; see CheckAt.
 // It never blocks and ignores ctx.
 func (s *Memory) Check(_ context.Context, key string, lim Limit) (Result, error) {
-	return s.CheckAt(key, lim, s.now())
+	now, t := s.clock()
+	return s.checkAt(key, lim, now, t)
 }
 
 // CheckAll implements Store at the Clock's time; see CheckAllAt. It never
 // blocks and ignores ctx.
 func (s *Memory) CheckAll(_ context.Context, key string, limits []Limit, dst []Result) ([]Result, error) {
-	return s.CheckAllAt(key, limits, dst, s.now())
+	now, t := s.clock()
+	return s.checkAllAt(key, limits, dst, now, t)
+}
+
+// clock returns the Clock's time, as a time and in ns since the epoch. With
+// no Clock it reads only the monotonic clock (time.Since), which costs half
+// of time.Now: the time is the epoch plus the monotonic time elapsed since,
+// which is what the store's arithmetic uses anyway.
+func (s *Memory) clock() (time.Time, int64) {
+	s.init()
+	if s.Clock != nil {
+		now := s.Clock()
+		return now, int64(now.Sub(s.epoch))
+	}
+	d := time.Since(s.epoch)
+	return s.epoch.Add(d), int64(d)
+}
+
+// find returns the bucket (key, name) of sh (locked), whose key hashes to
+// h, or nil.
+func (sh *shard) find(h uint64, key, name string) *entry {
+	for e := sh.m[h]; e != nil; e = e.chain {
+		if e.id.name == name && e.id.key == key {
+			return e
+		}
+	}
+	return nil
 }
 
 // CheckAt checks one call of key against lim at now: the bucket (key,
@@ -183,17 +208,22 @@ func (s *Memory) CheckAll(_ context.Context, key string, limits []Limit, dst []R
 // the store out of order (time.Now read before waiting for the lock) are
 // decided in the order they reach it.
 func (s *Memory) CheckAt(key string, lim Limit, now time.Time) (Result, error) {
+	s.init()
+	return s.checkAt(key, lim, now, int64(now.Sub(s.epoch)))
+}
+
+// checkAt is CheckAt at now, which is t ns after the epoch.
+func (s *Memory) checkAt(key string, lim Limit, now time.Time, t int64) (Result, error) {
 	p, err := lim.params()
 	if err != nil {
 		return Result{}, err
 	}
-	s.init()
-	t := int64(now.Sub(s.epoch))
 	id := bucketID{key, lim.name()}
-	sh := &s.shards[maphash.String(s.seed, key)&s.mask]
+	h := maphash.String(s.seed, key)
+	sh := &s.shards[h&s.mask]
 	sh.mu.Lock()
 	now, t = sh.advance(now, t)
-	e := sh.m[id]
+	e := sh.find(h, key, id.name)
 	var level, elapsed int64
 	if e != nil {
 		level, elapsed = e.level, t-e.anchor
@@ -201,7 +231,7 @@ func (s *Memory) CheckAt(key string, lim Limit, now time.Time) (Result, error) {
 	level, elapsed, blocked := step(p, level, elapsed, true)
 	r := result(lim, p, now, level, elapsed, blocked)
 	if !blocked {
-		s.commit(sh, e, id, level, t-elapsed, t+int64(r.ClearAfter), t)
+		s.commit(sh, e, h, id, level, t-elapsed, t+int64(r.ClearAfter), t)
 		s.maybeSweep(sh, t, e == nil)
 	}
 	sh.mu.Unlock()
@@ -215,6 +245,12 @@ func (s *Memory) CheckAt(key string, lim Limit, now time.Time) (Result, error) {
 // With up to 8 limits and dst large enough, it allocates nothing for
 // existing buckets.
 func (s *Memory) CheckAllAt(key string, limits []Limit, dst []Result, now time.Time) ([]Result, error) {
+	s.init()
+	return s.checkAllAt(key, limits, dst, now, int64(now.Sub(s.epoch)))
+}
+
+// checkAllAt is CheckAllAt at now, which is t ns after the epoch.
+func (s *Memory) checkAllAt(key string, limits []Limit, dst []Result, now time.Time, t int64) ([]Result, error) {
 	var stack [maxStackLimits]params
 	ps := stack[:0]
 	if len(limits) > maxStackLimits {
@@ -232,9 +268,8 @@ func (s *Memory) CheckAllAt(key string, limits []Limit, dst []Result, now time.T
 		}
 		ps = append(ps, p)
 	}
-	s.init()
-	t := int64(now.Sub(s.epoch))
-	sh := &s.shards[maphash.String(s.seed, key)&s.mask]
+	h := maphash.String(s.seed, key)
+	sh := &s.shards[h&s.mask]
 	type tentative struct {
 		e              *entry
 		level, elapsed int64
@@ -248,7 +283,7 @@ func (s *Memory) CheckAllAt(key string, limits []Limit, dst []Result, now time.T
 	now, t = sh.advance(now, t)
 	admit := true
 	for i, lim := range limits {
-		e := sh.m[bucketID{key, lim.name()}]
+		e := sh.find(h, key, lim.name())
 		var level, elapsed int64
 		if e != nil {
 			level, elapsed = e.level, t-e.anchor
@@ -262,7 +297,7 @@ func (s *Memory) CheckAllAt(key string, limits []Limit, dst []Result, now time.T
 			level, elapsed, _ := step(ps[i], ts[i].level, ts[i].elapsed, true)
 			ts[i].level, ts[i].elapsed = level, elapsed
 			if ts[i].e != nil {
-				s.commit(sh, ts[i].e, bucketID{key, lim.name()}, level, t-elapsed, t-elapsed+ps[i].drips(level)*ps[i].interval, t)
+				s.commit(sh, ts[i].e, h, bucketID{key, lim.name()}, level, t-elapsed, t-elapsed+ps[i].drips(level)*ps[i].interval, t)
 			}
 		}
 		// New buckets last: making room for them may drop drained
@@ -273,7 +308,7 @@ func (s *Memory) CheckAllAt(key string, limits []Limit, dst []Result, now time.T
 			if ts[i].e == nil {
 				inserted = true
 				anchor := t - ts[i].elapsed
-				s.commit(sh, nil, bucketID{key, lim.name()}, ts[i].level, anchor, anchor+ps[i].drips(ts[i].level)*ps[i].interval, t)
+				s.commit(sh, nil, h, bucketID{key, lim.name()}, ts[i].level, anchor, anchor+ps[i].drips(ts[i].level)*ps[i].interval, t)
 			}
 		}
 		s.maybeSweep(sh, t, inserted)
@@ -295,24 +330,25 @@ func (sh *shard) advance(now time.Time, t int64) (time.Time, int64) {
 	return now, t
 }
 
-// commit stores the state of an admitted call in bucket id of sh (locked):
-// into e, or into a new entry if e is nil; clear is when it will have
+// commit stores the state of an admitted call in bucket id of sh (locked),
+// whose key hashes to h: into e, or into a new entry if e is nil; clear is
+// when it will have
 // drained. It does not sweep: the caller sweeps once every bucket of its
 // call is committed, when none of them has drained (a bucket that has just
 // admitted a call holds it for at least one more drip), so the sweep cannot
 // drop them.
-func (s *Memory) commit(sh *shard, e *entry, id bucketID, level, anchor, clear, now int64) {
+func (s *Memory) commit(sh *shard, e *entry, h uint64, id bucketID, level, anchor, clear, now int64) {
 	if e != nil {
 		e.level, e.anchor, e.clear = level, anchor, clear
 		return
 	}
-	if s.perShard > 0 && len(sh.m) >= s.perShard {
+	if s.perShard > 0 && len(sh.all) >= s.perShard {
 		s.evict(sh, id.key, now)
 	}
-	e = &entry{id: id, level: level, anchor: anchor, clear: clear}
-	sh.m[id] = e
+	e = &entry{id: id, hash: h, chain: sh.m[h], level: level, anchor: anchor, clear: clear}
+	sh.m[h] = e
 	sh.all = append(sh.all, e)
-	sh.peak = max(sh.peak, len(sh.m))
+	sh.peak = max(sh.peak, len(sh.all))
 }
 
 // evict makes room in the full shard sh (locked) for a bucket of key. It
@@ -377,21 +413,33 @@ func (s *Memory) sweep(sh *shard, now int64, n int) {
 			s.drop(sh, i)
 		}
 	}
-	if sh.peak >= shrinkMin && len(sh.m) <= sh.peak/4 {
-		m := make(map[bucketID]*entry, len(sh.m)*2)
-		for id, e := range sh.m {
-			m[id] = e
+	if sh.peak >= shrinkMin && len(sh.all) <= sh.peak/4 {
+		m := make(map[uint64]*entry, len(sh.m)*2)
+		for h, e := range sh.m {
+			m[h] = e
 		}
 		sh.m = m
 		sh.all = append(make([]*entry, 0, len(sh.all)*2), sh.all...)
-		sh.peak = len(sh.m)
+		sh.peak = len(sh.all)
 	}
 }
 
 // drop removes sh.all[i] from sh (locked).
 func (s *Memory) drop(sh *shard, i int) {
 	e := sh.all[i]
-	delete(sh.m, e.id)
+	if first := sh.m[e.hash]; first == e {
+		if e.chain == nil {
+			delete(sh.m, e.hash)
+		} else {
+			sh.m[e.hash] = e.chain
+		}
+	} else {
+		for first.chain != e {
+			first = first.chain
+		}
+		first.chain = e.chain
+	}
+	e.chain = nil
 	last := len(sh.all) - 1
 	sh.all[i] = sh.all[last]
 	sh.all[last] = nil
@@ -426,7 +474,7 @@ func (s *Memory) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += len(sh.m)
+		n += len(sh.all)
 		sh.mu.Unlock()
 	}
 	return n

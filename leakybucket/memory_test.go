@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -229,6 +230,7 @@ func TestMemoryExpiry(t *testing.T) {
 	if m.Evictions() != 0 {
 		t.Fatalf("Evictions %d", m.Evictions())
 	}
+	checkChains(t, m)
 }
 
 func TestMemoryMaxKeys(t *testing.T) {
@@ -271,6 +273,8 @@ func TestMemoryMaxKeys(t *testing.T) {
 	if one.Len() != 2 || res[0].Level != 2 || res[1].Level != 2 {
 		t.Fatalf("Len %d, results %+v", one.Len(), res)
 	}
+	checkChains(t, m)
+	checkChains(t, one)
 }
 
 func TestMemoryAllocs(t *testing.T) {
@@ -307,5 +311,81 @@ func sortTimes(ts []time.Time) {
 		for j := i; j > 0 && ts[j].Before(ts[j-1]); j-- {
 			ts[j], ts[j-1] = ts[j-1], ts[j]
 		}
+	}
+}
+
+func TestMemoryOneKeysBucketsDrainApart(t *testing.T) {
+	// A key's buckets share a place in the shard's map (a chain by the
+	// key's hash): dropping one, first, last or in the middle of the
+	// chain, must leave the others as they were.
+	m := &Memory{Shards: 1}
+	limits := []Limit{
+		{Name: "a", Size: 3, DripRate: time.Millisecond},
+		{Name: "b", Size: 3, DripRate: 10 * time.Millisecond},
+		{Name: "c", Size: 3, DripRate: 5 * time.Millisecond},
+		{Name: "d", Size: 3, DripRate: time.Hour},
+	}
+	ref := make([]Bucket, len(limits))
+	other := Limit{Name: "a", Size: 3, DripRate: 7 * time.Millisecond}
+	var otherRef Bucket
+	check := func(ms float64) {
+		t.Helper()
+		for i, lim := range limits {
+			want, _ := ref[i].Check(lim, at(ms))
+			if got, _ := m.CheckAt("k", lim, at(ms)); got != want {
+				t.Fatalf("at %v ms, %s: %+v, want %+v", ms, lim.Name, got, want)
+			}
+		}
+		want, _ := otherRef.Check(other, at(ms))
+		if got, _ := m.CheckAt("j", other, at(ms)); got != want {
+			t.Fatalf("at %v ms, j: %+v, want %+v", ms, got, want)
+		}
+	}
+	check(0)
+	for _, step := range []struct {
+		ms            float64
+		dropped, left int
+	}{
+		{1, 1, 4},  // a, the first of k's chain
+		{5, 1, 3},  // c, in the middle
+		{7, 1, 2},  // j's only bucket
+		{10, 1, 1}, // b, the last
+	} {
+		if d := m.Sweep(at(step.ms)); d != step.dropped || m.Len() != step.left {
+			t.Fatalf("Sweep at %v ms dropped %d and left %d, want %d and %d", step.ms, d, m.Len(), step.dropped, step.left)
+		}
+		checkChains(t, m)
+	}
+	check(11) // every bucket but d comes back empty; d holds 2
+	if r, _ := m.CheckAt("k", limits[3], at(12)); r.Level != 3 || r.Blocked {
+		t.Fatalf("d: %+v", r)
+	}
+}
+
+// checkChains checks the invariant of m's shards: the buckets reachable
+// from the map, each under its key's hash, are exactly those of the round
+// robin's list, once each.
+func checkChains(t *testing.T, m *Memory) {
+	t.Helper()
+	for i := range m.shards {
+		sh := &m.shards[i]
+		sh.mu.Lock()
+		inList := make(map[*entry]bool, len(sh.all))
+		for _, e := range sh.all {
+			inList[e] = true
+		}
+		seen := 0
+		for h, e := range sh.m {
+			for ; e != nil; e = e.chain {
+				if !inList[e] || e.hash != h || maphash.String(m.seed, e.id.key) != h {
+					t.Errorf("shard %d: bucket %v in the map under %x is not in the list, or is under a wrong hash", i, e.id, h)
+				}
+				seen++
+			}
+		}
+		if seen != len(sh.all) {
+			t.Errorf("shard %d: %d buckets reachable from the map, %d in the list", i, seen, len(sh.all))
+		}
+		sh.mu.Unlock()
 	}
 }
