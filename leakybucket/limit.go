@@ -81,6 +81,25 @@ func (l Limit) name() string {
 	return l.Name
 }
 
+// appendParams appends the params of each of the limits of one check to
+// ps, or returns the first limit's error: an invalid limit, or two limits
+// with one name (a key has one bucket per name).
+func appendParams(ps []params, limits []Limit) ([]params, error) {
+	for i, lim := range limits {
+		p, err := lim.params()
+		if err != nil {
+			return ps, err
+		}
+		for _, prev := range limits[:i] {
+			if prev.name() == lim.name() {
+				return ps, &LimitError{Name: lim.Name, Reason: "two limits of one check share the name " + lim.name()}
+			}
+		}
+		ps = append(ps, p)
+	}
+	return ps, nil
+}
+
 func (l Limit) params() (params, error) {
 	if len(l.Name) > maxNameLen {
 		return params{}, &LimitError{Name: l.Name, Reason: "name longer than " + strconv.Itoa(maxNameLen) + " bytes"}

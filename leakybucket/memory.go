@@ -256,17 +256,9 @@ func (s *Memory) checkAllAt(key string, limits []Limit, dst []Result, now time.T
 	if len(limits) > maxStackLimits {
 		ps = make([]params, 0, len(limits))
 	}
-	for i, lim := range limits {
-		p, err := lim.params()
-		if err != nil {
-			return dst, err
-		}
-		for _, prev := range limits[:i] {
-			if prev.name() == lim.name() {
-				return dst, &LimitError{Name: lim.Name, Reason: "two limits of one check share the name " + lim.name()}
-			}
-		}
-		ps = append(ps, p)
+	ps, err := appendParams(ps, limits)
+	if err != nil {
+		return dst, err
 	}
 	h := maphash.String(s.seed, key)
 	sh := &s.shards[h&s.mask]

@@ -141,22 +141,15 @@ func (r *Redis) Check(ctx context.Context, key string, lim Limit) (Result, error
 // CheckAll implements Store: one script run decides the call against every
 // limit, on Redis's clock. See Redis for the errors.
 func (r *Redis) CheckAll(ctx context.Context, key string, limits []Limit, dst []Result) ([]Result, error) {
-	ps := make([]params, len(limits))
+	ps, err := appendParams(make([]params, 0, len(limits)), limits)
+	if err != nil {
+		return dst, err
+	}
 	keys := make([]string, len(limits))
 	args := make([]any, 2, 2+3*len(limits))
 	for i, lim := range limits {
-		p, err := lim.params()
-		if err != nil {
-			return dst, err
-		}
-		for _, prev := range limits[:i] {
-			if prev.name() == lim.name() {
-				return dst, &LimitError{Name: lim.Name, Reason: "two limits of one check share the name " + lim.name()}
-			}
-		}
-		ps[i] = p
 		keys[i] = r.prefix + "{" + key + "}:" + lim.name()
-		args = append(args, p.size, p.interval/1000, p.drip)
+		args = append(args, ps[i].size, ps[i].interval/1000, ps[i].drip)
 	}
 	args[0], args[1] = "", r.minTTL.Milliseconds()
 	if r.now != nil {
