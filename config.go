@@ -16,6 +16,8 @@ import (
 // Options names its default too.
 const (
 	defaultGlobalLimit       = 50
+	defaultIPGlobalLimit     = 50
+	defaultRedisIPKey        = "default"
 	defaultGlobalWindow      = time.Second
 	defaultMaxRetries        = 3
 	defaultMaxErrorRetries   = 2
@@ -99,6 +101,9 @@ func (opts Options) config() (actors.Config, error) {
 	if opts.GlobalLimit < 0 || opts.GlobalLimit > ratelimit.MaxGlobalLimit {
 		return bad("GlobalLimit", opts.GlobalLimit, fmt.Sprintf("must be in [1, %d] (0: default %d)", ratelimit.MaxGlobalLimit, defaultGlobalLimit))
 	}
+	if opts.IPGlobalLimit < 0 || opts.IPGlobalLimit > ratelimit.MaxGlobalLimit {
+		return bad("IPGlobalLimit", opts.IPGlobalLimit, fmt.Sprintf("must be in [1, %d] (0: default %d)", ratelimit.MaxGlobalLimit, defaultIPGlobalLimit))
+	}
 	if opts.MaxRetries > maxRetriesBound {
 		return bad("MaxRetries", opts.MaxRetries, fmt.Sprintf("must be at most %d (negative: none)", maxRetriesBound))
 	}
@@ -133,6 +138,10 @@ func (opts Options) config() (actors.Config, error) {
 	if global == nil {
 		global = ratelimit.NewSlidingWindow(limit, window)
 	}
+	ipGlobal := opts.IPGlobal
+	if ipGlobal == nil {
+		ipGlobal = ratelimit.NewSlidingWindow(cmpOr(opts.IPGlobalLimit, defaultIPGlobalLimit), window)
+	}
 	clock := opts.Clock
 	if clock == nil {
 		clock = time.Now
@@ -162,6 +171,8 @@ func (opts Options) config() (actors.Config, error) {
 		},
 		Connections:       opts.Connections,
 		Global:            global,
+		IPGlobal:          ipGlobal,
+		WebhookAuth:       opts.WebhookAuth,
 		Store:             store,
 		Clock:             clock,
 		MaxWait:           opts.MaxWait,

@@ -28,11 +28,13 @@ const maxRequestBody = 64 << 20
 // connections (Options.Connections) and a
 // bucket actor per rate-limit bucket; see the package documentation.
 type Limiter struct {
-	sys     *actors.System
-	shared  *redisstore.Store // nil without Options.Redis
-	timeout time.Duration     // Options.Timeout resolved (0: none)
-	base    *url.URL          // Options.BaseURL resolved
-	direct  *http.Transport   // requests to other hosts (see onSite)
+	sys    *actors.System
+	shared *redisstore.Store // nil without Options.Redis
+	// ipShared counts requests sent without a token (nil without Redis).
+	ipShared *redisstore.Store
+	timeout  time.Duration   // Options.Timeout resolved (0: none)
+	base     *url.URL        // Options.BaseURL resolved
+	direct   *http.Transport // requests to other hosts (see onSite)
 }
 
 // New starts a limiter; it connects in the background. Close it when done.
@@ -43,44 +45,24 @@ func New(opts Options) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The shared store calls back into the system, which starts after it.
+	// The shared stores call back into the system, which starts after them.
 	var sysp atomic.Pointer[actors.System]
-	var shared *redisstore.Store
+	var shared, ipShared *redisstore.Store
 	if opts.Redis != nil {
-		sc := redisstore.Config{
-			Namespace:    redisstore.Namespace(opts.Token),
-			GlobalLimit:  cmpOr(opts.GlobalLimit, defaultGlobalLimit),
-			GlobalPeriod: cmpOr(opts.GlobalWindow, defaultGlobalWindow),
-			LeaseTTL:     cfg.AttemptTimeout + 10*time.Second,
-			Share:        opts.RedisFallbackShare,
-			Logger:       cfg.Logger,
-			Clock:        cfg.Clock,
-			Wake: func(major string) {
-				if s := sysp.Load(); s != nil {
-					s.SharedWake(major)
-				}
-			},
-			GlobalBlocked: func(wait time.Duration) {
-				if s := sysp.Load(); s != nil {
-					s.SharedGlobalBlocked(wait)
-				}
-			},
-		}
-		if cfg.AttemptTimeout <= 0 {
-			sc.LeaseTTL = 0 // the store's default
-		}
-		if inv := cfg.Invalid; inv != nil {
-			_, sc.InvalidLimit, sc.InvalidWindow = inv.Refusing(time.Time{})
-		}
-		if shared, err = redisstore.New(opts.Redis, sc); err != nil {
+		if shared, err = newShared(opts, cfg, &sysp, actors.BotWindow); err != nil {
 			return nil, err
 		}
-		cfg.Shared = shared
+		if ipShared, err = newShared(opts, cfg, &sysp, actors.IPWindow); err != nil {
+			shared.Close()
+			return nil, err
+		}
+		cfg.Shared, cfg.IPShared = shared, ipShared
 	}
 	sys, err := actors.Start(cfg)
 	if err != nil {
 		if shared != nil {
 			shared.Close()
+			ipShared.Close()
 		}
 		return nil, err
 	}
@@ -89,7 +71,43 @@ func New(opts Options) (*Limiter, error) {
 		Proxy: http.ProxyFromEnvironment, TLSClientConfig: opts.TLSConfig.Clone(), ForceAttemptHTTP2: true,
 		IdleConnTimeout: 30 * time.Second, TLSHandshakeTimeout: 10 * time.Second, MaxIdleConnsPerHost: 4,
 	}
-	return &Limiter{sys: sys, shared: shared, timeout: opts.timeout(), base: cfg.BaseURL, direct: direct}, nil
+	return &Limiter{sys: sys, shared: shared, ipShared: ipShared, timeout: opts.timeout(), base: cfg.BaseURL, direct: direct}, nil
+}
+
+// newShared opens the Redis store of one global window: the token's
+// (keys below the token's hash), or the egress IP's for requests sent
+// without a token (keys below RedisIPKey's hash).
+func newShared(opts Options, cfg actors.Config, sysp *atomic.Pointer[actors.System], w actors.Window) (*redisstore.Store, error) {
+	sc := redisstore.Config{
+		Namespace:    redisstore.Namespace(opts.Token),
+		GlobalLimit:  cmpOr(opts.GlobalLimit, defaultGlobalLimit),
+		GlobalPeriod: cmpOr(opts.GlobalWindow, defaultGlobalWindow),
+		LeaseTTL:     cfg.AttemptTimeout + 10*time.Second,
+		Share:        opts.RedisFallbackShare,
+		Logger:       cfg.Logger,
+		Clock:        cfg.Clock,
+		Wake: func(major string) {
+			if s := sysp.Load(); s != nil {
+				s.SharedWake(major)
+			}
+		},
+		GlobalBlocked: func(wait time.Duration) {
+			if s := sysp.Load(); s != nil {
+				s.SharedGlobalBlocked(w, wait)
+			}
+		},
+	}
+	if w == actors.IPWindow {
+		sc.Namespace = redisstore.IPNamespace(cmpOr(opts.RedisIPKey, defaultRedisIPKey))
+		sc.GlobalLimit = cmpOr(opts.IPGlobalLimit, defaultIPGlobalLimit)
+	}
+	if cfg.AttemptTimeout <= 0 {
+		sc.LeaseTTL = 0 // the store's default
+	}
+	if inv := cfg.Invalid; inv != nil {
+		_, sc.InvalidLimit, sc.InvalidWindow = inv.Refusing(time.Time{})
+	}
+	return redisstore.New(opts.Redis, sc)
 }
 
 // Send submits req and returns its future once req's body is buffered (at
@@ -331,14 +349,34 @@ type Snapshot struct {
 	Waiting int
 	// Running is the number of requests on the wire.
 	Running int
-	// GlobalUsed is the number of global-limit slots held now: requests in
-	// flight and answered within the window.
+	// GlobalUsed is the number of the token's global-limit slots held now:
+	// requests in flight and answered within the window (Windows[0].Used).
 	GlobalUsed int
+	// Windows are the two global limits: [0] the token's ("bot"), [1] the
+	// egress IP's ("ip", requests sent without a token; see
+	// Options.IPGlobalLimit).
+	Windows []WindowSnapshot
 	// Buckets are the live buckets, sorted by key.
 	Buckets []BucketSnapshot
 	// Shared is the state of the limits shared through Options.Redis (nil
-	// without it).
-	Shared *redisstore.Stats
+	// without it); IPShared that of the requests sent without a token,
+	// shared by the processes of one Options.RedisIPKey.
+	Shared, IPShared *redisstore.Stats
+}
+
+// WindowSnapshot is one global limit's part of a Snapshot.
+type WindowSnapshot struct {
+	// Name is "bot" (requests with an Authorization header, counted per
+	// token) or "ip" (requests without, counted per IP).
+	Name string
+	// State is "open", or "global_limit" while a global 429 on one of its
+	// requests pauses it (the other window goes on).
+	State string
+	// Limit is the window's limit per Options.GlobalWindow (0: not told by
+	// a custom Options.Global or IPGlobal); Used the slots held now.
+	Limit, Used int
+	// PausedFor is the time left of a global 429's pause (0: none).
+	PausedFor time.Duration
 }
 
 // BucketSnapshot is one bucket's part of a Snapshot.
@@ -416,12 +454,15 @@ func (l *Limiter) Snapshot(ctx context.Context) (Snapshot, error) {
 	s, err := l.sys.Snapshot(ctx)
 	out := Snapshot{Time: s.Time, State: s.State, Breaker: s.Breaker, Pending: s.Pending, Waiting: s.Waiting,
 		Running: s.Running, GlobalUsed: s.GlobalUsed, Buckets: make([]BucketSnapshot, len(s.Buckets))}
+	for _, w := range s.Windows {
+		out.Windows = append(out.Windows, WindowSnapshot(w))
+	}
 	for i, b := range s.Buckets {
 		out.Buckets[i] = BucketSnapshot(b)
 	}
 	if l.shared != nil && err == nil {
-		st := l.shared.Stats()
-		out.Shared = &st
+		st, ip := l.shared.Stats(), l.ipShared.Stats()
+		out.Shared, out.IPShared = &st, &ip
 	}
 	return out, err
 }
@@ -436,6 +477,7 @@ func (l *Limiter) Close(ctx context.Context) error {
 	err := l.sys.Close(ctx)
 	l.direct.CloseIdleConnections()
 	if l.shared != nil {
+		l.ipShared.Close()
 		l.shared.Close() // after every worker, so every request reported to it
 	}
 	return err

@@ -35,11 +35,29 @@ type Options struct {
 	// starts with "Bot " or "Bearer " is sent as is. Default: none.
 	// One Limiter counts one token's global limit.
 	Token string
-	// GlobalLimit is the number of requests per GlobalWindow across all
-	// routes except interaction callbacks. Default 50 (Discord's).
+	// GlobalLimit is the number of requests per GlobalWindow sent with an
+	// Authorization header (the token's global limit), across all routes
+	// except interaction callbacks. Default 50 (Discord's).
 	GlobalLimit int
-	// GlobalWindow is the global limit's sliding window. Default 1 s.
+	// GlobalWindow is the sliding window of both global limits (GlobalLimit
+	// and IPGlobalLimit). Default 1 s.
 	GlobalWindow time.Duration
+	// IPGlobalLimit is the number of requests per GlobalWindow sent without
+	// an Authorization header, which Discord counts per IP rather than per
+	// token: webhook executions and their message edits and deletes, and
+	// interaction follow-ups (see WebhookAuth), and every request when
+	// Token is empty. A global 429 on one window never pauses the other.
+	// Default 50 (Discord's).
+	IPGlobalLimit int
+	// WebhookAuth, when true, sends the routes that carry their own token in
+	// the path (/webhooks/{id}/{token}/..., /interactions/{id}/{token}/...)
+	// with the bot's Authorization header too, so they count on the
+	// token's global limit. Default false: they go without it, as Discord
+	// allows, unless the request sets its own Authorization header, and
+	// count on the per-IP global limit (IPGlobalLimit): a second 50 per
+	// second beside the bot's. Their buckets are the IP's, apart from the
+	// same webhook's buckets under a token.
+	WebhookAuth bool
 	// MaxWait fails a request at once, with a *WaitError, when its
 	// predicted wait for its bucket exceeds it. Default 0: no limit other
 	// than the request context's deadline, which is always honoured the
@@ -177,9 +195,15 @@ type Options struct {
 	// most 100,000 buckets), so memory returns to its baseline after a
 	// burst over many channels.
 	Store ratelimit.BucketStore
-	// Global is the proactive global limit. Default: an in-memory sliding
-	// window of GlobalLimit per GlobalWindow.
+	// Global is the proactive global limit of the token. Default: an
+	// in-memory sliding window of GlobalLimit per GlobalWindow.
 	Global ratelimit.GlobalLimiter
+	// IPGlobal is the proactive global limit of requests sent without a
+	// token (see IPGlobalLimit). Default: an in-memory sliding window of
+	// IPGlobalLimit per GlobalWindow. Limiters of one process that send
+	// from one IP (several tokens) should share one IPGlobal, made with
+	// ratelimit.NewSlidingWindow.
+	IPGlobal ratelimit.GlobalLimiter
 	// Redis, when set, shares this token's limits with every process that
 	// uses the same token and Redis: the buckets (a window opens at the
 	// first request into an empty one), the global window, one pioneer per
@@ -191,6 +215,14 @@ type Options struct {
 	// and InvalidRequestLimit. The limiter does not close the client.
 	// Default nil: limits are this process's alone.
 	Redis redis.UniversalClient
+	// RedisIPKey names the egress IP for Redis: processes with the same
+	// Redis and RedisIPKey share the per-IP global limit (IPGlobalLimit)
+	// and the buckets of requests sent without a token, under keys below
+	// "{sluice:ip:<hash of RedisIPKey>}". Give processes behind different
+	// IPs different keys. Default "default": every process using the Redis
+	// is taken to be behind one IP, which can only be slower than needed,
+	// never over Discord's limit.
+	RedisIPKey string
 	// RedisFallbackShare is the fraction of every limit this process uses
 	// while Redis is unreachable (or slower than 250 ms), in (0, 1]: the
 	// limiter never fails open. Default 0: 1/N, N the number of processes

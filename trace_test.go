@@ -177,8 +177,18 @@ func TestTraceGlobal429(t *testing.T) {
 	assert.Equal(t, []string{"enqueue", "result:429", "result:200"}, rec.steps("bucket", "receive", id),
 		"the pause starts before the bucket hears of the 429: one 429, then the retry after the pause")
 	assert.Equal(t, []string{"submit"}, rec.steps("supervisor", "receive", id))
+	// The bot's window pauses (its machine: open -> global_limit), and
+	// with it the supervisor; both clear when the pause ends.
 	assert.Equal(t, []string{"dial:disconnected->connecting", "up:connecting->connected",
-		"global_hit:connected->global_limit", "global_clear:global_limit->connected"}, rec.steps("supervisor", "transition", 0))
+		"global_hit:open->global_limit", "global_hit:connected->global_limit",
+		"global_clear:global_limit->open", "global_clear:global_limit->connected"}, rec.steps("supervisor", "transition", 0))
+	var windows []string
+	for _, e := range rec.all() {
+		if e.Kind == "transition" && e.Actor == "supervisor" && e.Bucket != "" {
+			windows = append(windows, e.Bucket+" "+e.Event)
+		}
+	}
+	assert.Equal(t, []string{"window bot global_hit", "window bot global_clear"}, windows, "the IP's window is untouched")
 	assert.Contains(t, rec.steps("supervisor", "receive", 0), "global_hit")
 }
 

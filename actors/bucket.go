@@ -30,6 +30,7 @@ type bucket struct {
 	self     *actor.PID
 	key      string // the major parameters: the key the supervisor knows it by
 	perToken bool
+	window   Window // the global window all its requests count on (the key tells)
 
 	// lanes are the buckets of this major, unknown routes included (few:
 	// one per route family used on a channel). Served round-robin from
@@ -69,9 +70,12 @@ type bucket struct {
 	broken  error // set past the restart intensity
 }
 
-func newBucket(sys *System, key string, perToken bool) *bucket {
-	return &bucket{sys: sys, key: key, perToken: perToken}
+func newBucket(sys *System, key string, perToken bool, window Window) *bucket {
+	return &bucket{sys: sys, key: key, perToken: perToken, window: window}
 }
+
+// win is the global window of the bucket's requests.
+func (b *bucket) win() *globalWindow { return b.sys.windows[b.window] }
 
 func (b *bucket) traceName() string      { return "bucket" }
 func (b *bucket) traceBuffer() *traceBuf { return &b.tbuf }
@@ -366,17 +370,18 @@ func (b *bucket) admit(g *gate, c *Call, now time.Time) (ok, global bool) {
 	if c.Route.GlobalExempt {
 		return true, false
 	}
-	if b.sys.global.Blocked(now) > 0 {
+	w := b.win()
+	if w.limiter.Blocked(now) > 0 {
 		return false, false // a global 429's pause: even slots in hand wait
 	}
 	if b.grants > 0 {
 		b.grants--
 		return true, true
 	}
-	if b.wanting || b.probe || b.sys.waiting.Load() > 0 {
+	if b.wanting || b.probe || w.waiting.Load() > 0 {
 		return false, false // others wait for the global window: take our turn
 	}
-	if b.sys.reserveFast(now) {
+	if w.reserveFast(now) {
 		return true, true
 	}
 	return false, false
@@ -498,9 +503,9 @@ func (b *bucket) cancelGrants() {
 	now := b.sys.now()
 	n := b.grants
 	for ; b.grants > 0; b.grants-- {
-		b.sys.global.Cancel(now)
+		b.win().limiter.Cancel(now)
 	}
-	b.sys.root.Send(b.sys.sup, &freedMsg{cancelled: n})
+	b.sys.root.Send(b.sys.sup, &freedMsg{window: b.window, cancelled: n})
 }
 
 // dispatch takes c's slot from its lane (and, for a first pioneer, one from
@@ -541,7 +546,7 @@ func (b *bucket) dispatch(ctx actor.Context, l *lane, c *Call, conn *transport.C
 	b.sys.running.Add(1)
 	self := b.self
 	var sr *ratelimit.SharedRequest
-	if b.sys.cfg.Shared != nil {
+	if b.win().shared != nil {
 		template := c.Route.Method + " " + c.Route.Template
 		hash, _ := b.sys.store.Alias(template)
 		sr = &ratelimit.SharedRequest{Now: now, Route: c.Route.Key(), Template: template, Major: c.Route.Major, Hash: hash,
@@ -595,13 +600,14 @@ func (b *bucket) release(ctx actor.Context, c *Call, at time.Time, h ratelimit.H
 	c.holds = nil
 	if c.global {
 		c.global = false
+		w := b.win()
 		if uncounted {
-			b.sys.global.Cancel(at)
-			ctx.Send(b.sys.sup, &freedMsg{cancelled: 1})
+			w.limiter.Cancel(at)
+			ctx.Send(b.sys.sup, &freedMsg{window: b.window, cancelled: 1})
 		} else {
-			b.sys.global.Settle(at)
-			if b.sys.waiting.Load() > 0 {
-				ctx.Send(b.sys.sup, &freedMsg{})
+			w.limiter.Settle(at)
+			if w.waiting.Load() > 0 {
+				ctx.Send(b.sys.sup, &freedMsg{window: b.window})
 			}
 		}
 	}

@@ -42,7 +42,8 @@ type Call struct {
 	readyAt     time.Time   // when its bucket would have sent it but admission held it
 	lane        *lane       // the bucket that admitted the current attempt (nil: not on the wire)
 	holds       []*lane     // known buckets holding a slot for this pioneer (see lane.go)
-	global      bool        // the attempt holds a global-window slot
+	window      Window      // the global window it counts on (set by System.classify)
+	global      bool        // the attempt holds a slot of its window
 	pioneer     bool        // the attempt is a pioneer: its bucket's limit was unknown
 	first       bool        // a first pioneer: its template had never been answered
 	probe       bool        // the attempt is the ban breaker's probe

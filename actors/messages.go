@@ -80,7 +80,10 @@ type grantMsg struct {
 // use), or one was settled while buckets wait for admission: the supervisor
 // returns the cancelled ones to its pacer and recomputes when the next slot
 // frees.
-type freedMsg struct{ cancelled int }
+type freedMsg struct {
+	window    Window
+	cancelled int
+}
 
 // sharedWakeMsg: Shared's subscriber -> supervisor -> bucket. An answer
 // another process's request got, which requests of the bucket actor of
@@ -90,9 +93,12 @@ type sharedWakeMsg struct {
 	seq   uint64 // its number in System.wakes
 }
 
-// globalHitMsg: worker -> supervisor. A global 429 paused the global
+// globalHitMsg: worker -> supervisor. A global 429 paused a global
 // window until then (the worker blocked it already).
-type globalHitMsg struct{ until time.Time }
+type globalHitMsg struct {
+	window Window
+	until  time.Time
+}
 
 // banMsg: bucket -> supervisor. A Cloudflare-style ban: stop everything.
 type banMsg struct{ wait time.Duration }
@@ -138,8 +144,14 @@ type connDownMsg struct {
 
 // redialMsg, globalClearMsg, globalRetryMsg: supervisor timers.
 type redialMsg struct{ gen uint64 }
-type globalClearMsg struct{ gen uint64 }
-type globalRetryMsg struct{ gen uint64 }
+type globalClearMsg struct {
+	gen    uint64
+	window Window
+}
+type globalRetryMsg struct {
+	gen    uint64
+	window Window
+}
 
 // closeMsg: API -> supervisor. Refuse new calls, fail queued ones.
 type closeMsg struct{ err error }
@@ -164,6 +176,7 @@ type Snapshot struct {
 	Time                                  time.Time
 	State, Breaker                        string
 	Pending, Waiting, Running, GlobalUsed int
+	Windows                               []WindowSnapshot
 	Buckets                               []BucketSnapshot
 }
 

@@ -39,12 +39,13 @@ type supervisor struct {
 	// sender of enqueueMsg.
 	children map[string]*child
 	peak     int // most children since children was last rebuilt (see forget)
-	// ring holds the children waiting for admission, each at most once
-	// (child.waiting), served in the order of their virtual deadline (see
-	// admit), so a hot bucket never waits behind a thousand cold ones'
-	// backlog, nor they behind it for ever.
-	// Invariant: ring.Len() == sys.waiting.
-	ring admissionQueue
+	// windows are the two global windows, each with its own admission
+	// queue (ring), pause and pacer: the children waiting for a window's
+	// slots are in its ring, each at most once (child.waiting), served in
+	// the order of their virtual deadline (see admit), so a hot bucket
+	// never waits behind a thousand cold ones' backlog, nor they behind it
+	// for ever; and neither window waits for the other.
+	windows [numWindows]*windowAdmission
 
 	closing error // set by closeMsg: new submits fail with it
 	stopped bool  // set on Stopping: later messages are not acted on
@@ -55,18 +56,11 @@ type supervisor struct {
 	failures    int
 	redialArmed bool  // a redial timer is pending: submit does not dial
 	lastErr     error // the last failed connection's error
-	globalUntil time.Time
 
 	// breaker holds every request, exempt ones too (a Cloudflare ban is per
 	// IP), then lets one probe through; probing is set while it is out.
 	breaker *supervision.Breaker
 	probing bool
-
-	// pacer spreads the global slots handed out from the admission queue
-	// evenly over the window, so they free evenly too and a bucket that
-	// joins the queue is served within a slot's time, not at the next
-	// burst (see pacer).
-	pacer pacer
 
 	tbuf    traceBuf
 	current any // the message being handled; still set after a panic (see Receive)
@@ -82,13 +76,14 @@ type pooled struct {
 
 type child struct {
 	key       string
+	window    Window // the global window its requests count on
 	pid       *actor.PID
 	forwarded uint64 // enqueueMsgs sent by the supervisor
 	waiting   bool   // in ring
 	want      int    // requests the bucket reported ready (while waiting)
 	global    bool   // they need global slots
 	deadline  time.Time
-	index     int // in ring
+	index     int // in its window's ring
 }
 
 // gate is what the supervisor publishes for the bucket actors: the
@@ -136,15 +131,46 @@ const youngLife = 10 * time.Second
 func newSupervisor(sys *System) actor.Actor {
 	s := &supervisor{sys: sys, children: map[string]*child{},
 		breaker: supervision.NewBreaker(sys.cfg.BanBackoff, ratelimit.MaxWait)}
-	if w, ok := sys.global.(interface{ Limit() (int, time.Duration) }); ok {
-		n, per := w.Limit()
-		s.pacer = pacer{burst: float64(n), every: per / time.Duration(n), tokens: float64(n), period: per}
+	timers := [numWindows][2]timerKind{BotWindow: {timerGlobal, timerRetry}, IPWindow: {timerGlobalIP, timerRetryIP}}
+	for w := range Window(numWindows) {
+		a := &windowAdmission{w: w, g: sys.windows[w], timer: timers[w][0], retry: timers[w][1]}
+		if n, per, ok := a.g.limit(); ok {
+			// The pacer spreads the slots handed out from the ring
+			// evenly over the window, so they free evenly too and a
+			// bucket that joins is served within a slot's time, not at
+			// the next burst (see pacer).
+			a.pacer = pacer{burst: float64(n), every: per / time.Duration(n), tokens: float64(n), period: per}
+		}
+		key := "window " + w.String()
+		a.machine = fsm.NewWindow(func(e fsm.WindowEvent, from, to fsm.WindowState) {
+			sys.windowTransition(s, s.self, key, e.String(), from.String(), to.String())
+		})
+		s.windows[w] = a
 	}
 	s.machine = fsm.NewSupervisor(func(e fsm.SupervisorEvent, from, to fsm.SupervisorState) {
 		sys.supState.Store(int64(to))
 		sys.transition(s, s.self, "", e.String(), from.String(), to.String())
 	})
 	return s
+}
+
+// waiting returns how many children wait for admission, in both windows.
+func (s *supervisor) waiting() int {
+	n := 0
+	for _, a := range s.windows {
+		n += a.ring.Len()
+	}
+	return n
+}
+
+// paused reports whether a global 429 pauses any window at now.
+func (s *supervisor) paused(now time.Time) bool {
+	for _, a := range s.windows {
+		if now.Before(a.until) {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *supervisor) fire(e fsm.SupervisorEvent) {
@@ -214,7 +240,7 @@ func (s *supervisor) receive(ctx actor.Context) {
 	case *wantMsg:
 		s.want(ctx, m)
 	case *freedMsg:
-		s.pacer.refund(m.cancelled)
+		s.windows[m.window].pacer.refund(m.cancelled)
 		s.admit(ctx)
 	case *probeDoneMsg:
 		s.probeDone(ctx, m)
@@ -230,7 +256,7 @@ func (s *supervisor) receive(ctx actor.Context) {
 			}
 		}
 	case *globalHitMsg:
-		s.globalHit(m.until)
+		s.globalHit(m.window, m.until)
 	case *sharedWakeMsg:
 		if ch := s.children[m.major]; ch != nil {
 			ctx.Send(ch.pid, m)
@@ -245,15 +271,17 @@ func (s *supervisor) receive(ctx actor.Context) {
 		s.breaker.Trip(now)
 		s.holdForBan(now)
 	case *globalClearMsg:
-		if !s.timers.current(timerGlobal, m.gen) {
+		a := s.windows[m.window]
+		if !s.timers.current(a.timer, m.gen) {
 			return
 		}
-		if s.machine.Current() == fsm.GlobalLimit {
+		_ = a.machine.Fire(context.Background(), fsm.WindowClear) // stale: already open
+		if s.machine.Current() == fsm.GlobalLimit && !s.paused(s.sys.now()) {
 			s.fire(fsm.GlobalClear)
 		}
 		s.admit(ctx)
 	case *globalRetryMsg:
-		if s.timers.current(timerRetry, m.gen) {
+		if s.timers.current(s.windows[m.window].retry, m.gen) {
 			s.admit(ctx)
 		}
 	case *idleMsg:
@@ -276,14 +304,17 @@ func (s *supervisor) receive(ctx actor.Context) {
 		now := s.sys.now()
 		snap := supervisorSnapshot{snap: Snapshot{
 			Time: now, State: s.machine.Current().String(), Breaker: s.breaker.State(now).String(),
-			Waiting: s.ring.Len(), Running: int(s.sys.running.Load()),
+			Waiting: s.waiting(), Running: int(s.sys.running.Load()),
 		}}
-		for _, ch := range s.ring {
-			snap.snap.Pending += ch.want
+		for _, a := range s.windows {
+			for _, ch := range a.ring {
+				snap.snap.Pending += ch.want
+			}
+			n, _, _ := a.g.limit()
+			snap.snap.Windows = append(snap.snap.Windows, WindowSnapshot{Name: a.w.String(), State: a.machine.Current().String(),
+				Limit: n, Used: a.g.used(now), PausedFor: max(0, a.until.Sub(now))})
 		}
-		if w, ok := s.sys.global.(interface{ Count(time.Time) int }); ok {
-			snap.snap.GlobalUsed = w.Count(now)
-		}
+		snap.snap.GlobalUsed = snap.snap.Windows[BotWindow].Used
 		for _, ch := range s.children {
 			snap.buckets = append(snap.buckets, ch.pid)
 		}
@@ -356,7 +387,7 @@ func (s *supervisor) submit(ctx actor.Context, c *Call) {
 		s.spawned++
 		// The producer returns the same instance on every restart, so the
 		// bucket's state outlives a crash of its Receive.
-		b := newBucket(s.sys, key, c.Route.PerToken)
+		b := newBucket(s.sys, key, c.Route.PerToken, c.window)
 		props := actor.PropsFromProducer(func() actor.Actor { return b },
 			actor.WithReceiverMiddleware(s.sys.receiveMiddleware()...),
 			actor.WithSenderMiddleware(s.sys.senderMiddleware()...))
@@ -365,7 +396,7 @@ func (s *supervisor) submit(ctx actor.Context, c *Call) {
 			c.Complete(nil, err)
 			return
 		}
-		ch = &child{key: key, pid: pid}
+		ch = &child{key: key, window: c.window, pid: pid}
 		s.children[key] = ch
 		s.peak = max(s.peak, len(s.children))
 		s.sys.buckets.Add(1)
@@ -389,7 +420,8 @@ func (s *supervisor) want(ctx actor.Context, m *wantMsg) {
 		return
 	}
 	ch.want, ch.global = m.want, m.global
-	s.pacer.long(s.sys.now(), m.path)
+	a := s.windows[ch.window]
+	a.pacer.long(s.sys.now(), m.path)
 	// The virtual deadline: when the bucket joined, less pathWeight times
 	// how long its queue still needs at its own pace. The bucket whose
 	// backlog is longest (a hot channel) goes first, so its bucket windows
@@ -401,23 +433,23 @@ func (s *supervisor) want(ctx actor.Context, m *wantMsg) {
 	if !ch.waiting {
 		ch.waiting = true
 		ch.deadline = deadline
-		heap.Push(&s.ring, ch)
+		heap.Push(&a.ring, ch)
 	} else if deadline.Before(ch.deadline) {
 		ch.deadline = deadline
-		heap.Fix(&s.ring, ch.index)
+		heap.Fix(&a.ring, ch.index)
 	}
-	s.sys.waiting.Store(int32(s.ring.Len()))
+	a.store()
 	s.dial() // refill the pool while requests wait
 	s.admit(ctx)
 }
 
-// admit serves the buckets waiting for admission, earliest virtual
-// deadline first, while the connection, the ban breaker and the global
+// admit serves the buckets waiting for admission, in each window earliest
+// virtual deadline first, while the connection, the ban breaker and the
 // window allow; each gets as many global slots as it has requests ready
 // (at most its bucket's remaining count, so no bucket takes more than its
 // own limit allows), in one grantMsg.
 func (s *supervisor) admit(ctx actor.Context) {
-	if s.ring.Len() == 0 || len(s.conns) == 0 || s.closing != nil {
+	if s.waiting() == 0 || len(s.conns) == 0 || s.closing != nil {
 		return
 	}
 	now := s.sys.now()
@@ -427,31 +459,56 @@ func (s *supervisor) admit(ctx actor.Context) {
 			return // the globalClear timer (or the probe's answer) admits again
 		}
 		if probe {
-			ch := s.ring[0]
-			slots := 0
-			if ch.global {
-				if ok, wait := s.sys.global.Reserve(now); !ok {
-					s.breaker.Abandon()
-					s.timers.after(timerRetry, wait, func(gen uint64) any { return &globalRetryMsg{gen} })
-					return
-				}
-				slots = 1
-			}
-			s.unring(ch)
-			s.probing = true
-			s.publish()
-			ctx.Send(ch.pid, &grantMsg{slots: slots, probe: true})
+			s.admitProbe(ctx, now)
 			return
 		}
 	}
-	paused := s.machine.Current() == fsm.GlobalLimit // globalClear admits again
-	var held []*child                                // waiting for the global window
-	for s.ring.Len() > 0 {
+	for _, a := range s.windows {
+		s.admitWindow(ctx, a, now)
+	}
+}
+
+// admitProbe lets the ban breaker's one probe through: the earliest
+// waiting bucket of either window.
+func (s *supervisor) admitProbe(ctx actor.Context, now time.Time) {
+	var a *windowAdmission
+	for _, w := range s.windows {
+		if w.ring.Len() > 0 && (a == nil || w.ring[0].deadline.Before(a.ring[0].deadline)) {
+			a = w
+		}
+	}
+	ch := a.ring[0]
+	slots := 0
+	if ch.global {
+		if ok, wait := a.g.limiter.Reserve(now); !ok {
+			s.breaker.Abandon()
+			s.retryAfter(a, wait)
+			return
+		}
+		slots = 1
+	}
+	s.unring(ch)
+	s.probing = true
+	s.publish()
+	ctx.Send(ch.pid, &grantMsg{slots: slots, probe: true})
+}
+
+// retryAfter arms a's timer that admits again when its next slot frees.
+func (s *supervisor) retryAfter(a *windowAdmission, wait time.Duration) {
+	w := a.w
+	s.timers.after(a.retry, wait, func(gen uint64) any { return &globalRetryMsg{gen: gen, window: w} })
+}
+
+// admitWindow serves a's ring.
+func (s *supervisor) admitWindow(ctx actor.Context, a *windowAdmission, now time.Time) {
+	paused := a.machine.Current() == fsm.WindowPaused // globalClear admits again
+	var held []*child                                 // waiting for the window
+	for a.ring.Len() > 0 {
 		if paused {
-			s.admitExempt(ctx)
+			s.admitExempt(ctx, a)
 			break
 		}
-		ch := heap.Pop(&s.ring).(*child)
+		ch := heap.Pop(&a.ring).(*child)
 		if !ch.global { // exempt: needs no global slot
 			ch.waiting = false
 			ctx.Send(ch.pid, &grantMsg{})
@@ -459,15 +516,15 @@ func (s *supervisor) admit(ctx actor.Context) {
 		}
 		slots := 0
 		for !paused && slots < ch.want {
-			if wait := s.pacer.take(now); wait > 0 {
+			if wait := a.pacer.take(now); wait > 0 {
 				paused = true
-				s.timers.after(timerRetry, wait, func(gen uint64) any { return &globalRetryMsg{gen} })
+				s.retryAfter(a, wait)
 				break
 			}
-			ok, wait := s.sys.global.Reserve(now)
+			ok, wait := a.g.limiter.Reserve(now)
 			if !ok {
 				paused = true
-				s.timers.after(timerRetry, wait, func(gen uint64) any { return &globalRetryMsg{gen} })
+				s.retryAfter(a, wait)
 				break
 			}
 			slots++
@@ -480,16 +537,16 @@ func (s *supervisor) admit(ctx actor.Context) {
 		held = append(held, ch)
 	}
 	for _, ch := range held {
-		heap.Push(&s.ring, ch)
+		heap.Push(&a.ring, ch)
 	}
-	s.sys.waiting.Store(int32(s.ring.Len()))
+	a.store()
 }
 
-// admitExempt answers the waiting buckets that need no global slot
-// (interaction callbacks) while the global window is closed.
-func (s *supervisor) admitExempt(ctx actor.Context) {
+// admitExempt answers the buckets waiting in a's ring that need no global
+// slot (interaction callbacks) while the window is paused.
+func (s *supervisor) admitExempt(ctx actor.Context, a *windowAdmission) {
 	var exempt []*child
-	for _, ch := range s.ring {
+	for _, ch := range a.ring {
 		if !ch.global {
 			exempt = append(exempt, ch)
 		}
@@ -500,23 +557,26 @@ func (s *supervisor) admitExempt(ctx actor.Context) {
 	}
 }
 
-// unring removes ch from the admission queue.
+// unring removes ch from its window's admission queue.
 func (s *supervisor) unring(ch *child) {
 	if !ch.waiting {
 		return
 	}
 	ch.waiting = false
-	heap.Remove(&s.ring, ch.index)
-	s.sys.waiting.Store(int32(s.ring.Len()))
+	a := s.windows[ch.window]
+	heap.Remove(&a.ring, ch.index)
+	a.store()
 }
 
-// clearRing empties the admission queue.
+// clearRing empties both admission queues.
 func (s *supervisor) clearRing() {
-	for _, ch := range s.ring {
-		ch.waiting = false
+	for _, a := range s.windows {
+		for _, ch := range a.ring {
+			ch.waiting = false
+		}
+		a.ring = nil
+		a.store()
 	}
-	s.ring = nil
-	s.sys.waiting.Store(0)
 }
 
 // pacer is a token bucket with the global limit's rate and burst: the
@@ -676,8 +736,10 @@ func (s *supervisor) failed(ctx actor.Context, err error) {
 	if s.failures >= maxDialFailures && len(s.conns) == 0 {
 		// Nothing can be sent: fail what waits rather than hang it.
 		uerr := &UnavailableError{Failures: s.failures, Err: err}
-		for _, ch := range s.ring {
-			ctx.Send(ch.pid, &grantMsg{err: uerr})
+		for _, a := range s.windows {
+			for _, ch := range a.ring {
+				ctx.Send(ch.pid, &grantMsg{err: uerr})
+			}
 		}
 		s.clearRing()
 	}
@@ -707,7 +769,7 @@ func (s *supervisor) dialed(ctx actor.Context, m *dialedMsg) {
 			s.fire(fsm.Dial)
 		}
 		s.fire(fsm.Up)
-		if now := s.sys.now(); now.Before(s.globalUntil) {
+		if s.paused(s.sys.now()) {
 			s.fire(fsm.GlobalHit)
 		}
 	}
@@ -724,28 +786,34 @@ func (s *supervisor) dialed(ctx actor.Context, m *dialedMsg) {
 	s.admit(ctx)
 }
 
-// globalHit pauses every non-exempt request until then: a global 429 (or a
-// ban's hold). Requests wait in their buckets' queues, not here.
-func (s *supervisor) globalHit(until time.Time) {
+// globalHit pauses every non-exempt request of window w until then: a
+// global 429 counted on it. Requests wait in their buckets' queues, not
+// here; the other window goes on.
+func (s *supervisor) globalHit(w Window, until time.Time) {
 	now := s.sys.now()
-	if !until.After(s.globalUntil) {
+	a := s.windows[w]
+	if !until.After(a.until) {
 		return // already paused at least that long
 	}
-	s.globalUntil = until
-	s.sys.global.Block(s.globalUntil)
+	a.until = until
+	a.g.limiter.Block(until)
+	_ = a.machine.Fire(context.Background(), fsm.WindowHit) // allowed in both states
 	switch s.machine.Current() {
 	case fsm.Connected, fsm.GlobalLimit:
 		s.fire(fsm.GlobalHit)
 	}
-	s.timers.after(timerGlobal, s.globalUntil.Sub(now), func(gen uint64) any { return &globalClearMsg{gen} })
+	s.timers.after(a.timer, until.Sub(now), func(gen uint64) any { return &globalClearMsg{gen: gen, window: w} })
 }
 
-// holdForBan publishes the hold and arms the timer that admits again once
-// the breaker's backoff ends (pausing the global window for as long).
+// holdForBan publishes the hold and arms the timers that admit again once
+// the breaker's backoff ends (pausing both windows for as long: a ban is
+// per IP and holds every request).
 func (s *supervisor) holdForBan(now time.Time) {
 	s.publish()
 	if _, _, wait := s.breaker.Allow(now); wait > 0 {
-		s.globalHit(now.Add(wait))
+		for w := range Window(numWindows) {
+			s.globalHit(w, now.Add(wait))
+		}
 	}
 }
 

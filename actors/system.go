@@ -39,15 +39,26 @@ type Config struct {
 	// Connections is how many HTTP/2 connections the pool holds at most
 	// (0: DefaultConnections).
 	Connections int
-	// Global is the proactive global limit.
+	// Global is the proactive global limit of the token: requests sent
+	// with an Authorization header (BotWindow).
 	Global ratelimit.GlobalLimiter
+	// IPGlobal is the proactive global limit of the egress IP: requests
+	// sent without an Authorization header (IPWindow). Nil: they count on
+	// Global too.
+	IPGlobal ratelimit.GlobalLimiter
+	// WebhookAuth sends routes that carry their own token in the path
+	// (webhooks, interactions) with Authorization too, counted on Global.
+	// False: they go without it unless the caller set one (see windowOf).
+	WebhookAuth bool
 	// Store keeps bucket limits and route aliases outside the actors.
 	Store ratelimit.BucketStore
 	// Shared, when set, counts the limits this process shares with others
 	// (redisstore): each request is reserved there too, by its worker,
 	// before it is sent, and the answer reported after (nil: limits are
-	// this process's alone).
-	Shared ratelimit.Shared
+	// this process's alone). IPShared does the same for requests sent
+	// without a token (IPWindow), shared by the processes behind one
+	// egress IP (nil: this process's alone).
+	Shared, IPShared ratelimit.Shared
 	// Clock is the time source of every decision.
 	Clock func() time.Time
 	// MaxWait fails a request at once when its predicted wait exceeds it
@@ -125,9 +136,10 @@ type System struct {
 	actors *actor.ActorSystem
 	root   *actor.RootContext
 	sup    *actor.PID
-	global ratelimit.GlobalLimiter
-	store  ratelimit.BucketStore
-	log    *slog.Logger
+	// windows are the two global windows (Config.Global, Config.IPGlobal).
+	windows [numWindows]*globalWindow
+	store   ratelimit.BucketStore
+	log     *slog.Logger
 
 	// hardCtx ends every request on the wire when Close gives up waiting.
 	hardCtx    context.Context
@@ -149,14 +161,9 @@ type System struct {
 	pending atomic.Int64 // calls without an outcome
 	running atomic.Int64 // requests on the wire (kept by the bucket actors)
 	buckets atomic.Int64 // live bucket actors (kept by the supervisor)
-	// gate and waiting are published by the supervisor for the bucket
-	// actors (see supervisor.publish and supervisor.ring); only the
-	// supervisor stores them.
-	gate    atomic.Pointer[gate]
-	waiting atomic.Int32
-	// keeper and keep: the global window's fast path (reserveFast).
-	keeper keeper
-	keep   int
+	// gate is published by the supervisor for the bucket actors (see
+	// supervisor.publish); only the supervisor stores it.
+	gate atomic.Pointer[gate]
 	// clock learns the server's clock from every answer (see
 	// ratelimit.ServerClock); safe for concurrent use.
 	clock    ratelimit.ServerClock
@@ -208,11 +215,13 @@ func Start(cfg Config) (*System, error) {
 		// keep it short so none outlives Close by more than a moment.
 		actor.WithDeadLetterThrottleInterval(time.Millisecond),
 	)
-	s := &System{cfg: cfg, actors: as, root: as.Root, global: cfg.Global, store: cfg.Store, log: log, crashHook: cfg.crashHook}
-	if k, ok := cfg.Global.(keeper); ok {
-		n, _ := k.Limit()
-		s.keeper, s.keep = k, int(float64(n)*(1-fastShare))
+	s := &System{cfg: cfg, actors: as, root: as.Root, store: cfg.Store, log: log, crashHook: cfg.crashHook}
+	s.windows[BotWindow] = newGlobalWindow(cfg.Global, cfg.Shared)
+	ipGlobal := cfg.IPGlobal
+	if ipGlobal == nil {
+		ipGlobal = cfg.Global
 	}
+	s.windows[IPWindow] = newGlobalWindow(ipGlobal, cfg.IPShared)
 	tel, err := newTelemetry(cfg.TracerProvider, cfg.MeterProvider, s)
 	if err != nil {
 		as.Shutdown()
@@ -242,6 +251,7 @@ func (s *System) Now() time.Time { return s.now() }
 // Submit hands c to the supervisor. After Close began, c fails with
 // ErrClosed at once.
 func (s *System) Submit(c *Call) {
+	s.classify(c)
 	n, ok := s.register(c)
 	if !ok {
 		return
@@ -354,11 +364,17 @@ func (s *System) admit(c *Call, pending int64) error {
 	return s.budget(now)
 }
 
-// botAuthenticated reports whether c is sent with the configured token:
-// it carries no Authorization header of its own and its route is not
-// authenticated by a token in its path (webhooks, interactions).
+// botAuthenticated reports whether c is sent with the configured token
+// (it carries no Authorization header of its own and counts on the bot's
+// window) and its route is not authenticated by a token in its path
+// (webhooks, interactions): a 401 to it is about the configured token.
 func (s *System) botAuthenticated(c *Call) bool {
-	return s.cfg.Authorization != "" && !c.Route.PerToken && c.Req.Header.Get("Authorization") == ""
+	return s.sentWithToken(c) && !c.Route.PerToken
+}
+
+// sentWithToken reports whether prepare adds the configured token to c.
+func (s *System) sentWithToken(c *Call) bool {
+	return s.cfg.Authorization != "" && c.window == BotWindow && c.Req.Header.Get("Authorization") == ""
 }
 
 // budget returns a *BudgetError while the invalid-request budget is
@@ -554,21 +570,23 @@ func (s *System) SharedWake(major string) {
 	s.root.Send(s.sup, &sharedWakeMsg{major: major, seq: s.wakes.Add(1)})
 }
 
-// SharedGlobalBlocked pauses the global window for wait: another process
-// sharing the token met a global 429. Safe to call from any goroutine.
-func (s *System) SharedGlobalBlocked(wait time.Duration) {
+// SharedGlobalBlocked pauses global window w for wait: another process
+// sharing it (the token, or the egress IP) met a global 429. Safe to call
+// from any goroutine.
+func (s *System) SharedGlobalBlocked(w Window, wait time.Duration) {
 	s.subMu.RLock()
 	defer s.subMu.RUnlock()
-	if s.closed.Load() {
+	if s.closed.Load() || w >= numWindows {
 		return
 	}
 	now := s.now()
-	if wait <= s.global.Blocked(now) {
+	g := s.windows[w].limiter
+	if wait <= g.Blocked(now) {
 		return // paused this long already
 	}
 	until := now.Add(wait)
-	s.global.Block(until)
-	s.root.Send(s.sup, &globalHitMsg{until: until})
+	g.Block(until)
+	s.root.Send(s.sup, &globalHitMsg{window: w, until: until})
 }
 
 // fastShare is the share of the global window a bucket actor may reserve
@@ -577,17 +595,6 @@ func (s *System) SharedGlobalBlocked(wait time.Duration) {
 // of a window go where they are most needed (a hot channel) rather than to
 // whoever asked first.
 const fastShare = 0.5
-
-// reserveFast reserves a global slot for a bucket actor on its own, if the
-// window has more than its share free. A GlobalLimiter that cannot tell is
-// reserved from freely.
-func (s *System) reserveFast(now time.Time) bool {
-	if s.keeper != nil {
-		return s.keeper.ReserveKeeping(now, s.keep)
-	}
-	ok, _ := s.global.Reserve(now)
-	return ok
-}
 
 // keeper is a GlobalLimiter that can keep slots free (ratelimit.SlidingWindow).
 type keeper interface {
@@ -605,13 +612,14 @@ type keeper interface {
 // after AttemptTimeout (ErrAttemptTimeout), whichever comes first. A panic
 // here becomes this call's ErrInternal: exactly one resultMsg is sent.
 func (s *System) work(conn *transport.Conn, c *Call, bucket *actor.PID, sr *ratelimit.SharedRequest) {
+	win := s.windows[c.window]
 	reported := false
 	var grant ratelimit.SharedGrant
 	var shared *ratelimit.SharedAnswer // the answer to report to Shared, once the caller has it
 	// toShared reports the answer to the shared store, once.
 	toShared := func() {
 		if shared != nil {
-			s.cfg.Shared.Report(context.Background(), grant, *shared)
+			win.shared.Report(context.Background(), grant, *shared)
 			shared = nil
 		}
 	}
@@ -650,7 +658,7 @@ func (s *System) work(conn *transport.Conn, c *Call, bucket *actor.PID, sr *rate
 		// The shared count (other processes on the token) admits it too,
 		// or the bucket actor puts it back in line for the wait told.
 		seq := s.wakes.Load()
-		if grant = s.cfg.Shared.Reserve(ctx, *sr); !grant.OK {
+		if grant = win.shared.Reserve(ctx, *sr); !grant.OK {
 			report(&resultMsg{call: c, at: s.now(), deferred: &grant, wakeSeq: seq})
 			return
 		}
@@ -721,9 +729,9 @@ func (s *System) work(conn *transport.Conn, c *Call, bucket *actor.PID, sr *rate
 		// Pause every request at once: the shared window refuses
 		// reservations from now on, before any actor hears of it.
 		until := at.Add(m.verdict.Wait)
-		s.global.Block(until)
+		win.limiter.Block(until)
 		toShared() // and every other process's, before anything here moves
-		s.root.Send(s.sup, &globalHitMsg{until: until})
+		s.root.Send(s.sup, &globalHitMsg{window: c.window, until: until})
 	}
 	resp.Body = io.NopCloser(bytes.NewReader(body))
 	resp.ContentLength = int64(len(body))
@@ -848,7 +856,7 @@ func (s *System) prepare(ctx context.Context, c *Call) (*http.Request, error) {
 		}
 		req.Body = b
 	}
-	if req.Header.Get("Authorization") == "" && s.cfg.Authorization != "" {
+	if s.sentWithToken(c) {
 		req.Header.Set("Authorization", s.cfg.Authorization)
 	}
 	if req.Header.Get("User-Agent") == "" && s.cfg.UserAgent != "" {

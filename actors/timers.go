@@ -14,9 +14,11 @@ import (
 type timerKind int
 
 const (
-	timerRedial timerKind = iota
-	timerGlobal
-	timerRetry
+	timerRedial   timerKind = iota
+	timerGlobal             // the bot window's pause (supervisor); see windowAdmission
+	timerGlobalIP           // the IP window's pause
+	timerRetry              // a retry (bucket); the bot window's next slot (supervisor)
+	timerRetryIP            // the IP window's next slot
 	timerWake
 	timerIdle
 	numTimers

@@ -1,4 +1,4 @@
-// Package fsm holds Sluice's two state machines, typed wrappers around
+// Package fsm holds Sluice's three state machines, typed wrappers around
 // github.com/looplab/fsm.
 //
 // # The machines
@@ -19,8 +19,8 @@
 // limits is a new actor, which starts in initial.
 //
 // The transition tables are defined once, as data, and drive both the
-// looplab machines and the Mermaid diagrams returned by [SupervisorMermaid]
-// and [BucketMermaid]. docs/state-machines.md embeds those diagrams; a test
+// looplab machines and the Mermaid diagrams returned by [SupervisorMermaid],
+// [BucketMermaid] and [WindowMermaid]. docs/state-machines.md embeds those diagrams; a test
 // fails when they drift (regenerate with
 // go test ./fsm -run TestDocsDiagramsCurrent -update).
 //

@@ -26,6 +26,7 @@ func TestDocsDiagramsCurrent(t *testing.T) {
 	for _, d := range []struct{ name, diagram string }{
 		{"supervisor", fsm.SupervisorMermaid()},
 		{"bucket", fsm.BucketMermaid()},
+		{"window", fsm.WindowMermaid()},
 	} {
 		want, err = replaceBlock(want, d.name, "```mermaid\n"+d.diagram+"```\n")
 		require.NoError(t, err)

@@ -56,7 +56,17 @@ var bucketPath = map[fsm.BucketState][]fsm.BucketEvent{
 	fsm.Idle:      {fsm.Discovered, fsm.Quiet},
 }
 
-// machine is the API shared by Supervisor and Bucket.
+var windowWant = map[fsm.WindowState]map[fsm.WindowEvent]fsm.WindowState{
+	fsm.WindowOpen:   {fsm.WindowHit: fsm.WindowPaused},
+	fsm.WindowPaused: {fsm.WindowHit: fsm.WindowPaused, fsm.WindowClear: fsm.WindowOpen},
+}
+
+var windowPath = map[fsm.WindowState][]fsm.WindowEvent{
+	fsm.WindowOpen:   nil,
+	fsm.WindowPaused: {fsm.WindowHit},
+}
+
+// machine is the API shared by Supervisor, Bucket and Window.
 type machine[S, E any] interface {
 	Fire(ctx context.Context, e E) error
 	Current() S
@@ -105,6 +115,15 @@ var bucketTable = table[fsm.BucketState, fsm.BucketEvent]{
 	want: bucketWant, path: bucketPath,
 }
 
+var windowTable = table[fsm.WindowState, fsm.WindowEvent]{
+	name: "window",
+	newM: func(h func(fsm.WindowEvent, fsm.WindowState, fsm.WindowState)) machine[fsm.WindowState, fsm.WindowEvent] {
+		return fsm.NewWindow(h)
+	},
+	states: []fsm.WindowState{fsm.WindowOpen, fsm.WindowPaused}, events: []fsm.WindowEvent{fsm.WindowHit, fsm.WindowClear},
+	badEvent: fsm.WindowEvent(200), want: windowWant, path: windowPath,
+}
+
 // in returns a machine driven into state s, and its recorder, emptied.
 func (tb table[S, E]) in(t *testing.T, s S) (machine[S, E], *recorder[S, E]) {
 	t.Helper()
@@ -148,6 +167,8 @@ func (tb table[S, E]) checkAllPairs(t *testing.T) {
 func TestSupervisorTransitions(t *testing.T) { supervisorTable.checkAllPairs(t) }
 
 func TestBucketTransitions(t *testing.T) { bucketTable.checkAllPairs(t) }
+
+func TestWindowTransitions(t *testing.T) { windowTable.checkAllPairs(t) }
 
 func TestSelfLoops(t *testing.T) {
 	ctx := context.Background()

@@ -132,6 +132,15 @@ func Namespace(token string) string {
 	return "{sluice:" + hex.EncodeToString(sum[:8]) + "}"
 }
 
+// IPNamespace returns the hash tag for the keys of the requests sent
+// without a token from one egress IP: "{sluice:ip:" and the first 16 hex
+// digits of key's SHA-256, "}". Processes that share key share the per-IP
+// global window and those requests' buckets.
+func IPNamespace(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return "{sluice:ip:" + hex.EncodeToString(sum[:8]) + "}"
+}
+
 // Mode is where a Store counts.
 type Mode int32
 

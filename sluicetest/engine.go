@@ -131,7 +131,12 @@ type globalState struct {
 	stats GlobalStats
 }
 
-type outage struct{ from, until time.Time }
+// outage is an external consumer's window: of the token's global limit,
+// or of the per-IP one (ip) for requests without a token.
+type outage struct {
+	from, until time.Time
+	ip          bool
+}
 
 type counters struct {
 	requests       int
@@ -210,6 +215,14 @@ func newCounters() counters {
 	return counters{byStatus: map[int]int{}, rateLimited: map[string]int{}, duplicates: map[string]int{}}
 }
 
+// Since returns now as Stats tell times: since the engine started (or was
+// Reset).
+func (e *Engine) Since(now time.Time) time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return now.Sub(e.start)
+}
+
 // Rules returns the rule set in force, defaults filled in.
 func (e *Engine) Rules() RuleSet { return e.rules }
 
@@ -220,7 +233,16 @@ func (e *Engine) Rules() RuleSet { return e.rules }
 func (e *Engine) ExhaustGlobal(from, until time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.outages = append(e.outages, outage{from, until})
+	e.outages = append(e.outages, outage{from: from, until: until})
+}
+
+// ExhaustIPGlobal is ExhaustGlobal for the per-IP global limit: every
+// request without an Authorization header that is not global-exempt gets a
+// global 429 from from until until, while authenticated requests go on.
+func (e *Engine) ExhaustIPGlobal(from, until time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.outages = append(e.outages, outage{from: from, until: until, ip: true})
 }
 
 // SetLateReset makes every bucket window reopen d after the reset its
@@ -460,13 +482,11 @@ func (e *Engine) checkGlobal(now time.Time, who string, authed bool) (Decision, 
 		}
 		e.globals[who] = g
 	}
-	if authed {
-		for _, o := range e.outages {
-			if !now.Before(o.from) && now.Before(o.until) {
-				g.stats.RateLimited++
-				g.stats.Injected++
-				return globalLimited(o.until.Sub(now), true), true
-			}
+	for _, o := range e.outages {
+		if o.ip != authed && !now.Before(o.from) && now.Before(o.until) {
+			g.stats.RateLimited++
+			g.stats.Injected++
+			return globalLimited(o.until.Sub(now), true), true
 		}
 	}
 	if n := g.log.count(now); n >= g.stats.Limit {

@@ -98,6 +98,9 @@ type GlobalOutage struct {
 	After time.Duration `json:"after"`
 	// For is how long it lasts.
 	For time.Duration `json:"for"`
+	// IP, when set, exhausts the per-IP global limit (requests without an
+	// Authorization header) instead of the token's.
+	IP bool `json:"ip,omitempty"`
 }
 
 // Server is a simulated Discord REST API on loopback: the rules engine
@@ -290,7 +293,11 @@ func (s *Server) setFaults(now time.Time, f Faults) {
 	s.engine.SetLateReset(f.LateReset)
 	for _, o := range f.ExternalGlobal {
 		from := now.Add(o.After)
-		s.engine.ExhaustGlobal(from, from.Add(o.For))
+		if o.IP {
+			s.engine.ExhaustIPGlobal(from, from.Add(o.For))
+		} else {
+			s.engine.ExhaustGlobal(from, from.Add(o.For))
+		}
 	}
 }
 
@@ -299,6 +306,17 @@ func (s *Server) setFaults(now time.Time, f Faults) {
 func (s *Server) InjectGlobalLimit(d time.Duration) {
 	now := s.clock()
 	s.engine.ExhaustGlobal(now, now.Add(d))
+}
+
+// Elapsed returns the time since the engine started, as Stats and Event.At
+// tell times.
+func (s *Server) Elapsed() time.Duration { return s.engine.Since(s.clock()) }
+
+// InjectIPGlobalLimit makes an external consumer exhaust the per-IP global
+// limit (requests without an Authorization header) from now for d.
+func (s *Server) InjectIPGlobalLimit(d time.Duration) {
+	now := s.clock()
+	s.engine.ExhaustIPGlobal(now, now.Add(d))
 }
 
 // DropConnections closes every client connection abruptly and returns how

@@ -1,0 +1,154 @@
+package actors
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/fsm"
+	"github.com/sluicehq/sluice/ratelimit"
+)
+
+// Window names one of Discord's two global limits. A request that carries
+// an Authorization header counts on the token's window (BotWindow); one
+// without counts on the window of the IP it comes from (IPWindow): webhook
+// executions and interaction follow-ups carry their token in the path and
+// need no bot token, so a bot that sends them without one gets a second
+// global limit (Xenon's split). Interaction callbacks count on neither
+// (routes.Route.GlobalExempt).
+type Window uint8
+
+const (
+	// BotWindow is the global limit of the token a request carries.
+	BotWindow Window = iota
+	// IPWindow is the global limit of the egress IP, for requests sent
+	// without an Authorization header.
+	IPWindow
+
+	numWindows = iota
+)
+
+var windowNames = [numWindows]string{BotWindow: "bot", IPWindow: "ip"}
+
+// String returns "bot" or "ip".
+func (w Window) String() string {
+	if int(w) < len(windowNames) {
+		return windowNames[w]
+	}
+	return "Window(" + itoa(uint64(w)) + ")"
+}
+
+// ipMajorPrefix marks the major parameters of a request sent without an
+// Authorization header: Discord counts its buckets per IP, apart from the
+// same route's buckets under the token, so it gets its own bucket actor,
+// bucket keys and shared-store keys. The one place the prefix is written
+// is System.classify.
+const ipMajorPrefix = "ip"
+
+// windowOf decides which global window c counts on, and so whether it is
+// sent with the configured token: its own Authorization header keeps it
+// on the token's window; a route that carries its token in the path
+// (webhooks, interactions) goes without the bot's token unless
+// Config.WebhookAuth; and with no token configured, nothing is
+// authenticated.
+func (s *System) windowOf(c *Call) Window {
+	switch {
+	case c.Req != nil && c.Req.Header.Get("Authorization") != "":
+		return BotWindow
+	case s.cfg.Authorization == "":
+		return IPWindow
+	case c.Route.PerToken && !s.cfg.WebhookAuth:
+		return IPWindow
+	}
+	return BotWindow
+}
+
+// classify sets c's window and, for the IP window, marks its major
+// parameters so its buckets are kept apart from the token's.
+func (s *System) classify(c *Call) {
+	c.window = s.windowOf(c)
+	if c.window == IPWindow {
+		if c.Route.Major == "" {
+			c.Route.Major = ipMajorPrefix
+		} else {
+			c.Route.Major = ipMajorPrefix + ";" + c.Route.Major
+		}
+	}
+}
+
+// globalWindow is one global limit as the bucket actors and workers see
+// it: its limiter, its fast path and the processes it is shared with.
+// Only the supervisor stores waiting (the length of its admission queue
+// for the window, see supervisor.windows).
+type globalWindow struct {
+	limiter ratelimit.GlobalLimiter
+	// keeper and keep: the fast path (reserveFast); nil keeper when the
+	// limiter cannot keep slots free.
+	keeper keeper
+	keep   int
+	// shared counts this window's requests with other processes (nil:
+	// this process's alone).
+	shared  ratelimit.Shared
+	waiting atomic.Int32
+}
+
+func newGlobalWindow(l ratelimit.GlobalLimiter, shared ratelimit.Shared) *globalWindow {
+	w := &globalWindow{limiter: l, shared: shared}
+	if k, ok := l.(keeper); ok {
+		n, _ := k.Limit()
+		w.keeper, w.keep = k, int(float64(n)*(1-fastShare))
+	}
+	return w
+}
+
+// reserveFast reserves a slot for a bucket actor on its own, if the window
+// has more than its share free. A GlobalLimiter that cannot tell is
+// reserved from freely.
+func (w *globalWindow) reserveFast(now time.Time) bool {
+	if w.keeper != nil {
+		return w.keeper.ReserveKeeping(now, w.keep)
+	}
+	ok, _ := w.limiter.Reserve(now)
+	return ok
+}
+
+// limit returns the window's limit and period when its limiter tells them.
+func (w *globalWindow) limit() (int, time.Duration, bool) {
+	if l, ok := w.limiter.(interface{ Limit() (int, time.Duration) }); ok {
+		n, per := l.Limit()
+		return n, per, true
+	}
+	return 0, 0, false
+}
+
+// used returns the slots held now, when the limiter can count them.
+func (w *globalWindow) used(now time.Time) int {
+	if c, ok := w.limiter.(interface{ Count(time.Time) int }); ok {
+		return c.Count(now)
+	}
+	return 0
+}
+
+// windowAdmission is the supervisor's side of one global window: its
+// pause (a global 429 there), its state machine, the buckets waiting for
+// its slots and the pacer that hands them out. The two windows never
+// wait for each other.
+type windowAdmission struct {
+	w       Window
+	g       *globalWindow
+	until   time.Time      // paused before it (a global 429, or a ban's hold)
+	machine *fsm.Window    // open <-> global_limit
+	ring    admissionQueue // Invariant: ring.Len() == g.waiting
+	pacer   pacer
+	timer   timerKind // its globalClearMsg timer
+	retry   timerKind // its globalRetryMsg timer
+}
+
+// store publishes the ring's length for the bucket actors.
+func (a *windowAdmission) store() { a.g.waiting.Store(int32(a.ring.Len())) }
+
+// WindowSnapshot is one global window's part of a Snapshot.
+type WindowSnapshot struct {
+	Name, State string
+	Limit, Used int
+	PausedFor   time.Duration
+}
