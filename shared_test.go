@@ -46,13 +46,15 @@ type sharedScenario struct {
 	// limit is what binds).
 	limit  int
 	window time.Duration
+	// ip marks a load sent without the token: on the per-IP global limit.
+	ip bool
 }
 
 func sharedRules(limit int, window time.Duration, rules ...sluicetest.Rule) sluicetest.RuleSet {
 	for i := range rules {
 		rules[i].Limit, rules[i].Window = limit, sluicetest.Duration(window)
 	}
-	return sluicetest.RuleSet{GlobalLimit: sharedGlobal, Rules: rules}
+	return sluicetest.RuleSet{GlobalLimit: sharedGlobal, IPGlobalLimit: sharedGlobal, Rules: rules}
 }
 
 var sharedScenarios = map[string]sharedScenario{
@@ -89,6 +91,15 @@ var sharedScenarios = map[string]sharedScenario{
 			sluicetest.Rule{Name: "messages", Method: "GET", Route: "/channels/{channel_id}/messages", Bucket: "msgs"}),
 		path: func(p, w int) string { return "/channels/" + strconv.Itoa(5000+w) + "/messages" },
 	},
+	// 400 webhooks, one request each, sent without the token: only the
+	// per-IP global limit binds, which the processes behind one IP share
+	// (Options.RedisIPKey).
+	"webhooks": {
+		rules: sharedRules(5, time.Second,
+			sluicetest.Rule{Name: "get_webhook", Method: "GET", Route: "/webhooks/{webhook_id}/{webhook_token}", Bucket: "hook", Auth: sluicetest.AuthOptional}),
+		path: func(p, w int) string { return fmt.Sprintf("/webhooks/%d/token-%d-%d", 9000+p*sharedWorkers+w, p, w) },
+		ip:   true,
+	},
 }
 
 // childResult is what a child process reports.
@@ -114,7 +125,7 @@ func TestSharedChild(t *testing.T) {
 	// A token of its own per scenario: the scenarios share one Redis.
 	share, _ := strconv.ParseFloat(os.Getenv("SLUICE_SHARED_SHARE"), 64)
 	lim, err := sluice.New(sluice.Options{BaseURL: os.Getenv("SLUICE_SHARED_BASE"), H2C: true, Token: testToken + "-" + os.Getenv("SLUICE_SHARED_SCENARIO"),
-		GlobalLimit: sharedGlobal, Redis: rdb, RedisFallbackShare: share})
+		GlobalLimit: sharedGlobal, IPGlobalLimit: sharedGlobal, Redis: rdb, RedisFallbackShare: share})
 	require.NoError(t, err)
 
 	var mu sync.Mutex
@@ -267,7 +278,7 @@ func runShared(t *testing.T, name string, srv *sluicetest.Server, redisURL strin
 // allows (95% targeted and logged, a collapse below 85% fails).
 func TestSharedLimitsAcrossProcesses(t *testing.T) {
 	rs := redistest.Start(t)
-	for _, name := range []string{"saturated", "shared-hash", "fan-out", "unknown-burst"} {
+	for _, name := range []string{"saturated", "shared-hash", "fan-out", "unknown-burst", "webhooks"} {
 		t.Run(name, func(t *testing.T) {
 			sc := sharedScenarios[name]
 			srv, err := sluicetest.NewServer(sluicetest.Options{H2C: true, Rules: sc.rules})
@@ -297,6 +308,10 @@ func TestSharedLimitsAcrossProcesses(t *testing.T) {
 				}
 			}
 			assert.LessOrEqual(t, st.MaxGlobalWindow, sharedGlobal)
+			if sc.ip {
+				assert.Equal(t, sharedProcesses*sharedWorkers, globalOf(st, "ip:").Admitted, "all on the IP's window")
+				assert.Zero(t, globalOf(st, "token:").Admitted)
+			}
 
 			// The pace: n requests under a limit of l per window w need
 			// ceil(n/l) windows; the first answer comes at the start of

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -35,6 +36,10 @@ func metricNames(t testing.TB, reader *sdkmetric.ManualReader) map[string]int64 
 			case metricdata.Gauge[int64]:
 				for _, p := range d.DataPoints {
 					out[m.Name] = p.Value
+				}
+			case metricdata.Gauge[float64]:
+				for _, p := range d.DataPoints {
+					out[m.Name] = int64(p.Value)
 				}
 			case metricdata.Histogram[float64]:
 				for _, p := range d.DataPoints {
@@ -95,6 +100,38 @@ func TestSpansAndMetrics(t *testing.T) {
 	assert.Greater(t, m["sluice.transitions"], int64(2))
 	_, ok := m["sluice.buckets.live"]
 	assert.True(t, ok)
+	assert.ElementsMatch(t, []string{"bot", "ip"}, windowLabels(t, reader, "sluice.global.used"), "one series per global window")
+	assert.ElementsMatch(t, []string{"bot", "ip"}, windowLabels(t, reader, "sluice.global.paused"))
+}
+
+// windowLabels returns the sluice.window attribute of each data point of the
+// gauge name.
+func windowLabels(t testing.TB, reader *sdkmetric.ManualReader, name string) []string {
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(context.Background(), &rm))
+	var out []string
+	add := func(set attribute.Set) {
+		v, _ := set.Value("sluice.window")
+		out = append(out, v.AsString())
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != name {
+				continue
+			}
+			switch d := m.Data.(type) {
+			case metricdata.Gauge[int64]:
+				for _, p := range d.DataPoints {
+					add(p.Attributes)
+				}
+			case metricdata.Gauge[float64]:
+				for _, p := range d.DataPoints {
+					add(p.Attributes)
+				}
+			}
+		}
+	}
+	return out
 }
 
 // Spans and metrics go to any OpenTelemetry provider; here, in-process
@@ -129,5 +166,5 @@ func Example_openTelemetry() {
 	fmt.Println("metrics:", strings.Join(names, " "))
 	// Output:
 	// span: sluice GET /users/@me [queued dispatched sent headers done]
-	// metrics: sluice.buckets.live sluice.connection.state sluice.invalid_requests.budget sluice.requests sluice.requests.pending sluice.requests.running sluice.responses sluice.transitions sluice.wait
+	// metrics: sluice.buckets.live sluice.connection.state sluice.global.paused sluice.global.used sluice.invalid_requests.budget sluice.requests sluice.requests.pending sluice.requests.running sluice.responses sluice.transitions sluice.wait
 }

@@ -141,9 +141,8 @@ func newSupervisor(sys *System) actor.Actor {
 			// the next burst (see pacer).
 			a.pacer = pacer{burst: float64(n), every: per / time.Duration(n), tokens: float64(n), period: per}
 		}
-		key := "window " + w.String()
 		a.machine = fsm.NewWindow(func(e fsm.WindowEvent, from, to fsm.WindowState) {
-			sys.windowTransition(s, s.self, key, e.String(), from.String(), to.String())
+			sys.windowTransition(s, s.self, w, e.String(), from.String(), to.String())
 		})
 		s.windows[w] = a
 	}

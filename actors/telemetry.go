@@ -49,7 +49,7 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider, s *System) (
 		return nil, err
 	}
 	if t.outcomes, err = m.Int64Counter("sluice.requests",
-		metric.WithDescription("Requests ended, by outcome: the final HTTP status, or the error kind.")); err != nil {
+		metric.WithDescription("Requests ended, by outcome (the final HTTP status, or the error kind) and global window (bot: sent with the token; ip: without).")); err != nil {
 		return nil, err
 	}
 	if t.waits, err = m.Float64Histogram("sluice.wait", metric.WithUnit("s"),
@@ -78,6 +78,16 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider, s *System) (
 	if err != nil {
 		return nil, err
 	}
+	globalUsed, err := m.Int64ObservableGauge("sluice.global.used",
+		metric.WithDescription("Slots of a global limit held now (requests in flight and answered within its window), by window: bot (requests with the token) or ip (requests without)."))
+	if err != nil {
+		return nil, err
+	}
+	globalPaused, err := m.Float64ObservableGauge("sluice.global.paused", metric.WithUnit("s"),
+		metric.WithDescription("Time left of a global 429's pause, by window: bot or ip (0: open)."))
+	if err != nil {
+		return nil, err
+	}
 	budget, err := m.Int64ObservableGauge("sluice.invalid_requests.budget",
 		metric.WithDescription("Invalid answers (401, 403, non-shared 429) the limiter will still accept before it refuses requests."))
 	if err != nil {
@@ -88,11 +98,17 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider, s *System) (
 		o.ObserveInt64(running, s.running.Load())
 		o.ObserveInt64(buckets, s.buckets.Load())
 		o.ObserveInt64(state, s.supState.Load())
+		now := s.now()
 		if s.cfg.Invalid != nil {
-			o.ObserveInt64(budget, int64(s.cfg.Invalid.Left(s.now())))
+			o.ObserveInt64(budget, int64(s.cfg.Invalid.Left(now)))
+		}
+		for w, g := range s.windows {
+			attrs := metric.WithAttributes(attribute.String("sluice.window", Window(w).String()))
+			o.ObserveInt64(globalUsed, int64(g.used(now)), attrs)
+			o.ObserveFloat64(globalPaused, g.limiter.Blocked(now).Seconds(), attrs)
 		}
 		return nil
-	}, pending, running, buckets, state, budget)
+	}, pending, running, buckets, state, globalUsed, globalPaused, budget)
 	return t, err
 }
 
@@ -114,6 +130,7 @@ func (t *telemetry) start(c *Call) {
 			attribute.String("http.request.method", c.Route.Method),
 			attribute.String("url.template", c.Route.Template),
 			attribute.String("sluice.major", c.Route.Major),
+			attribute.String("sluice.window", c.window.String()),
 			attribute.Int64("sluice.request_id", int64(c.ID)),
 		))
 	c.Ctx, c.span = ctx, span
@@ -138,13 +155,17 @@ func (t *telemetry) response(status int, scope string) {
 	t.responses.Add(context.Background(), 1, metric.WithAttributes(attrs...))
 }
 
-// transition counts one state machine transition.
-func (t *telemetry) transition(machine, event string) {
+// transition counts one state machine transition; window names a global
+// window's machine ("" for the others).
+func (t *telemetry) transition(machine, event, window string) {
 	if t == nil || t.meter == nil {
 		return
 	}
-	t.transitions.Add(context.Background(), 1, metric.WithAttributes(
-		attribute.String("sluice.machine", machine), attribute.String("sluice.event", event)))
+	attrs := []attribute.KeyValue{attribute.String("sluice.machine", machine), attribute.String("sluice.event", event)}
+	if window != "" {
+		attrs = append(attrs, attribute.String("sluice.window", window))
+	}
+	t.transitions.Add(context.Background(), 1, metric.WithAttributes(attrs...))
 }
 
 // finish ends the request's span and records where its time went. It runs
@@ -160,9 +181,10 @@ func (t *telemetry) finish(c *Call) {
 		if err == nil && resp != nil {
 			outcome = itoa(uint64(resp.StatusCode))
 		}
-		t.outcomes.Add(context.Background(), 1, metric.WithAttributes(attribute.String("sluice.outcome", outcome)))
+		window := attribute.String("sluice.window", c.window.String())
+		t.outcomes.Add(context.Background(), 1, metric.WithAttributes(attribute.String("sluice.outcome", outcome), window))
 		for kind, d := range map[string]time.Duration{"bucket": bucketWait, "global": globalWait, "network": network} {
-			t.waits.Record(context.Background(), d.Seconds(), metric.WithAttributes(attribute.String("sluice.wait.kind", kind)))
+			t.waits.Record(context.Background(), d.Seconds(), metric.WithAttributes(attribute.String("sluice.wait.kind", kind), window))
 		}
 	}
 	if c.span == nil {

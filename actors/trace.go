@@ -285,18 +285,19 @@ func (s *System) senderMiddleware() []actor.SenderMiddleware {
 // transition emits a state machine transition of t's machine for the
 // bucket key (empty for the supervisor).
 func (s *System) transition(t tracer, pid *actor.PID, key, event, from, to string) {
-	s.transitionOf(t.traceName(), t, pid, key, event, from, to)
+	s.tel.transition(t.traceName(), event, "")
+	s.traceTransition(t, pid, key, event, from, to)
 }
 
 // windowTransition traces a transition of a global window's machine: the
 // supervisor's, with key "window bot" or "window ip"; its metric names the
 // machine "window".
-func (s *System) windowTransition(t tracer, pid *actor.PID, key, event, from, to string) {
-	s.transitionOf("window", t, pid, key, event, from, to)
+func (s *System) windowTransition(t tracer, pid *actor.PID, w Window, event, from, to string) {
+	s.tel.transition("window", event, w.String())
+	s.traceTransition(t, pid, "window "+w.String(), event, from, to)
 }
 
-func (s *System) transitionOf(machine string, t tracer, pid *actor.PID, key, event, from, to string) {
-	s.tel.transition(machine, event)
+func (s *System) traceTransition(t tracer, pid *actor.PID, key, event, from, to string) {
 	if !s.tracing() {
 		return
 	}
