@@ -5,8 +5,9 @@
 //   argv[3]      optional: globalRequestsPerSecond (default 50)
 //   stdout       {"ready":true} once, then {"id":n,"err":null|"message"}
 //   stdin        {"id":n,"kind":"send|edit|rename|add_role|remove_role|delete|
-//                 react|unreact|remove_user_reaction",
-//                 "channel","message","guild","user","role","text","emoji"}
+//                 react|unreact|remove_user_reaction|webhook",
+//                 "channel","message","guild","user","role","text","emoji",
+//                 "webhook","token"}
 // The simulator's certificate is trusted through NODE_EXTRA_CA_CERTS.
 import { createInterface } from 'node:readline';
 import { REST } from '@discordjs/rest';
@@ -35,6 +36,10 @@ function perform(op) {
       return rest.delete(`/channels/${op.channel}/messages/${op.message}/reactions/${encodeURIComponent(op.emoji)}/@me`);
     case 'remove_user_reaction':
       return rest.delete(`/channels/${op.channel}/messages/${op.message}/reactions/${encodeURIComponent(op.emoji)}/${op.user}`);
+    case 'webhook':
+      // Without the bot's token (auth: false). The REST instance still
+      // counts it on its one global limit (globalRequestsPerSecond).
+      return rest.post(`/webhooks/${op.webhook}/${encodeURIComponent(op.token)}`, { body: { content: op.text }, auth: false });
     default:
       return Promise.reject(new Error(`unknown op ${op.kind}`));
   }

@@ -13,10 +13,12 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/bwmarrin/discordgo"
 	"github.com/diamondburned/arikawa/v3/api"
+	"github.com/diamondburned/arikawa/v3/api/webhook"
 	arikawadiscord "github.com/diamondburned/arikawa/v3/discord"
 	"github.com/diamondburned/arikawa/v3/utils/httputil"
 	"github.com/diamondburned/arikawa/v3/utils/httputil/httpdriver"
@@ -55,17 +57,24 @@ type ClientSpec struct {
 // Sluice (Options.GlobalLimit, GlobalWindow) and @discordjs/rest
 // (globalRequestsPerSecond) have a setting for it; discordgo, disgo and
 // arikawa have none (no proactive global limit) and run as they are.
+// Sluice alone also counts the per-IP global limit of requests sent
+// without a token (Options.IPGlobalLimit); @discordjs/rest counts every
+// request, with a token or not, on its one globalRequestsPerSecond.
 type Config struct {
-	GlobalLimit  int           // requests per GlobalWindow
-	GlobalWindow time.Duration // the global limit's window
+	GlobalLimit   int           // requests with the token per GlobalWindow
+	IPGlobalLimit int           // requests without a token per GlobalWindow
+	GlobalWindow  time.Duration // the global limits' window
 }
 
 // ConfigFor is the configuration a bot running s would give its library:
-// the scenario's global limit (Discord's 50 per 1 s by default).
+// the scenario's global limits (Discord's 50 per 1 s each by default).
 func ConfigFor(s Scenario) Config {
-	c := Config{GlobalLimit: s.Rules.GlobalLimit, GlobalWindow: s.Rules.GlobalWindow.D()}
+	c := Config{GlobalLimit: s.Rules.GlobalLimit, IPGlobalLimit: s.Rules.IPGlobalLimit, GlobalWindow: s.Rules.GlobalWindow.D()}
 	if c.GlobalLimit == 0 {
 		c.GlobalLimit = 50
+	}
+	if c.IPGlobalLimit == 0 {
+		c.IPGlobalLimit = 50
 	}
 	if c.GlobalWindow == 0 {
 		c.GlobalWindow = time.Second
@@ -115,8 +124,12 @@ func peerHTTPClient(srv *sluicetest.Server, timeout time.Duration) *http.Client 
 type sluiceClient struct{ lim *sluice.Limiter }
 
 func newSluice(srv *sluicetest.Server, cfg Config) (Client, error) {
+	// Webhook executions go through Do like every request, with no
+	// Authorization header of their own: Sluice sends them without the
+	// bot's token (Options.WebhookAuth false) and counts them on the
+	// per-IP global window.
 	lim, err := sluice.New(sluice.Options{BaseURL: srv.APIBase(), Token: Token, TLSConfig: srv.ClientTLSConfig(),
-		GlobalLimit: cfg.GlobalLimit, GlobalWindow: cfg.GlobalWindow})
+		GlobalLimit: cfg.GlobalLimit, IPGlobalLimit: cfg.IPGlobalLimit, GlobalWindow: cfg.GlobalWindow})
 	if err != nil {
 		return nil, err
 	}
@@ -153,6 +166,8 @@ func Request(op Op) *http.Request {
 			user = strconv.FormatUint(op.User, 10)
 		}
 		path = fmt.Sprintf("/channels/%d/messages/%d/reactions/%s/%s", op.Channel, op.Message, url.PathEscape(op.Emoji), user)
+	case ExecuteWebhook:
+		method, path, body = "POST", fmt.Sprintf("/webhooks/%d/%s", op.Webhook, url.PathEscape(op.WebhookToken)), map[string]string{"content": op.Text}
 	default:
 		panic(fmt.Sprintf("harness: no request for %v", op.Kind))
 	}
@@ -226,6 +241,11 @@ func (c *discordgoClient) Do(ctx context.Context, op Op) error {
 		err = c.s.MessageReactionRemove(ch, strconv.FormatUint(op.Message, 10), op.Emoji, "@me", o)
 	case RemoveUserReaction:
 		err = c.s.MessageReactionRemove(ch, strconv.FormatUint(op.Message, 10), op.Emoji, u, o)
+	case ExecuteWebhook:
+		// discordgo sets the session's token on every request, this one
+		// included: the execution carries the bot's Authorization and
+		// counts on the token's global limit.
+		_, err = c.s.WebhookExecute(strconv.FormatUint(op.Webhook, 10), op.WebhookToken, false, &discordgo.WebhookParams{Content: op.Text}, o)
 	default:
 		err = unsupported(op)
 	}
@@ -282,6 +302,10 @@ func (c *disgoClient) Do(ctx context.Context, op Op) error {
 		err = c.rest.RemoveOwnReaction(ch, snowflake.ID(op.Message), op.Emoji, o)
 	case RemoveUserReaction:
 		err = c.rest.RemoveUserReaction(ch, snowflake.ID(op.Message), op.Emoji, u, o)
+	case ExecuteWebhook:
+		// A no-bot-auth endpoint: sent without the bot's token, through the
+		// same client and limiter (one global pause for both windows).
+		_, err = c.rest.CreateWebhookMessage(snowflake.ID(op.Webhook), op.WebhookToken, disgodiscord.WebhookMessageCreate{Content: op.Text}, false, 0, o)
 	default:
 		err = unsupported(op)
 	}
@@ -298,7 +322,11 @@ func (c *disgoClient) Close() {
 
 type arikawaClient struct {
 	c  *api.Client
+	h  *httputil.Client // the bare client, without the bot's token
 	hc *http.Client
+
+	mu       sync.Mutex
+	webhooks map[arikawadiscord.WebhookID]*webhook.Client
 }
 
 func newArikawa(srv *sluicetest.Server, _ Config) (Client, error) {
@@ -308,7 +336,23 @@ func newArikawa(srv *sluicetest.Server, _ Config) (Client, error) {
 	hc := peerHTTPClient(srv, 0)
 	h := httputil.NewClient()
 	h.Client = httpdriver.WrapClient(*hc)
-	return &arikawaClient{c: api.NewCustomClient(Token, h), hc: hc}, nil
+	return &arikawaClient{c: api.NewCustomClient(Token, h), h: h, hc: hc, webhooks: map[arikawadiscord.WebhookID]*webhook.Client{}}, nil
+}
+
+// webhook is the webhook package's client for one webhook, made once, as
+// webhook.New makes it (NewCustom for the transport): it sends without
+// the bot's token and has its own limiter, global pauses included, apart
+// from the bot's and the other webhooks'. (webhook.FromAPI would share
+// the bot's client, and send the bot's token.)
+func (c *arikawaClient) webhook(id arikawadiscord.WebhookID, token string) *webhook.Client {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w := c.webhooks[id]
+	if w == nil {
+		w = webhook.NewCustom(id, token, c.h)
+		c.webhooks[id] = w
+	}
+	return w
 }
 
 func (c *arikawaClient) Do(ctx context.Context, op Op) error {
@@ -335,6 +379,8 @@ func (c *arikawaClient) Do(ctx context.Context, op Op) error {
 		err = cl.Unreact(ch, arikawadiscord.MessageID(op.Message), arikawadiscord.APIEmoji(op.Emoji))
 	case RemoveUserReaction:
 		err = cl.DeleteUserReaction(ch, arikawadiscord.MessageID(op.Message), arikawadiscord.UserID(op.User), arikawadiscord.APIEmoji(op.Emoji))
+	case ExecuteWebhook:
+		err = c.webhook(arikawadiscord.WebhookID(op.Webhook), op.WebhookToken).WithContext(ctx).Execute(webhook.ExecuteData{Content: op.Text})
 	default:
 		err = unsupported(op)
 	}

@@ -70,6 +70,8 @@ type jsOp struct {
 	Role    string `json:"role,omitempty"`
 	Text    string `json:"text,omitempty"`
 	Emoji   string `json:"emoji,omitempty"`
+	Webhook string `json:"webhook,omitempty"`
+	Token   string `json:"token,omitempty"` // the webhook's
 }
 
 type jsReply struct {
@@ -157,7 +159,8 @@ func (c *discordJSClient) Do(ctx context.Context, op Op) error {
 	c.waiting[id] = ch
 	c.mu.Unlock()
 	line, _ := json.Marshal(jsOp{ID: id, Kind: op.Kind.String(), Channel: u(op.Channel), Message: u(op.Message),
-		Guild: u(op.Guild), User: u(op.User), Role: u(op.Role), Text: op.Text, Emoji: op.Emoji})
+		Guild: u(op.Guild), User: u(op.User), Role: u(op.Role), Text: op.Text, Emoji: op.Emoji,
+		Webhook: u(op.Webhook), Token: op.WebhookToken})
 	c.writeMu.Lock()
 	_, err := c.stdin.Write(append(line, '\n'))
 	c.writeMu.Unlock()

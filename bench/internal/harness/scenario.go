@@ -27,6 +27,7 @@ const (
 	AddReaction                      // PUT    /channels/{c}/messages/{m}/reactions/{emoji}/@me
 	RemoveOwnReaction                // DELETE /channels/{c}/messages/{m}/reactions/{emoji}/@me
 	RemoveUserReaction               // DELETE /channels/{c}/messages/{m}/reactions/{emoji}/{u}
+	ExecuteWebhook                   // POST   /webhooks/{w}/{token}               {"content"}, token-less (see Op.Tokenless)
 )
 
 // String names the operation as the tables and the Node runner do.
@@ -50,6 +51,8 @@ func (k OpKind) String() string {
 		return "unreact"
 	case RemoveUserReaction:
 		return "remove_user_reaction"
+	case ExecuteWebhook:
+		return "webhook"
 	}
 	return fmt.Sprintf("op%d", int(k))
 }
@@ -64,6 +67,9 @@ type Op struct {
 	Role    uint64
 	Text    string // message content or channel name
 	Emoji   string // reactions: a Unicode emoji, unescaped
+	// Webhook and WebhookToken name the webhook an ExecuteWebhook runs.
+	Webhook      uint64
+	WebhookToken string
 	// Delay is when the bot issues the request, from the scenario's start;
 	// 0 for all at once.
 	Delay time.Duration
@@ -95,6 +101,8 @@ func (o Op) rule() string {
 		return "delete_own_reaction"
 	case RemoveUserReaction:
 		return "delete_user_reaction"
+	case ExecuteWebhook:
+		return "execute_webhook"
 	}
 	panic(fmt.Sprintf("harness: no rule for op kind %d", int(o.Kind)))
 }
@@ -104,8 +112,19 @@ func (o Op) major() string {
 	if o.Kind == AddRole || o.Kind == RemoveRole {
 		return "guild_id=" + strconv.FormatUint(o.Guild, 10)
 	}
+	if o.Kind == ExecuteWebhook {
+		return "webhook_id=" + strconv.FormatUint(o.Webhook, 10) + ";webhook_token=" + o.WebhookToken
+	}
 	return "channel_id=" + strconv.FormatUint(o.Channel, 10)
 }
+
+// Tokenless reports whether the op needs no Authorization header: its
+// route carries its own token (a webhook's, in the path). Discord counts
+// such a request, sent without the bot's token, on the per-IP global
+// limit (RuleSet.IPGlobalLimit) instead of the token's; the ideal assumes
+// it is sent so. Sluice sends it so (Options.WebhookAuth false); a library
+// that adds the bot's token to it puts it on the token's limit.
+func (o Op) Tokenless() bool { return o.Kind == ExecuteWebhook }
 
 // Scenario is one workload with the simulated API's rules and faults.
 type Scenario struct {
@@ -194,7 +213,7 @@ func setSublimit(rs *sluicetest.RuleSet, rule string, limit int, window time.Dur
 // base returns Discord's default rules, copied so scenarios can edit them.
 func base() sluicetest.RuleSet { return sluicetest.DefaultRules().Scaled(1) }
 
-// Scenarios returns the fourteen scenarios with their ideal times computed,
+// Scenarios returns the fifteen scenarios with their ideal times computed,
 // scenario 8 at its routine (one-tenth) size.
 func Scenarios() []Scenario { return ScenariosAt(false) }
 
@@ -515,6 +534,31 @@ func ScenariosAt(full bool) []Scenario {
 			Rules: rs, Faults: sluicetest.Faults{Latency: 20 * time.Millisecond, ServerErrorRate: 0.05, DropRate: 0.02},
 			Ops: ops, MessageReport: true})
 	}
+
+	// 15. Two global windows: 150 bot messages over 50 channels and 150
+	// webhook executions over 50 webhooks, interleaved, all at once.
+	// Discord counts the requests that carry the bot's token on the
+	// token's global limit and those without one (a webhook's token is in
+	// its path, so it needs none) on the per-IP global limit: 50/s each,
+	// apart. No bucket binds (3 messages per channel, 5 per 5 s; 3
+	// executions per webhook, 5 per 2 s). A client that sends the
+	// executions without the bot's token and counts them on a second
+	// window sends 50 of each at 0, 1 and 2 s: ideal 2 s. One that adds
+	// the bot's token to them, or that holds all 300 requests to one 50/s
+	// count, needs 6 batches of 50: 5 s at best (as scenario 2).
+	{
+		rs := base()
+		var ops []Op
+		for i := range 150 {
+			ops = append(ops,
+				Op{Kind: SendMessage, Channel: sf(15000 + uint64(i%50)), Text: fmt.Sprintf("s15 message %d", i)},
+				Op{Kind: ExecuteWebhook, Webhook: sf(15100 + uint64(i%50)), WebhookToken: fmt.Sprintf("s15-webhook-token-%d", i%50),
+					Text: fmt.Sprintf("s15 webhook message %d", i)})
+		}
+		add(Scenario{Name: "bot messages + token-less webhooks (two global windows)",
+			Setup: "150 messages over 50 channels + 150 webhook executions over 50 webhooks, interleaved, all at once; buckets 5 per 5 s (messages), 5 per 2 s (webhooks); global 50/s for the token + 50/s per IP for requests without a token; 20 ms latency",
+			Rules: rs, Faults: sluicetest.Faults{Latency: 20 * time.Millisecond}, Ops: ops})
+	}
 	return out
 }
 
@@ -523,10 +567,14 @@ func ScenariosAt(full bool) []Scenario {
 // its last answer.
 //
 // Without a pool (Concurrency 0) that is rulesIdeal: each request is sent
-// at the earliest instant its bucket window, its sublimit window and the
+// at the earliest instant its bucket window, its sublimit window and its
 // global sliding window admit it, and its answer arrives one latency later
 // (Faults.Latency, the shortest one when there is jitter); none is sent
-// before the bot issues it (Op.Delay).
+// before the bot issues it (Op.Delay). There are two global windows, as
+// Discord keeps them: the token's (RuleSet.GlobalLimit) for requests with
+// the bot's token, and the per-IP one (RuleSet.IPGlobalLimit) for
+// requests without a token (Op.Tokenless, sent without one); an external
+// outage (Faults.ExternalGlobal) closes the window its IP field names.
 //
 // With a pool of N workers the client cannot send a request before a
 // worker issues it, and a worker issues its next request only when its
@@ -558,12 +606,12 @@ func Ideal(s Scenario) time.Duration {
 // every waiting request the rules admit, in priority order, and advances to
 // the next such instant.
 //
-// Priority matters only when the global limit binds: then the requests of
+// Priority matters only when a global limit binds: then the requests of
 // the bucket (or sublimit) with the longest chain of windows still to go
 // are admitted first, ties in op order. Requests are otherwise equivalent,
 // and the schedule's end is bounded below by the longest chain (a bucket
 // with n waiting requests of limit l needs ceil(n/l) windows, whatever the
-// order) and by the global limit; serving the longest chain first meets
+// order) and by the global limits; serving the longest chain first meets
 // the first bound whenever the global limit leaves room for it, as in
 // scenario 8, where a first come, first served order would open the hot
 // channel's windows late and end 0.5 s later. With one bucket, or buckets
@@ -573,6 +621,9 @@ func rulesIdeal(s Scenario) time.Duration {
 	rs := s.Rules
 	if rs.GlobalLimit == 0 {
 		rs.GlobalLimit = 50
+	}
+	if rs.IPGlobalLimit == 0 {
+		rs.IPGlobalLimit = 50
 	}
 	if rs.GlobalWindow == 0 {
 		rs.GlobalWindow = sluicetest.Duration(time.Second)
@@ -605,6 +656,7 @@ func rulesIdeal(s Scenario) time.Duration {
 		index       int
 		bucket, sub *win
 		release     time.Duration
+		ip          bool // counted on the per-IP global window
 	}
 	var queue []pending
 	waiting := map[*win]int{} // requests not yet admitted, per window
@@ -620,12 +672,12 @@ func rulesIdeal(s Scenario) time.Duration {
 			b = &win{limit: r.Limit, length: r.Window.D()}
 			buckets[key] = b
 		}
-		p := pending{index: i, bucket: b, release: op.Delay}
+		p := pending{index: i, bucket: b, release: op.Delay, ip: op.Tokenless()}
 		waiting[b]++
 		for _, sl := range r.Sublimits {
 			touched := len(sl.Fields) == 0
 			for _, f := range sl.Fields {
-				if (f == "name" && op.Kind == RenameChannel) || (f == "content" && (op.Kind == SendMessage || op.Kind == EditMessage)) {
+				if (f == "name" && op.Kind == RenameChannel) || (f == "content" && (op.Kind == SendMessage || op.Kind == EditMessage || op.Kind == ExecuteWebhook)) {
 					touched = true
 				}
 			}
@@ -651,15 +703,25 @@ func rulesIdeal(s Scenario) time.Duration {
 		}
 		return time.Duration((waiting[w]+w.limit-1)/w.limit) * w.length
 	}
-	var global []time.Duration // admission times, ascending
+	// The two global windows, the token's and the IP's, each a sliding
+	// window of GlobalWindow, indexed by pending.ip.
+	type globalWin struct {
+		limit    int
+		admitted []time.Duration // admission times, ascending
+		// Computed at each instant: the index of the oldest admission in
+		// the window, how many it holds, whether an outage closes it and
+		// until when.
+		oldest, in int
+		out        bool
+		outEnd     time.Duration
+	}
+	globals := [2]*globalWin{{limit: rs.GlobalLimit}, {limit: rs.IPGlobalLimit}}
 	gw := rs.GlobalWindow.D()
-	inOutage := func(t time.Duration) (bool, time.Duration) {
-		for _, o := range s.Faults.ExternalGlobal {
-			if t >= o.After && t < o.After+o.For {
-				return true, o.After + o.For
-			}
+	gi := func(ip bool) int {
+		if ip {
+			return 1
 		}
-		return false, 0
+		return 0
 	}
 	var t, last time.Duration
 	for len(queue) > 0 {
@@ -671,13 +733,21 @@ func rulesIdeal(s Scenario) time.Duration {
 			}
 			return queue[i].index < queue[j].index
 		})
-		// The global window holds the admissions after t - gw.
-		oldest := sort.Search(len(global), func(i int) bool { return global[i] > t-gw })
-		inGlobal := len(global) - oldest
-		out, outEnd := inOutage(t)
+		// Each global window holds its admissions after t - gw.
+		for i, g := range globals {
+			g.oldest = sort.Search(len(g.admitted), func(k int) bool { return g.admitted[k] > t-gw })
+			g.in = len(g.admitted) - g.oldest
+			g.out, g.outEnd = false, 0
+			for _, o := range s.Faults.ExternalGlobal {
+				if gi(o.IP) == i && t >= o.After && t < o.After+o.For {
+					g.out, g.outEnd = true, max(g.outEnd, o.After+o.For)
+				}
+			}
+		}
 		var rest []pending
 		for _, p := range queue {
-			if out || t < p.release || inGlobal >= rs.GlobalLimit || !fits(p.bucket, t) || (p.sub != nil && !fits(p.sub, t)) {
+			g := globals[gi(p.ip)]
+			if g.out || t < p.release || g.in >= g.limit || !fits(p.bucket, t) || (p.sub != nil && !fits(p.sub, t)) {
 				rest = append(rest, p)
 				continue
 			}
@@ -687,8 +757,8 @@ func rulesIdeal(s Scenario) time.Duration {
 				take(p.sub, t)
 				waiting[p.sub]--
 			}
-			global = append(global, t)
-			inGlobal++
+			g.admitted = append(g.admitted, t)
+			g.in++
 			last = t
 		}
 		queue = rest
@@ -702,11 +772,13 @@ func rulesIdeal(s Scenario) time.Duration {
 				next = c
 			}
 		}
-		if out {
-			consider(outEnd)
-		}
-		if oldest < len(global) {
-			consider(global[oldest] + gw)
+		for _, g := range globals {
+			if g.out {
+				consider(g.outEnd)
+			}
+			if g.oldest < len(g.admitted) {
+				consider(g.admitted[g.oldest] + gw)
+			}
 		}
 		for _, p := range queue {
 			consider(p.release)

@@ -46,6 +46,10 @@ func TestIdeal(t *testing.T) {
 		// the 150 second-window ones when those windows end, at 5, 6 and
 		// 7 s. The faults are not counted: each request is sent once.
 		7*time.Second + 20*ms,
+		// 15: 150 messages with the token and 150 webhook executions
+		// without one, each side on its own global window of 50/s: 50 of
+		// each at 0, 1 and 2 s. On one window it would be 6 batches, 5 s.
+		2*time.Second + 20*ms,
 	}
 	all := Scenarios()
 	if len(all) != len(want) {
@@ -90,6 +94,66 @@ func TestIdealIgnoresIssueOrder(t *testing.T) {
 		if got := Ideal(r); got != s.Ideal {
 			t.Errorf("scenario %d (%s): ideal %v with the ops reversed, %v in order", s.ID, s.Name, got, s.Ideal)
 		}
+	}
+}
+
+// Scenario 15: requests without a token (webhook executions) count on the
+// per-IP global window, apart from the bot's. Each window's limit and
+// outages bind only its own requests.
+func TestIdealTwoGlobalWindows(t *testing.T) {
+	ms := time.Millisecond
+	s := Scenarios()[14]
+	var bot, ip int
+	for _, op := range s.Ops {
+		if op.Tokenless() {
+			ip++
+		} else {
+			bot++
+		}
+	}
+	if bot != 150 || ip != 150 {
+		t.Fatalf("scenario 15 has %d ops with the token and %d without, want 150 and 150", bot, ip)
+	}
+	for _, c := range []struct {
+		name string
+		edit func(*Scenario)
+		want time.Duration
+	}{
+		{"as is", func(*Scenario) {}, 2*time.Second + 20*ms},
+		// The webhooks alone, or the messages alone: the same 3 batches.
+		{"webhooks only", func(s *Scenario) {
+			s.Ops = slices.DeleteFunc(s.Ops, func(o Op) bool { return !o.Tokenless() })
+		}, 2*time.Second + 20*ms},
+		// A per-IP limit of 25/s: the webhooks take 6 batches, 0 to 5 s;
+		// the messages still end at 2 s.
+		{"IP limit 25", func(s *Scenario) { s.Rules.IPGlobalLimit = 25 }, 5*time.Second + 20*ms},
+		// The token's limit raised does not speed the webhooks up.
+		{"token limit 500", func(s *Scenario) { s.Rules.GlobalLimit = 500 }, 2*time.Second + 20*ms},
+		// An outage of the IP window from 0.5 s to 3 s holds the webhooks'
+		// second and third batches until 3 s (the third at 4 s: 50 per
+		// sliding second); the messages are done at 2 s.
+		{"IP outage", func(s *Scenario) {
+			s.Faults.ExternalGlobal = []sluicetest.GlobalOutage{{After: 500 * ms, For: 2500 * ms, IP: true}}
+		}, 4*time.Second + 20*ms},
+		// The same outage on the token's window holds the messages instead.
+		{"token outage", func(s *Scenario) {
+			s.Faults.ExternalGlobal = []sluicetest.GlobalOutage{{After: 500 * ms, For: 2500 * ms}}
+		}, 4*time.Second + 20*ms},
+	} {
+		p := s
+		p.Ops = slices.Clone(s.Ops)
+		p.Faults.ExternalGlobal = nil
+		c.edit(&p)
+		if got := Ideal(p); got != c.want {
+			t.Errorf("%s: ideal %v, want %v", c.name, got, c.want)
+		}
+	}
+	// An outage of the IP window does not touch a scenario whose requests
+	// all carry the token (scenario 2).
+	s2 := Scenarios()[1]
+	s2.Faults.ExternalGlobal = []sluicetest.GlobalOutage{{After: 0, For: 10 * time.Second, IP: true}}
+	if got, want := Ideal(s2), Scenarios()[1].Ideal; got != want {
+		t.Errorf("scenario 2 under an IP outage: ideal %v, want %v (its requests carry the token)", got, want)
 	}
 }
 
@@ -139,8 +203,12 @@ func TestOpsMatchRules(t *testing.T) {
 				body, _ = io.ReadAll(req.Body)
 			}
 			now = now.Add(time.Hour) // every window has ended
+			auth := Token
+			if op.Tokenless() {
+				auth = "" // as Sluice sends it
+			}
 			d := eng.Handle(now, sluicetest.Request{Method: req.Method, Path: "/api/v10" + req.URL.EscapedPath(),
-				Authorization: Token, IP: "127.0.0.1", Body: body})
+				Authorization: auth, IP: "127.0.0.1", Body: body})
 			if d.Rule != op.rule() || d.Status >= 300 {
 				t.Errorf("scenario %d: %v %s %s: rule %q status %d, want rule %q and success", s.ID, op.Kind, req.Method, req.URL.EscapedPath(), d.Rule, d.Status, op.rule())
 			}
