@@ -4,7 +4,9 @@
 // # Purpose
 //
 // Discord limits every route per bucket, every bot globally (50 requests
-// per second), and every IP by the number of invalid requests; it answers
+// per second), every IP globally for requests without a token (another 50
+// per second: webhook executions need none), and every IP by the number of
+// invalid requests; it answers
 // excess with 429s and, past 10,000 invalid requests in ten minutes, with a
 // Cloudflare ban. Sluice sends each request at the earliest moment the rules
 // allow, several at once when a bucket has calls left, and none early.
@@ -28,7 +30,14 @@
 // HTTP/2 connection, the global limit's pauses, the Cloudflare-ban breaker
 // and the admission queue. Its state machine (package fsm, on
 // github.com/looplab/fsm) has the states disconnected, connecting, connected
-// and global_limit.
+// and global_limit. It keeps two global windows, each with its own
+// admission queue and pause (a machine each: open, global_limit): the
+// token's, for requests sent with an Authorization header, and the egress
+// IP's, for requests without. Routes that carry their token in the path
+// (webhooks, interaction follow-ups) are sent without the bot's token unless
+// the caller set one (Options.WebhookAuth), so they count on the IP's window
+// and in buckets of their own; a global 429 pauses only the window its
+// request counted on.
 //
 // A bucket actor per major parameter (a channel, a guild, a webhook) owns
 // every rate-limit bucket of it, each with its FIFO queue, its count and its

@@ -178,3 +178,44 @@ func ExampleLimiter_RoundTrip() {
 	// 200 sluice-simulator true
 	// bucket 3ae9f1a3b5c7d9e1f3a5b7c9d1e3f5a7
 }
+
+// Webhook executions carry their token in the path and need no bot token:
+// sent without it (the default, Options.WebhookAuth false), Discord counts
+// them on the IP's global limit, beside the bot's. A burst of 60 messages
+// and 60 webhook executions therefore runs on two windows of 50 per
+// second, not one.
+func ExampleOptions_webhooks() {
+	srv, lim := exampleSimulator(sluicetest.RuleSet{})
+	defer srv.Close()
+	defer lim.Close(context.Background())
+
+	var reqs []*http.Request
+	for i := range 60 {
+		msg, _ := http.NewRequest("POST", fmt.Sprintf("/channels/%d/messages", 100+i), strings.NewReader(`{"content":"hi"}`))
+		msg.Header.Set("Content-Type", "application/json")
+		hook, _ := http.NewRequest("POST", fmt.Sprintf("/webhooks/%d/a-webhook-token", 500+i), strings.NewReader(`{"content":"hi"}`))
+		hook.Header.Set("Content-Type", "application/json")
+		reqs = append(reqs, msg, hook)
+	}
+	for _, r := range lim.DoBatch(context.Background(), reqs) {
+		if r.Err != nil {
+			fmt.Println(r.Err)
+			continue
+		}
+		r.Response.Body.Close()
+	}
+	st := srv.Stats()
+	for _, g := range st.Globals {
+		kind, _, _ := strings.Cut(g.Identity, ":")
+		fmt.Printf("%s: %d requests, at most %d in one second (limit %d)\n", kind, g.Admitted, g.MaxInWindow, g.Limit)
+	}
+	snap, _ := lim.Snapshot(context.Background())
+	for _, w := range snap.Windows {
+		fmt.Printf("window %s: %s, limit %d\n", w.Name, w.State, w.Limit)
+	}
+	// Output:
+	// ip: 60 requests, at most 50 in one second (limit 50)
+	// token: 60 requests, at most 50 in one second (limit 50)
+	// window bot: open, limit 50
+	// window ip: open, limit 50
+}

@@ -383,7 +383,9 @@ type WindowSnapshot struct {
 type BucketSnapshot struct {
 	// Key is the bucket's key, with tokens hashed: the route ("POST
 	// /channels/{channel_id}/messages channel_id=1") while its hash is
-	// unknown, then "bucket <hash> <major parameters>".
+	// unknown, then "bucket <hash> <major parameters>". The major
+	// parameters of a request sent without a token (counted per IP, see
+	// Options.IPGlobalLimit) start with "ip", as in "ip;webhook_id=1;…".
 	Key string
 	// State is the bucket's state: "initial" (limit unknown: one pioneer
 	// at a time), "open", "exhausted" (nothing left before the reset),

@@ -237,3 +237,41 @@ func TestWindowsWhoCountsWhere(t *testing.T) {
 		assert.Equal(t, 5, snap.Windows[1].Limit)
 	})
 }
+
+// Interaction callbacks count on neither window: they go at once while a
+// global 429 pauses both.
+func TestWindowsInteractionCallbacksExemptFromBoth(t *testing.T) {
+	hits := make(chan string, 16)
+	h := newHarness(t, sluicetest.Options{}, sluice.Options{Trace: func(e sluice.TraceEvent) {
+		if e.Kind == "transition" && e.Event == "global_hit" && strings.HasPrefix(e.Bucket, "window ") {
+			select {
+			case hits <- e.Bucket:
+			default:
+			}
+		}
+	}})
+	h.srv.InjectGlobalLimit(time.Minute)
+	h.srv.InjectIPGlobalLimit(time.Minute)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// One request of each window meets its outage and pauses it; they
+	// then wait (until cancelled below).
+	msg := h.lim.Send(ctx, messageReq(1, 1))
+	hook := h.lim.Send(ctx, req("POST", "/webhooks/7001/hook-token", `{"content":"w"}`))
+	got := []string{<-hits, <-hits}
+	assert.ElementsMatch(t, []string{"window bot", "window ip"}, got)
+
+	for i := range 3 {
+		resp, err := h.lim.Do(context.Background(), req("POST", fmt.Sprintf("/interactions/%d/interaction-token-%d/callback", 8000+i, i), `{"type":4,"data":{"content":"ok"}}`))
+		require.NoError(t, err)
+		assert.Equal(t, http.StatusNoContent, resp.StatusCode)
+		resp.Body.Close()
+	}
+	cancel()
+	_, err := msg.Await(context.Background())
+	require.ErrorIs(t, err, context.Canceled)
+	_, err = hook.Await(context.Background())
+	require.ErrorIs(t, err, context.Canceled)
+	st := h.srv.Stats()
+	assert.Equal(t, 2, st.InjectedGlobal, "one global 429 per window, then paused")
+}

@@ -162,10 +162,12 @@ func (s *supervisor) waiting() int {
 	return n
 }
 
-// paused reports whether a global 429 pauses any window at now.
-func (s *supervisor) paused(now time.Time) bool {
+// paused reports whether a global 429 pauses any window: the supervisor is
+// in global_limit while one is (once connected). Each window's machine
+// leaves global_limit on its own timer.
+func (s *supervisor) paused() bool {
 	for _, a := range s.windows {
-		if now.Before(a.until) {
+		if a.machine.Current() == fsm.WindowPaused {
 			return true
 		}
 	}
@@ -275,7 +277,7 @@ func (s *supervisor) receive(ctx actor.Context) {
 			return
 		}
 		_ = a.machine.Fire(context.Background(), fsm.WindowClear) // stale: already open
-		if s.machine.Current() == fsm.GlobalLimit && !s.paused(s.sys.now()) {
+		if s.machine.Current() == fsm.GlobalLimit && !s.paused() {
 			s.fire(fsm.GlobalClear)
 		}
 		s.admit(ctx)
@@ -768,7 +770,7 @@ func (s *supervisor) dialed(ctx actor.Context, m *dialedMsg) {
 			s.fire(fsm.Dial)
 		}
 		s.fire(fsm.Up)
-		if s.paused(s.sys.now()) {
+		if s.paused() {
 			s.fire(fsm.GlobalHit)
 		}
 	}

@@ -349,8 +349,15 @@ func drawLive(w io.Writer, lim *sluice.Limiter, t *tally, total, prev int) int {
 		time.Since(t.started).Round(100*time.Millisecond))
 	lines := 1
 	if err == nil {
-		fmt.Fprintf(&b, "\x1b[2Ksupervisor %-13s breaker %-9s pending %-4d on the wire %-4d global slots used %d\n",
-			snap.State, snap.Breaker, snap.Pending, snap.Running, snap.GlobalUsed)
+		global := ""
+		for _, w := range snap.Windows {
+			global += fmt.Sprintf("  global %s %d/%d", w.Name, w.Used, w.Limit)
+			if w.PausedFor > 0 {
+				global += " paused " + w.PausedFor.Round(10*time.Millisecond).String()
+			}
+		}
+		fmt.Fprintf(&b, "\x1b[2Ksupervisor %-13s breaker %-9s pending %-4d on the wire %-4d%s\n",
+			snap.State, snap.Breaker, snap.Pending, snap.Running, global)
 		bs := append([]sluice.BucketSnapshot(nil), snap.Buckets...)
 		sort.SliceStable(bs, func(i, j int) bool { return bs[i].Queued+bs[i].Running > bs[j].Queued+bs[j].Running })
 		fmt.Fprintf(&b, "\x1b[2K%-58s %-10s %6s %9s %8s %6s\n", "bucket", "state", "queued", "remaining", "reset in", "wire")
