@@ -87,6 +87,20 @@ func maxIn(at []time.Duration, d time.Duration) int {
 	return most
 }
 
+// windowHits returns a trace hook that reports each pause of a global
+// window ("window bot", "window ip") on the channel, when it begins.
+func windowHits() (<-chan string, func(sluice.TraceEvent)) {
+	hits := make(chan string, 16)
+	return hits, func(e sluice.TraceEvent) {
+		if e.Kind == "transition" && e.Event == "global_hit" && strings.HasPrefix(e.Bucket, "window ") {
+			select {
+			case hits <- e.Bucket:
+			default:
+			}
+		}
+	}
+}
+
 func TestWindowsBotAndWebhooksRunAtOnce(t *testing.T) {
 	h := newHarness(t, sluicetest.Options{Rules: windowRules()}, sluice.Options{})
 	// 150 messages on the token and 150 webhook executions without it,
@@ -124,15 +138,8 @@ func TestWindowsGlobal429PausesOneSideOnly(t *testing.T) {
 	for _, side := range []string{"ip", "bot"} {
 		t.Run(side+" window exhausted", func(t *testing.T) {
 			const outage = 1500 * time.Millisecond
-			hits := make(chan string, 16)
-			h := newHarness(t, sluicetest.Options{Rules: windowRules()}, sluice.Options{Trace: func(e sluice.TraceEvent) {
-				if e.Kind == "transition" && e.Event == "global_hit" && strings.HasPrefix(e.Bucket, "window ") {
-					select {
-					case hits <- e.Bucket:
-					default:
-					}
-				}
-			}})
+			hits, trace := windowHits()
+			h := newHarness(t, sluicetest.Options{Rules: windowRules()}, sluice.Options{Trace: trace})
 			// Both sides warm: connection up, buckets known.
 			sendAll(t, h.lim, []*http.Request{messageReq(1, 0), webhookReq(1, 0)})
 			inject, paused, other, slow, fast := h.srv.InjectIPGlobalLimit, 1, 0, webhookReq, messageReq
@@ -241,15 +248,8 @@ func TestWindowsWhoCountsWhere(t *testing.T) {
 // Interaction callbacks count on neither window: they go at once while a
 // global 429 pauses both.
 func TestWindowsInteractionCallbacksExemptFromBoth(t *testing.T) {
-	hits := make(chan string, 16)
-	h := newHarness(t, sluicetest.Options{}, sluice.Options{Trace: func(e sluice.TraceEvent) {
-		if e.Kind == "transition" && e.Event == "global_hit" && strings.HasPrefix(e.Bucket, "window ") {
-			select {
-			case hits <- e.Bucket:
-			default:
-			}
-		}
-	}})
+	hits, trace := windowHits()
+	h := newHarness(t, sluicetest.Options{}, sluice.Options{Trace: trace})
 	h.srv.InjectGlobalLimit(time.Minute)
 	h.srv.InjectIPGlobalLimit(time.Minute)
 	ctx, cancel := context.WithCancel(context.Background())
