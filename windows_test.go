@@ -125,6 +125,8 @@ func TestWindowsBotAndWebhooksRunAtOnce(t *testing.T) {
 	all := append(arrivals(st, "token:"), arrivals(st, "ip:")...)
 	slices.Sort(all)
 	assert.GreaterOrEqual(t, maxIn(all, time.Second), 90, "requests in one second across both windows")
+	t.Logf("300 requests in %v at the server (first to last arrival); at most %d in one second (token %d, IP %d); %d global 429s",
+		all[len(all)-1]-all[0], maxIn(all, time.Second), bot.MaxInWindow, ip.MaxInWindow, st.RateLimited["global"])
 	// The webhook executions really went without the token.
 	for _, b := range st.Buckets {
 		if b.Hash == "hook" {
