@@ -158,6 +158,22 @@ func WithRetrySafe(ctx context.Context) context.Context {
 	return context.WithValue(ctx, retrySafeKey{}, true)
 }
 
+type maxWaitKey struct{}
+
+// WithMaxWait returns a context whose requests fail at once, with a
+// *WaitError carrying the predicted wait, when the wait predicted for
+// their bucket when they are submitted exceeds d: Options.MaxWait for one
+// request. The smaller of d and Options.MaxWait applies; d <= 0 leaves
+// the context as it is. Unlike a deadline, d does not bound the request
+// once it is admitted: a request predicted to wait 1 s may still take
+// longer on the wire (Options.Timeout and ctx's deadline bound that).
+func WithMaxWait(ctx context.Context, d time.Duration) context.Context {
+	if d <= 0 {
+		return ctx
+	}
+	return context.WithValue(ctx, maxWaitKey{}, d)
+}
+
 // newCall checks req and builds its call: the default deadline, a copy of
 // the request with a replayable body, its route and whether it may be
 // resent (routes.Route.Resend, with a nonce added to message creations).
@@ -215,6 +231,7 @@ func (l *Limiter) newCall(ctx context.Context, req *http.Request) (c *actors.Cal
 	}
 	marked, _ := ctx.Value(retrySafeKey{}).(bool)
 	c = actors.NewCall(id, ctx, r, route, marked || policy == routes.ResendSafe, now)
+	c.MaxWait, _ = ctx.Value(maxWaitKey{}).(time.Duration)
 	c.Release = release
 	return c, direct, nil
 }

@@ -161,6 +161,19 @@ func TestPredictedWaitBeyondDeadlineFailsAtOnce(t *testing.T) {
 	assert.Equal(t, 1, h.srv.Stats().Requests)
 }
 
+func TestWithMaxWaitFailsOneRequestAtOnce(t *testing.T) {
+	rs := rules(1, time.Hour, [2]string{"GET", "/channels/{channel_id}"})
+	h := newHarness(t, sluicetest.Options{Rules: rs}, sluice.Options{})
+	_, err := h.lim.Do(sluice.WithMaxWait(context.Background(), time.Second), req("GET", "/channels/1", ""))
+	require.NoError(t, err, "nothing to wait for: the limit does not apply")
+	_, err = h.lim.Do(sluice.WithMaxWait(context.Background(), time.Second), req("GET", "/channels/1", ""))
+	var we *sluice.WaitError
+	require.ErrorAs(t, err, &we)
+	assert.Greater(t, we.Wait, 59*time.Minute, "the predicted wait is reported")
+	assert.Equal(t, time.Second, we.Limit)
+	assert.Equal(t, 1, h.srv.Stats().Requests)
+}
+
 func TestFutureAwaitedByManyGoroutines(t *testing.T) {
 	h := newHarness(t, sluicetest.Options{}, sluice.Options{})
 	f := h.lim.Send(context.Background(), req("GET", "/users/@me", ""))

@@ -313,6 +313,9 @@ func (b *bucket) enqueue(c *Call) {
 	now := b.sys.now()
 	if wait := l.predictWait(now, len(l.queue)); wait > 0 {
 		limit := b.sys.cfg.MaxWait
+		if c.MaxWait > 0 && (limit == 0 || c.MaxWait < limit) {
+			limit = c.MaxWait
+		}
 		if dl, ok := c.Ctx.Deadline(); ok && (limit == 0 || dl.Sub(now) < limit) {
 			limit = dl.Sub(now)
 		}

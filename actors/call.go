@@ -32,6 +32,10 @@ type Call struct {
 	Safe bool
 	// Submitted is when the call was submitted (limiter clock).
 	Submitted time.Time
+	// MaxWait, when positive, fails the call at once with a *WaitError if
+	// its predicted bucket wait exceeds it (with Config.MaxWait, the
+	// smaller applies). Set before submission.
+	MaxWait time.Duration
 
 	// Owned by the bucket actor that holds the call.
 	attempts    int         // 429 retries so far
