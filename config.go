@@ -15,10 +15,13 @@ import (
 // Defaults of Options: the one place they are set. Each field's comment in
 // Options names its default too.
 const (
-	defaultGlobalLimit       = 50
-	defaultIPGlobalLimit     = 50
-	defaultRedisIPKey        = "default"
-	defaultGlobalWindow      = time.Second
+	// DefaultGlobalLimit is Options.GlobalLimit's default: Discord's 50
+	// requests per DefaultGlobalWindow per token.
+	DefaultGlobalLimit   = 50
+	defaultIPGlobalLimit = 50
+	defaultRedisIPKey    = "default"
+	// DefaultGlobalWindow is Options.GlobalWindow's default.
+	DefaultGlobalWindow      = time.Second
 	defaultMaxRetries        = 3
 	defaultMaxErrorRetries   = 2
 	defaultMaxQueue          = 10_000
@@ -99,7 +102,7 @@ func (opts Options) config() (actors.Config, error) {
 		return bad("GlobalWindow", opts.GlobalWindow, fmt.Sprintf("must be at most %s", ratelimit.MaxWait))
 	}
 	if opts.GlobalLimit < 0 || opts.GlobalLimit > ratelimit.MaxGlobalLimit {
-		return bad("GlobalLimit", opts.GlobalLimit, fmt.Sprintf("must be in [1, %d] (0: default %d)", ratelimit.MaxGlobalLimit, defaultGlobalLimit))
+		return bad("GlobalLimit", opts.GlobalLimit, fmt.Sprintf("must be in [1, %d] (0: default %d)", ratelimit.MaxGlobalLimit, DefaultGlobalLimit))
 	}
 	if opts.IPGlobalLimit < 0 || opts.IPGlobalLimit > ratelimit.MaxGlobalLimit {
 		return bad("IPGlobalLimit", opts.IPGlobalLimit, fmt.Sprintf("must be in [1, %d] (0: default %d)", ratelimit.MaxGlobalLimit, defaultIPGlobalLimit))
@@ -132,8 +135,8 @@ func (opts Options) config() (actors.Config, error) {
 		return bad("UserAgent", nil, "contains control characters")
 	}
 
-	limit := cmpOr(opts.GlobalLimit, defaultGlobalLimit)
-	window := cmpOr(opts.GlobalWindow, defaultGlobalWindow)
+	limit := cmpOr(opts.GlobalLimit, DefaultGlobalLimit)
+	window := cmpOr(opts.GlobalWindow, DefaultGlobalWindow)
 	global := opts.Global
 	if global == nil {
 		global = ratelimit.NewSlidingWindow(limit, window)

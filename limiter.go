@@ -80,8 +80,8 @@ func New(opts Options) (*Limiter, error) {
 func newShared(opts Options, cfg actors.Config, sysp *atomic.Pointer[actors.System], w actors.Window) (*redisstore.Store, error) {
 	sc := redisstore.Config{
 		Namespace:    redisstore.Namespace(opts.Token),
-		GlobalLimit:  cmpOr(opts.GlobalLimit, defaultGlobalLimit),
-		GlobalPeriod: cmpOr(opts.GlobalWindow, defaultGlobalWindow),
+		GlobalLimit:  cmpOr(opts.GlobalLimit, DefaultGlobalLimit),
+		GlobalPeriod: cmpOr(opts.GlobalWindow, DefaultGlobalWindow),
 		LeaseTTL:     cfg.AttemptTimeout + 10*time.Second,
 		Share:        opts.RedisFallbackShare,
 		Logger:       cfg.Logger,

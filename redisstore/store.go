@@ -125,10 +125,16 @@ type Config struct {
 }
 
 // Namespace returns the hash tag for a token's keys: "{sluice:" and the
-// first 16 hex digits of the token's SHA-256, "}". The token itself is never
-// written to Redis nor logged.
+// first 16 hex digits of the token's SHA-256, "}". A "Bot " scheme is
+// dropped first, so "Bot abc" and "abc" (which a limiter sends as
+// "Bot abc") share their limits. The token itself is never written to
+// Redis nor logged.
 func Namespace(token string) string {
-	sum := sha256.Sum256([]byte(strings.TrimSpace(token)))
+	token = strings.TrimSpace(token)
+	if len(token) > 4 && strings.EqualFold(token[:4], "bot ") {
+		token = strings.TrimSpace(token[4:])
+	}
+	sum := sha256.Sum256([]byte(token))
 	return "{sluice:" + hex.EncodeToString(sum[:8]) + "}"
 }
 

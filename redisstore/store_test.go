@@ -481,3 +481,10 @@ func TestNewTemplatePioneerWaitsForAFullBucket(t *testing.T) {
 		<-time.After(m.Wait)
 	}
 }
+
+func TestNamespaceIgnoresTheBotScheme(t *testing.T) {
+	assert.Equal(t, Namespace("abc"), Namespace("Bot abc"))
+	assert.Equal(t, Namespace("abc"), Namespace(" bot  abc "))
+	assert.NotEqual(t, Namespace("abc"), Namespace("Bearer abc"), "an OAuth token is another identity")
+	assert.NotContains(t, Namespace("abc"), "abc")
+}

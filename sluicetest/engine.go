@@ -25,6 +25,11 @@ type Config struct {
 	// counted against their bucket, as Discord does for resources the bot
 	// cannot see.
 	Forbidden []string
+	// RevokedTokens lists webhook and interaction tokens (the
+	// {webhook_token} or {interaction_token} in a path) answered 401
+	// Invalid Webhook Token (code 50027), as Discord answers an expired
+	// interaction token or a deleted webhook's.
+	RevokedTokens []string
 	// TimelineLimit caps the events kept per bucket in Stats. Zero means
 	// 10000; negative keeps none.
 	TimelineLimit int
@@ -90,6 +95,7 @@ type Engine struct {
 	majors    map[string]bool
 	tokens    map[string]bool
 	forbidden map[string]bool
+	revoked   map[string]bool
 	start     time.Time
 	seq       uint64
 
@@ -182,6 +188,7 @@ func NewEngine(start time.Time, cfg Config) (*Engine, error) {
 		majors:    map[string]bool{},
 		tokens:    map[string]bool{},
 		forbidden: map[string]bool{},
+		revoked:   map[string]bool{},
 		start:     start,
 		buckets:   map[string]*bucketState{},
 		sublimits: map[string]*sublimitState{},
@@ -200,6 +207,9 @@ func NewEngine(start time.Time, cfg Config) (*Engine, error) {
 	}
 	for _, t := range cfg.Tokens {
 		e.tokens[t] = true
+	}
+	for _, t := range cfg.RevokedTokens {
+		e.revoked[t] = true
 	}
 	for _, f := range cfg.Forbidden {
 		e.forbidden[f] = true
@@ -358,6 +368,9 @@ func (e *Engine) decide(now time.Time, req Request) Decision {
 		token = t
 	} else if rule.Auth == AuthRequired {
 		return named(jsonError(http.StatusUnauthorized, "401: Unauthorized", 0), rule)
+	}
+	if e.revoked[params["webhook_token"]] || e.revoked[params["interaction_token"]] {
+		return named(jsonError(http.StatusUnauthorized, "Invalid Webhook Token", 50027), rule)
 	}
 	who := identity(token, req.IP)
 

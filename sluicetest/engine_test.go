@@ -760,3 +760,12 @@ func TestLateResetLeavesSublimitsAlone(t *testing.T) {
 	assert.Zero(t, st.LateReset429s, "only user-scope 429s are late-reset 429s")
 	assert.Equal(t, 1, st.RateLimited["shared"])
 }
+
+func TestRevokedWebhookTokensAre401(t *testing.T) {
+	s := newSim(t, DefaultRules(), Config{RevokedTokens: []string{"expired"}})
+	d := s.do(ms(0), "PATCH", "/api/v10/webhooks/1/expired/messages/@original", withBody(`{"content":"x"}`))
+	assert.Equal(t, 401, d.Status)
+	assert.JSONEq(t, `{"message":"Invalid Webhook Token","code":50027}`, string(d.Body))
+	assert.Equal(t, 200, s.do(ms(1), "PATCH", "/api/v10/webhooks/1/fresh/messages/@original", withBody(`{"content":"x"}`)).Status)
+	assert.Equal(t, 200, s.do(ms(2), "POST", "/api/v10/webhooks/1/fresh", withBody(`{"content":"x"}`)).Status)
+}

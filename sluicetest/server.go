@@ -25,6 +25,9 @@ type Options struct {
 	Tokens []string
 	// Forbidden lists major parameter values answered 403 (see Config).
 	Forbidden []string
+	// RevokedTokens lists webhook and interaction tokens answered 401
+	// (see Config).
+	RevokedTokens []string
 	// Addr is the listen address; "" means "127.0.0.1:0".
 	Addr string
 	// H2C serves cleartext HTTP/2 (prior knowledge) and HTTP/1.1 instead of
@@ -148,7 +151,7 @@ func NewServer(opts Options) (*Server, error) {
 	}
 	start := clock()
 	engine, err := NewEngine(start, Config{
-		Rules: opts.Rules, Tokens: opts.Tokens, Forbidden: opts.Forbidden, TimelineLimit: opts.TimelineLimit,
+		Rules: opts.Rules, Tokens: opts.Tokens, Forbidden: opts.Forbidden, RevokedTokens: opts.RevokedTokens, TimelineLimit: opts.TimelineLimit,
 		TrackDuplicates: opts.TrackDuplicates,
 	})
 	if err != nil {

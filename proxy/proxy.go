@@ -1,0 +1,367 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/routes"
+)
+
+// The proxy's own endpoints. Discord's API has no resource at these
+// paths.
+const (
+	HealthPath  = "/healthz" // 200 while the process serves
+	ReadyPath   = "/readyz"  // 200 until Drain or Close, then 503
+	MetricsPath = "/metrics" // Prometheus text format
+)
+
+// Proxy is an http.Handler that relays Discord API requests through one
+// sluice.Limiter per token. Its zero value is not usable: call New. All
+// methods are safe for concurrent use. Close it when done.
+type Proxy struct {
+	cfg        settings
+	reg        *registry
+	cache      *answerCache
+	m          *metrics
+	metricsH   http.Handler
+	globalRate float64 // one token's global limit per second (drainTime)
+
+	draining atomic.Bool
+
+	mu       sync.Mutex // guards closed and active.Add
+	closed   bool
+	active   sync.WaitGroup // requests inside ServeHTTP
+	stop     chan struct{}  // ends the sweeper
+	swept    chan struct{}  // closed when the sweeper has returned
+	closeMu  sync.Mutex     // one Close at a time
+	closeErr error
+}
+
+// New starts a proxy: it checks cfg, makes the limiter of the default
+// token (or the token-less one) so the upstream connection is warm, and
+// starts the sweeper of idle tokens. It returns a *ConfigError or the
+// limiter's *sluice.OptionError for a bad configuration.
+func New(cfg Config) (*Proxy, error) {
+	s, err := cfg.settings()
+	if err != nil {
+		return nil, err
+	}
+	limit, window := cmpOr(s.Limiter.GlobalLimit, sluice.DefaultGlobalLimit), cmpOr(s.Limiter.GlobalWindow, sluice.DefaultGlobalWindow)
+	p := &Proxy{cfg: s, globalRate: float64(limit) / window.Seconds(), stop: make(chan struct{}), swept: make(chan struct{})}
+	p.cache = newAnswerCache(s.CacheTTL, s.CacheSize)
+	if p.m, err = newMetrics(s.Registry, func() float64 { return float64(p.cache.len()) }); err != nil {
+		return nil, &ConfigError{Field: "Registry", Reason: err.Error()}
+	}
+	p.metricsH = promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{})
+	p.reg = newRegistry(s.MaxTokens, s.IdleTimeout, s.Clock, p.newLimiter, func(live int, evicted string) {
+		p.m.tokens.Set(float64(live))
+		if evicted != "" {
+			p.m.evictions.WithLabelValues(evicted).Inc()
+		}
+	})
+	t, err := p.reg.acquire(context.Background(), normToken(s.DefaultToken))
+	if err != nil {
+		_ = p.reg.close(context.Background())
+		return nil, err
+	}
+	p.reg.release(t)
+	go p.sweep()
+	return p, nil
+}
+
+func cmpOr[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// newLimiter makes one token's limiter from the template.
+func (p *Proxy) newLimiter(token string) (*sluice.Limiter, error) {
+	o := p.cfg.Limiter
+	o.Token = token
+	o.BaseURL = p.cfg.upstream.String()
+	o.Redis = p.cfg.Redis
+	o.MaxPending = p.cfg.MaxQueue
+	o.WebhookAuth = p.cfg.WebhookAuth
+	if o.Logger == nil {
+		o.Logger = p.cfg.Logger.With(slog.String("token", tokenName(token)))
+	}
+	if p.cfg.upstream.Scheme == "http" && !o.AllowHTTP1 {
+		o.H2C = true
+	}
+	return sluice.New(o)
+}
+
+// normToken is the Authorization value a token is sent with: "Bot " is
+// added to a bare token, as sluice.Options.Token does, so "abc" and
+// "Bot abc" share one limiter.
+func normToken(token string) string {
+	token = strings.TrimSpace(token)
+	if token == "" {
+		return ""
+	}
+	if i := strings.IndexByte(token, ' '); i > 0 {
+		if scheme := token[:i]; strings.EqualFold(scheme, "Bot") || strings.EqualFold(scheme, "Bearer") {
+			return token
+		}
+	}
+	return "Bot " + token
+}
+
+// sweep closes idle tokens' limiters until Close.
+func (p *Proxy) sweep() {
+	defer close(p.swept)
+	t := time.NewTimer(p.cfg.IdleTimeout)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-t.C:
+			t.Reset(max(p.reg.sweep(), time.Second))
+		}
+	}
+}
+
+// Drain makes ReadyPath answer 503 so a load balancer stops sending new
+// requests; the proxy still serves what reaches it. Call it before
+// http.Server.Shutdown.
+func (p *Proxy) Drain() { p.draining.Store(true) }
+
+// Close refuses new requests (503, reason shutting_down), fails queued
+// ones the same way, lets requests on the wire finish until ctx ends (then
+// they fail with 504 or 502), and returns when every request accepted by
+// ServeHTTP has been answered and every limiter has stopped. Call it after
+// http.Server.Shutdown returns, whether or not that finished in time.
+// Later calls return the first one's result.
+func (p *Proxy) Close(ctx context.Context) error {
+	p.closeMu.Lock()
+	defer p.closeMu.Unlock()
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return p.closeErr
+	}
+	p.closed = true
+	p.mu.Unlock()
+	p.draining.Store(true)
+	close(p.stop)
+	<-p.swept
+	err := p.reg.close(ctx)
+	p.active.Wait()
+	p.closeErr = err
+	return err
+}
+
+// enter counts a request in; it reports false once Close has begun.
+func (p *Proxy) enter() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.active.Add(1)
+	return true
+}
+
+// ServeHTTP answers the proxy's endpoints (HealthPath, ReadyPath,
+// MetricsPath) and relays every other request to the upstream through the
+// limiter of its token. Every request gets exactly one answer: the
+// upstream's (byte for byte, with its rate-limit headers), a cached one
+// (CacheHeader "hit") or the proxy's own (ProxyHeader set).
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case HealthPath:
+		writeStatus(w, http.StatusOK, map[string]any{"status": "ok"})
+		return
+	case ReadyPath:
+		p.ready(w, r)
+		return
+	case MetricsPath:
+		p.metricsH.ServeHTTP(w, r)
+		return
+	}
+	start := time.Now()
+	if !p.enter() {
+		p.refuse(w, r, nil, "", refusal{status: http.StatusServiceUnavailable, reason: ReasonClosed, retryAfter: time.Second, message: "proxy shutting down"}, start)
+		return
+	}
+	defer p.active.Done()
+	p.m.inFlight.Inc()
+	defer p.m.inFlight.Dec()
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			p.cfg.Logger.Error("sluice proxy: panic", slog.Any("panic", v))
+			p.refuse(w, r, nil, "", refusal{status: http.StatusInternalServerError, reason: ReasonInternal, message: fmt.Sprintf("proxy: internal error: %v", v)}, start)
+		}
+	}()
+	p.relay(w, r, start)
+}
+
+// ready answers ReadyPath.
+func (p *Proxy) ready(w http.ResponseWriter, r *http.Request) {
+	body := map[string]any{"status": "ready"}
+	status := http.StatusOK
+	if p.draining.Load() {
+		status, body["status"] = http.StatusServiceUnavailable, "draining"
+	}
+	if p.cfg.Redis != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+		defer cancel()
+		if err := p.cfg.Redis.Ping(ctx).Err(); err != nil {
+			body["redis"] = "unreachable: limits fall back to this process's share"
+		} else {
+			body["redis"] = "ok"
+		}
+	}
+	writeStatus(w, status, body)
+}
+
+func writeStatus(w http.ResponseWriter, status int, body any) {
+	b, _ := json.Marshal(body)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+// relay sends r upstream through its token's limiter and copies the
+// answer back.
+func (p *Proxy) relay(w http.ResponseWriter, r *http.Request, start time.Time) {
+	target := upstreamURL(p.cfg.upstream, r.URL)
+	route, err := routes.Parse(r.Method, target.EscapedPath())
+	if err != nil {
+		p.refuse(w, r, nil, "", p.classify(err, nil), start)
+		return
+	}
+	label := route.Template
+	token := normToken(r.Header.Get("Authorization"))
+	switch {
+	case route.PerToken && !p.cfg.WebhookAuth:
+		token = "" // the token is in the path: per-IP limit
+	case token == "":
+		token = normToken(p.cfg.DefaultToken)
+	}
+	maxWait, err := parseWait(r.Header.Get(p.cfg.MaxWaitHeader))
+	if err != nil {
+		p.refuse(w, r, nil, label, refusal{status: http.StatusBadRequest, reason: ReasonBadRequest, message: p.cfg.MaxWaitHeader + ": " + err.Error()}, start)
+		return
+	}
+	key := token + "\x00" + route.Method + " " + target.EscapedPath() + "?" + target.RawQuery
+	if a, ok := p.cache.get(key, p.cfg.Clock()); ok {
+		h := w.Header()
+		copyHeader(h, a.header)
+		h.Set(CacheHeader, "hit")
+		h.Set("Age", strconv.Itoa(int(p.cfg.Clock().Sub(a.stored).Seconds())))
+		w.WriteHeader(a.status)
+		_, _ = w.Write(a.body)
+		p.done(r, route, label, a.status, sourceCache, tokenName(token), start)
+		return
+	}
+	ctx := sluice.WithMaxWait(r.Context(), maxWait)
+	t, err := p.reg.acquire(ctx, token)
+	if err != nil {
+		p.refuse(w, r, nil, label, p.classify(err, nil), start)
+		return
+	}
+	defer p.reg.release(t)
+	out, err := http.NewRequestWithContext(ctx, route.Method, target.String(), nil)
+	if err != nil {
+		p.refuse(w, r, t, label, p.classify(fmt.Errorf("%w: %v", errBadRequest, err), t), start)
+		return
+	}
+	out.URL = target
+	copyHeader(out.Header, r.Header, "Authorization", "Host", "Content-Length", p.cfg.MaxWaitHeader)
+	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
+		out.Body, out.ContentLength = r.Body, r.ContentLength
+	}
+	resp, err := t.lim.Do(ctx, out)
+	if err != nil {
+		if r.Context().Err() != nil { // the caller left: nobody to answer
+			p.m.requests.WithLabelValues(route.Method, label, "499", sourceProxy).Inc()
+			return
+		}
+		p.refuse(w, r, t, label, p.classify(err, t), start)
+		return
+	}
+	defer resp.Body.Close()
+	h := w.Header()
+	copyHeader(h, resp.Header)
+	if p.cache.cacheable(resp.StatusCode) {
+		body, err := io.ReadAll(io.LimitReader(resp.Body, DefaultMaxCachedBody+1))
+		if err == nil && len(body) <= DefaultMaxCachedBody {
+			p.cache.put(key, resp.StatusCode, resp.Header.Clone(), body, p.cfg.Clock())
+		}
+		resp.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(body), resp.Body), resp.Body}
+	}
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, resp.Body)
+	p.done(r, route, label, resp.StatusCode, sourceUpstream, t.name, start)
+}
+
+// refuse writes the proxy's own answer and records it.
+func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, t *tenant, label string, a refusal, start time.Time) {
+	a.write(w)
+	p.m.refused.WithLabelValues(a.reason).Inc()
+	if label == "" {
+		label = "invalid"
+	}
+	name := ""
+	if t != nil {
+		name = t.name
+	}
+	p.m.answered(r.Method, label, a.status, sourceProxy, time.Since(start).Seconds())
+	p.cfg.Logger.Warn("sluice proxy: refused", slog.String("method", r.Method), slog.String("route", label),
+		slog.Int("status", a.status), slog.String("reason", a.reason), slog.String("token", name), slog.String("error", a.message))
+}
+
+// done records a relayed or cached answer.
+func (p *Proxy) done(r *http.Request, route routes.Route, label string, status int, source, name string, start time.Time) {
+	took := time.Since(start)
+	p.m.answered(route.Method, label, status, source, took.Seconds())
+	p.cfg.Logger.Debug("sluice proxy", slog.String("method", route.Method), slog.String("route", route.Redacted()),
+		slog.Int("status", status), slog.String("source", source), slog.String("token", name), slog.Duration("took", took))
+}
+
+// errWait is a MaxWaitHeader value that is neither seconds nor a duration.
+var errWait = errors.New(`want seconds ("2.5") or a Go duration ("2500ms")`)
+
+// parseWait reads a MaxWaitHeader value: "" is no limit.
+func parseWait(v string) (time.Duration, error) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, nil
+	}
+	if secs, err := strconv.ParseFloat(v, 64); err == nil {
+		if secs < 0 || secs > 1e6 {
+			return 0, errWait
+		}
+		return max(time.Duration(secs*float64(time.Second)), time.Nanosecond), nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return 0, errWait
+	}
+	return max(d, time.Nanosecond), nil
+}
