@@ -199,7 +199,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	start := time.Now()
 	if !p.enter() {
-		p.refuse(w, r, nil, "", refusal{status: http.StatusServiceUnavailable, reason: ReasonClosed, retryAfter: time.Second, message: "proxy shutting down"}, start)
+		p.refuse(w, r, nil, "", p.classify(sluice.ErrClosed, nil), start)
 		return
 	}
 	defer p.active.Done()
@@ -354,7 +354,7 @@ func parseWait(v string) (time.Duration, error) {
 		return 0, nil
 	}
 	if secs, err := strconv.ParseFloat(v, 64); err == nil {
-		if secs < 0 || secs > 1e6 {
+		if !(secs >= 0 && secs <= 1e6) { // NaN too
 			return 0, errWait
 		}
 		return max(time.Duration(secs*float64(time.Second)), time.Nanosecond), nil

@@ -1,0 +1,153 @@
+package proxy
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice"
+)
+
+func TestUpstreamPath(t *testing.T) {
+	for _, c := range []struct{ base, in, want string }{
+		{"/api/v10", "/api/v10/channels/1", "/api/v10/channels/1"},
+		{"/api/v10", "/api/v9/channels/1", "/api/v9/channels/1"},
+		{"/api/v10", "/api/channels/1", "/api/v10/channels/1"},
+		{"/api/v10", "/channels/1", "/api/v10/channels/1"},
+		{"/api/v10", "/API/V8/users/@me", "/api/V8/users/@me"},
+		{"/api/v10", "/apis/x", "/api/v10/apis/x"},
+		{"/api/v10", "/api", "/api/v10/"},
+		{"/api", "/api/v9/channels/1", "/api/v9/channels/1"},
+		{"/api", "/channels/1", "/api/channels/1"},
+		{"", "/api/v10/channels/1", "/v10/channels/1"},
+		{"/api/v10", "/api/v10/channels/1/messages/2/reactions/%F0%9F%91%8D/@me", "/api/v10/channels/1/messages/2/reactions/%F0%9F%91%8D/@me"},
+	} {
+		assert.Equal(t, c.want, upstreamPath(c.base, c.in), c.base+" + "+c.in)
+	}
+	base, _ := url.Parse("https://discord.com/api/v10")
+	in, _ := url.Parse("/api/v9/channels/1/messages/2/reactions/a%2Fb/@me?x=1&y=%20")
+	u := upstreamURL(base, in)
+	assert.Equal(t, "https://discord.com/api/v9/channels/1/messages/2/reactions/a%2Fb/@me?x=1&y=%20", u.String(), "escaping and query kept")
+}
+
+func TestParseWait(t *testing.T) {
+	for in, want := range map[string]time.Duration{"": 0, "2.5": 2500 * time.Millisecond, "2500ms": 2500 * time.Millisecond, "0": time.Nanosecond, " 3 ": 3 * time.Second, "1m": time.Minute} {
+		got, err := parseWait(in)
+		require.NoError(t, err, in)
+		assert.Equal(t, want, got, in)
+	}
+	for _, in := range []string{"-1", "soon", "1e99", "-2s", "NaN"} {
+		_, err := parseWait(in)
+		assert.ErrorIs(t, err, errWait, in)
+	}
+}
+
+func TestNormToken(t *testing.T) {
+	assert.Equal(t, "", normToken(" "))
+	assert.Equal(t, "Bot abc", normToken("abc"))
+	assert.Equal(t, "Bot abc", normToken("Bot abc"))
+	assert.Equal(t, "bot abc", normToken(" bot abc "))
+	assert.Equal(t, "Bearer xyz", normToken("Bearer xyz"))
+	assert.NotContains(t, tokenName("Bot abc"), "abc")
+	assert.Equal(t, "ip", tokenName(""))
+}
+
+func TestCopyHeaderDropsHopByHop(t *testing.T) {
+	src := http.Header{"Connection": {"keep-alive, X-Private"}, "X-Private": {"1"}, "Keep-Alive": {"5"},
+		"Transfer-Encoding": {"chunked"}, "X-Audit-Log-Reason": {"why"}, "Authorization": {"Bot t"}, "Content-Type": {"a/b"}}
+	dst := http.Header{}
+	copyHeader(dst, src, "Authorization")
+	assert.Equal(t, http.Header{"X-Audit-Log-Reason": {"why"}, "Content-Type": {"a/b"}}, dst)
+}
+
+func TestAnswerCache(t *testing.T) {
+	c := newAnswerCache(map[int]time.Duration{404: 30 * time.Second}, 2)
+	t0 := time.Unix(0, 0)
+	assert.False(t, c.cacheable(200))
+	c.put("a", 200, nil, nil, t0)
+	_, ok := c.get("a", t0)
+	assert.False(t, ok, "a status without a TTL is not kept")
+	c.put("a", 404, nil, []byte("A"), t0)
+	c.put("b", 404, nil, []byte("B"), t0)
+	c.put("c", 404, nil, []byte("C"), t0)
+	_, ok = c.get("a", t0)
+	assert.False(t, ok, "the oldest goes at the cap")
+	got, ok := c.get("c", t0.Add(29*time.Second))
+	require.True(t, ok)
+	assert.Equal(t, "C", string(got.body))
+	_, ok = c.get("c", t0.Add(30*time.Second))
+	assert.False(t, ok, "expired")
+	assert.Equal(t, 1, c.len())
+}
+
+// fakeLimiters makes limiters that are never used to send: the registry's
+// bookkeeping is what is tested.
+func fakeLimiters(t *testing.T) (func(string) (*sluice.Limiter, error), *sync.Map) {
+	made := &sync.Map{}
+	return func(token string) (*sluice.Limiter, error) {
+		l, err := sluice.New(sluice.Options{Token: token, BaseURL: "http://127.0.0.1:1/api/v10", H2C: true, DialTimeout: time.Millisecond})
+		if err == nil {
+			made.Store(token, l)
+		}
+		return l, err
+	}, made
+}
+
+func TestRegistryLRUAndIdle(t *testing.T) {
+	now := time.Unix(0, 0)
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	newLim, _ := fakeLimiters(t)
+	var evicted []string
+	live := 0
+	r := newRegistry(2, time.Minute, clock, newLim, func(n int, why string) {
+		live = n
+		if why != "" {
+			evicted = append(evicted, why)
+		}
+	})
+	defer func() { require.NoError(t, r.close(context.Background())) }()
+	ctx := context.Background()
+	a, err := r.acquire(ctx, "Bot a")
+	require.NoError(t, err)
+	b, err := r.acquire(ctx, "Bot b")
+	require.NoError(t, err)
+	_, err = r.acquire(ctx, "Bot c")
+	assert.ErrorIs(t, err, errTooManyTokens, "both busy at the cap")
+	r.release(a)
+	advance(time.Second)
+	c, err := r.acquire(ctx, "Bot c")
+	require.NoError(t, err, "a, idle and least recently used, made room")
+	assert.Equal(t, []string{"lru"}, evicted)
+	assert.Equal(t, 2, live)
+	r.release(b)
+	r.release(c)
+	advance(30 * time.Second)
+	c2, err := r.acquire(ctx, "Bot c")
+	require.NoError(t, err)
+	assert.Same(t, c, c2, "a known token keeps its limiter")
+	r.release(c2)
+	advance(45 * time.Second)
+	next := r.sweep()
+	assert.Equal(t, []string{"lru", "idle"}, evicted, "b idle for 75 s is closed, c (45 s) stays")
+	assert.Equal(t, 15*time.Second, next)
+	assert.Equal(t, 1, live)
+}
+
+func TestRegistryCloseRefuses(t *testing.T) {
+	newLim, _ := fakeLimiters(t)
+	r := newRegistry(4, time.Minute, time.Now, newLim, func(int, string) {})
+	a, err := r.acquire(context.Background(), "")
+	require.NoError(t, err)
+	r.release(a)
+	require.NoError(t, r.close(context.Background()))
+	_, err = r.acquire(context.Background(), "")
+	assert.ErrorIs(t, err, sluice.ErrClosed)
+}
