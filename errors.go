@@ -59,6 +59,11 @@ var (
 	// request whose handling hit a bug in the library. The panic was
 	// recovered: that request failed, nothing else is affected.
 	ErrInternal = actors.ErrInternal
+	// ErrBadRequest is matched (errors.Is) by the error of a request the
+	// limiter cannot send as given: a nil request or URL, a body over
+	// 64 MiB, a body that could not be read. A path the router cannot
+	// parse fails with a *routes.ParseError instead.
+	ErrBadRequest = errors.New("sluice: bad request")
 	// ErrActorCrashed is returned for the one request whose message made a
 	// bucket actor panic; the actor restarts with its queue and limits.
 	ErrActorCrashed = actors.ErrActorCrashed

@@ -3,7 +3,6 @@ package sluice
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -195,7 +194,7 @@ func (l *Limiter) newCall(ctx context.Context, req *http.Request) (c *actors.Cal
 		return c, false, err
 	}
 	if req == nil || req.URL == nil {
-		return fail(req, routes.Route{}, errors.New("sluice: nil request or URL"))
+		return fail(req, routes.Route{}, fmt.Errorf("%w: nil request or URL", ErrBadRequest))
 	}
 	direct = req.URL.Host != "" && !l.onSite(req.URL)
 	var route routes.Route
@@ -248,7 +247,7 @@ func (l *Limiter) buffer(ctx context.Context, req *http.Request, always bool) ([
 	}
 	defer rc.Close()
 	if req.ContentLength > maxRequestBody {
-		return nil, fmt.Errorf("sluice: request body of %d bytes is over %d", req.ContentLength, maxRequestBody)
+		return nil, fmt.Errorf("%w: request body of %d bytes is over %d", ErrBadRequest, req.ContentLength, maxRequestBody)
 	}
 	if req.GetBody != nil {
 		if !always {
@@ -256,7 +255,7 @@ func (l *Limiter) buffer(ctx context.Context, req *http.Request, always bool) ([
 		}
 		var err error
 		if rc, err = req.GetBody(); err != nil {
-			return nil, fmt.Errorf("sluice: request body: %w", err)
+			return nil, fmt.Errorf("%w: request body: %w", ErrBadRequest, err)
 		}
 		defer rc.Close()
 	}
@@ -264,9 +263,9 @@ func (l *Limiter) buffer(ctx context.Context, req *http.Request, always bool) ([
 		b, err := io.ReadAll(io.LimitReader(rc, maxRequestBody+1))
 		switch {
 		case err != nil:
-			return nil, fmt.Errorf("sluice: reading request body: %w", err)
+			return nil, fmt.Errorf("%w: reading request body: %w", ErrBadRequest, err)
 		case len(b) > maxRequestBody:
-			return nil, fmt.Errorf("sluice: request body over %d bytes", maxRequestBody)
+			return nil, fmt.Errorf("%w: request body over %d bytes", ErrBadRequest, maxRequestBody)
 		}
 		return b, nil
 	}

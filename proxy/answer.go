@@ -78,7 +78,7 @@ func (p *Proxy) classify(err error, t *tenant) refusal {
 		return refusal{status: http.StatusGatewayTimeout, reason: ReasonTimeout, message: err.Error()}
 	case errors.Is(err, sluice.ErrResponseTooLarge):
 		return refusal{status: http.StatusBadGateway, reason: ReasonTooLarge, message: err.Error()}
-	case errors.As(err, &pe), errors.Is(err, errBadRequest):
+	case errors.As(err, &pe), errors.Is(err, sluice.ErrBadRequest):
 		return refusal{status: http.StatusBadRequest, reason: ReasonBadRequest, message: err.Error()}
 	case errors.Is(err, sluice.ErrInternal), errors.Is(err, sluice.ErrActorCrashed):
 		return refusal{status: http.StatusInternalServerError, reason: ReasonInternal, message: err.Error()}
@@ -86,10 +86,6 @@ func (p *Proxy) classify(err error, t *tenant) refusal {
 		return refusal{status: http.StatusBadGateway, reason: ReasonUnavailable, message: err.Error()}
 	}
 }
-
-// errBadRequest marks a request the proxy refuses before any limiter sees
-// it (unreadable or oversized body).
-var errBadRequest = errors.New("proxy: bad request")
 
 // drainTime estimates how long t's queue needs to go down: what is in
 // flight over the token's global rate, at least a second.

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"sync"
 	"testing"
@@ -150,4 +151,39 @@ func TestRegistryCloseRefuses(t *testing.T) {
 	require.NoError(t, r.close(context.Background()))
 	_, err = r.acquire(context.Background(), "")
 	assert.ErrorIs(t, err, sluice.ErrClosed)
+}
+
+func TestClassifyTable(t *testing.T) {
+	p := &Proxy{cfg: settings{Config: Config{OverflowStatus: 597, MaxWaitHeader: DefaultMaxWaitHeader}}, globalRate: 50}
+	for _, c := range []struct {
+		err    error
+		status int
+		reason string
+	}{
+		{sluice.ErrQueueFull, 597, ReasonQueueFull},
+		{errTooManyTokens, 597, ReasonQueueFull},
+		{&sluice.WaitError{Wait: 3 * time.Second, Limit: time.Second}, 429, ReasonMaxWait},
+		{&sluice.RateLimitError{Scope: "global", RetryAfter: time.Second}, 429, ReasonRateLimited},
+		{&sluice.BudgetError{RetryAfter: time.Minute}, 429, ReasonBudget},
+		{sluice.ErrUnauthorized, 401, ReasonUnauthorized},
+		{sluice.ErrBanned, 503, ReasonBanned},
+		{sluice.ErrClosed, 503, ReasonClosed},
+		{&sluice.TimeoutError{Timeout: time.Minute}, 504, ReasonTimeout},
+		{sluice.ErrAttemptTimeout, 504, ReasonTimeout},
+		{sluice.ErrResponseTooLarge, 502, ReasonTooLarge},
+		{sluice.ErrBadRequest, 400, ReasonBadRequest},
+		{sluice.ErrInternal, 500, ReasonInternal},
+		{sluice.ErrConnectionDied, 502, ReasonUnavailable},
+	} {
+		a := p.classify(c.err, nil)
+		assert.Equal(t, c.status, a.status, "%v", c.err)
+		assert.Equal(t, c.reason, a.reason, "%v", c.err)
+	}
+	a := p.classify(&sluice.RateLimitError{Scope: "global", RetryAfter: 1500 * time.Millisecond}, nil)
+	w := httptest.NewRecorder()
+	a.write(w)
+	assert.Equal(t, "2", w.Header().Get("Retry-After"))
+	assert.Equal(t, "true", w.Header().Get("X-RateLimit-Global"))
+	assert.Equal(t, ReasonRateLimited, w.Header().Get(ProxyHeader))
+	assert.JSONEq(t, `{"message":"You are being rate limited.","code":0,"retry_after":1.5,"global":true}`, w.Body.String())
 }

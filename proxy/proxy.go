@@ -285,7 +285,7 @@ func (p *Proxy) relay(w http.ResponseWriter, r *http.Request, start time.Time) {
 	defer p.reg.release(t)
 	out, err := http.NewRequestWithContext(ctx, route.Method, target.String(), nil)
 	if err != nil {
-		p.refuse(w, r, t, label, p.classify(fmt.Errorf("%w: %v", errBadRequest, err), t), start)
+		p.refuse(w, r, t, label, p.classify(fmt.Errorf("%w: %v", sluice.ErrBadRequest, err), t), start)
 		return
 	}
 	out.URL = target
