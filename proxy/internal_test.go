@@ -5,6 +5,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -153,28 +156,31 @@ func TestRegistryCloseRefuses(t *testing.T) {
 	assert.ErrorIs(t, err, sluice.ErrClosed)
 }
 
+// classifyCases is one error per row of the failure table.
+var classifyCases = []struct {
+	err    error
+	status int
+	reason string
+}{
+	{sluice.ErrQueueFull, 597, ReasonQueueFull},
+	{errTooManyTokens, 597, ReasonQueueFull},
+	{&sluice.WaitError{Wait: 3 * time.Second, Limit: time.Second}, 429, ReasonMaxWait},
+	{&sluice.RateLimitError{Scope: "global", RetryAfter: time.Second}, 429, ReasonRateLimited},
+	{&sluice.BudgetError{RetryAfter: time.Minute}, 429, ReasonBudget},
+	{sluice.ErrUnauthorized, 401, ReasonUnauthorized},
+	{sluice.ErrBanned, 503, ReasonBanned},
+	{sluice.ErrClosed, 503, ReasonClosed},
+	{&sluice.TimeoutError{Timeout: time.Minute}, 504, ReasonTimeout},
+	{sluice.ErrAttemptTimeout, 504, ReasonTimeout},
+	{sluice.ErrResponseTooLarge, 502, ReasonTooLarge},
+	{sluice.ErrBadRequest, 400, ReasonBadRequest},
+	{sluice.ErrInternal, 500, ReasonInternal},
+	{sluice.ErrConnectionDied, 502, ReasonUnavailable},
+}
+
 func TestClassifyTable(t *testing.T) {
 	p := &Proxy{cfg: settings{Config: Config{OverflowStatus: 597, MaxWaitHeader: DefaultMaxWaitHeader}}, globalRate: 50}
-	for _, c := range []struct {
-		err    error
-		status int
-		reason string
-	}{
-		{sluice.ErrQueueFull, 597, ReasonQueueFull},
-		{errTooManyTokens, 597, ReasonQueueFull},
-		{&sluice.WaitError{Wait: 3 * time.Second, Limit: time.Second}, 429, ReasonMaxWait},
-		{&sluice.RateLimitError{Scope: "global", RetryAfter: time.Second}, 429, ReasonRateLimited},
-		{&sluice.BudgetError{RetryAfter: time.Minute}, 429, ReasonBudget},
-		{sluice.ErrUnauthorized, 401, ReasonUnauthorized},
-		{sluice.ErrBanned, 503, ReasonBanned},
-		{sluice.ErrClosed, 503, ReasonClosed},
-		{&sluice.TimeoutError{Timeout: time.Minute}, 504, ReasonTimeout},
-		{sluice.ErrAttemptTimeout, 504, ReasonTimeout},
-		{sluice.ErrResponseTooLarge, 502, ReasonTooLarge},
-		{sluice.ErrBadRequest, 400, ReasonBadRequest},
-		{sluice.ErrInternal, 500, ReasonInternal},
-		{sluice.ErrConnectionDied, 502, ReasonUnavailable},
-	} {
+	for _, c := range classifyCases {
 		a := p.classify(c.err, nil)
 		assert.Equal(t, c.status, a.status, "%v", c.err)
 		assert.Equal(t, c.reason, a.reason, "%v", c.err)
@@ -186,4 +192,25 @@ func TestClassifyTable(t *testing.T) {
 	assert.Equal(t, "true", w.Header().Get("X-RateLimit-Global"))
 	assert.Equal(t, ReasonRateLimited, w.Header().Get(ProxyHeader))
 	assert.JSONEq(t, `{"message":"You are being rate limited.","code":0,"retry_after":1.5,"global":true}`, w.Body.String())
+}
+
+// docs/proxy.md's failure table has one row per reason, with the status
+// classify gives (the overflow row names the flag and its default).
+func TestDocsFailureTableCurrent(t *testing.T) {
+	b, err := os.ReadFile("../docs/proxy.md")
+	require.NoError(t, err)
+	rows := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if cells := strings.Split(line, "|"); len(cells) == 5 && strings.HasPrefix(strings.TrimSpace(cells[1]), "`") {
+			rows[strings.Trim(strings.TrimSpace(cells[1]), "`")] = strings.TrimSpace(cells[2])
+		}
+	}
+	p := &Proxy{cfg: settings{Config: Config{OverflowStatus: DefaultOverflowStatus, MaxWaitHeader: DefaultMaxWaitHeader}}, globalRate: 50}
+	for _, c := range classifyCases {
+		a := p.classify(c.err, nil)
+		status, ok := rows[a.reason]
+		if assert.True(t, ok, "docs/proxy.md has no row for %s", a.reason) {
+			assert.Contains(t, status, strconv.Itoa(a.status), a.reason)
+		}
+	}
 }
