@@ -200,6 +200,47 @@ const (
 	crashWindow = 10 * time.Second
 )
 
+// host is the protoactor actor system every System of the process runs on:
+// one process registry for all limiters (protoactor allocates about 3 MB
+// for it up front, which one per token made the proxy's idle tokens cost
+// 3.2 MB each). Each System spawns its own supervisor, with its own
+// children, so Systems share nothing else. Made with the first System,
+// shut down with the last.
+//
+// Its own logs are discarded: Sluice logs crashes and failures itself,
+// through each System's logger, and protoactor's dead-letter lines would
+// print messages (requests) verbatim.
+var host struct {
+	mu    sync.Mutex
+	as    *actor.ActorSystem
+	users int
+}
+
+func acquireHost() *actor.ActorSystem {
+	host.mu.Lock()
+	defer host.mu.Unlock()
+	if host.users == 0 {
+		host.as = actor.NewActorSystem(
+			actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }),
+			// protoactor starts a goroutine per dead-letter throttle period;
+			// keep it short so none outlives Close by more than a moment.
+			actor.WithDeadLetterThrottleInterval(time.Millisecond),
+		)
+	}
+	host.users++
+	return host.as
+}
+
+func releaseHost() {
+	host.mu.Lock()
+	defer host.mu.Unlock()
+	host.users--
+	if host.users == 0 {
+		host.as.Shutdown()
+		host.as = nil
+	}
+}
+
 // Start spawns the supervisor, which starts connecting at once. It fails
 // only if the MeterProvider refuses an instrument.
 func Start(cfg Config) (*System, error) {
@@ -207,14 +248,7 @@ func Start(cfg Config) (*System, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	as := actor.NewActorSystem(
-		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-			return log.With(slog.String("component", "protoactor"))
-		}),
-		// protoactor starts a goroutine per dead-letter throttle period;
-		// keep it short so none outlives Close by more than a moment.
-		actor.WithDeadLetterThrottleInterval(time.Millisecond),
-	)
+	as := acquireHost()
 	s := &System{cfg: cfg, actors: as, root: as.Root, store: cfg.Store, log: log, crashHook: cfg.crashHook}
 	s.windows[BotWindow] = newGlobalWindow(cfg.Global, cfg.Shared)
 	ipGlobal := cfg.IPGlobal
@@ -224,7 +258,7 @@ func Start(cfg Config) (*System, error) {
 	s.windows[IPWindow] = newGlobalWindow(ipGlobal, cfg.IPShared)
 	tel, err := newTelemetry(cfg.TracerProvider, cfg.MeterProvider, s)
 	if err != nil {
-		as.Shutdown()
+		releaseHost()
 		return nil, fmt.Errorf("sluice: metrics: %w", err)
 	}
 	s.tel = tel
@@ -499,7 +533,7 @@ func (s *System) close(ctx context.Context) error {
 		})
 		<-allDone
 		s.tel.close()
-		s.actors.Shutdown()
+		releaseHost()
 	}
 	return err
 }

@@ -35,8 +35,10 @@ const (
 // Invariant: for every instant t, the requests with reservedAt <= t <
 // settledAt+period (in-flight ones included) number at most n.
 //
-// Settled slots live in a ring buffer of n times, so every method is O(1)
-// amortized and allocates nothing.
+// Settled slots live in a ring buffer of up to n times, so every method is
+// O(1) amortized. The ring starts small and doubles as slots are held (up
+// to n), so a window of a large n that is little used costs little memory:
+// a proxy keeps one per token, and the invalid-request budget's is 9,000.
 //
 // The zero value is a window of DefaultGlobalLimit per DefaultGlobalPeriod.
 // A SlidingWindow is safe for concurrent use; methods take the time as an
@@ -63,7 +65,7 @@ func NewSlidingWindow(n int, per time.Duration) *SlidingWindow {
 	if per <= 0 {
 		panic("ratelimit: NewSlidingWindow: non-positive period " + per.String())
 	}
-	return &SlidingWindow{n: n, per: per, times: make([]time.Time, n)}
+	return &SlidingWindow{n: n, per: per, times: make([]time.Time, min(n, initialRing))}
 }
 
 // Limit returns the window's n and period.
@@ -120,11 +122,15 @@ func (w *SlidingWindow) Settle(now time.Time) {
 	}
 	w.inflight--
 	w.evict(now)
-	// count + inflight <= n held before the decrement, so there is room.
-	if w.count > 0 {
-		now = later(now, w.times[(w.head+w.count-1)%w.n])
+	// count + inflight <= n held before the decrement, so count < n: if
+	// the ring is full it can grow.
+	if w.count == len(w.times) {
+		w.grow()
 	}
-	w.times[(w.head+w.count)%w.n] = now
+	if w.count > 0 {
+		now = later(now, w.times[(w.head+w.count-1)%len(w.times)])
+	}
+	w.times[(w.head+w.count)%len(w.times)] = now
 	w.count++
 }
 
@@ -191,7 +197,7 @@ func (w *SlidingWindow) wait(now time.Time) time.Duration {
 func (w *SlidingWindow) evict(now time.Time) {
 	for w.count > 0 && !now.Before(w.times[w.head].Add(w.per)) {
 		w.times[w.head] = time.Time{}
-		w.head = (w.head + 1) % w.n
+		w.head = (w.head + 1) % len(w.times)
 		w.count--
 	}
 }
@@ -203,5 +209,17 @@ func (w *SlidingWindow) init() {
 	if w.n == 0 {
 		w.n, w.per = DefaultGlobalLimit, DefaultGlobalPeriod
 	}
-	w.times = make([]time.Time, w.n)
+	w.times = make([]time.Time, min(w.n, initialRing))
+}
+
+// initialRing is the ring's first size; it doubles up to n.
+const initialRing = 64
+
+// grow doubles the full ring (at most to n), oldest slot first.
+func (w *SlidingWindow) grow() {
+	times := make([]time.Time, min(2*len(w.times), w.n))
+	for i := range w.count {
+		times[i] = w.times[(w.head+i)%len(w.times)]
+	}
+	w.times, w.head = times, 0
 }

@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -130,9 +131,15 @@ func TestNewSlidingWindowPanics(t *testing.T) {
 // window of one period, wherever each request arrived within its round trip,
 // holds more than n.
 func TestSlidingWindowInvariant(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	const n = 7
-	per := 100 * time.Millisecond
+	// 7 fits the first ring; 200 makes it grow twice (64, 128, 200).
+	for _, n := range []int{7, 200} {
+		t.Run(strconv.Itoa(n), func(t *testing.T) { testSlidingWindowInvariant(t, n) })
+	}
+}
+
+func testSlidingWindowInvariant(t *testing.T, n int) {
+	rng := rand.New(rand.NewPCG(1, uint64(n)))
+	per := time.Duration(n) * 15 * time.Millisecond
 	w := NewSlidingWindow(n, per)
 	type span struct{ from, to time.Time }
 	var spans []span
@@ -183,6 +190,24 @@ func TestSlidingWindowInvariant(t *testing.T) {
 			t.Fatalf("%d requests overlap at %v", depth, e.at.Sub(t0))
 		}
 	}
+}
+
+// The ring grows while slots are held and keeps their order: the oldest
+// expire first.
+func TestSlidingWindowRingGrowsInOrder(t *testing.T) {
+	const n = 300
+	w := NewSlidingWindow(n, time.Second)
+	for i := range n {
+		at := t0.Add(time.Duration(i) * time.Millisecond)
+		ok, _ := w.Reserve(at)
+		require.True(t, ok, i)
+		w.Settle(at)
+	}
+	assert.Equal(t, n, len(w.times))
+	ok, _ := w.Reserve(t0.Add(500 * time.Millisecond))
+	assert.False(t, ok, "full")
+	assert.Equal(t, time.Millisecond, w.Wait(t0.Add(999*time.Millisecond)), "the first settled frees first")
+	assert.Equal(t, n-100, w.Count(t0.Add(1099*time.Millisecond)))
 }
 
 func TestSlidingWindowConcurrent(t *testing.T) {

@@ -22,8 +22,11 @@ func RestartStrategy() actor.SupervisorStrategy {
 // panic it goes on with the same instance (Resume), because restarting a
 // parent stops all its children, and stopping drops their mailboxes. The
 // actor answers the message that failed itself.
-func ResumeStrategy() actor.SupervisorStrategy {
-	return actor.NewOneForOneStrategy(0, time.Second, func(any) actor.Directive {
-		return actor.ResumeDirective
-	})
-}
+//
+// It is one value for the whole process: protoactor keeps a guardian per
+// strategy value for the life of its actor system, which limiters share.
+func ResumeStrategy() actor.SupervisorStrategy { return resume }
+
+var resume = actor.NewOneForOneStrategy(0, time.Second, func(any) actor.Directive {
+	return actor.ResumeDirective
+})
