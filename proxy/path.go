@@ -3,6 +3,7 @@ package proxy
 import (
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 )
 
@@ -102,24 +103,19 @@ var hopHeaders = []string{
 }
 
 // copyHeader copies src into dst without hop-by-hop headers, those that
-// Connection names, and the names in drop.
+// Connection names, and the names in drop (canonical). It builds no map:
+// it runs twice per request.
 func copyHeader(dst, src http.Header, drop ...string) {
-	skip := map[string]bool{}
-	for _, h := range hopHeaders {
-		skip[h] = true
-	}
-	for _, v := range src.Values("Connection") {
-		for _, f := range strings.Split(v, ",") {
+	var named []string
+	for _, v := range src["Connection"] {
+		for f := range strings.SplitSeq(v, ",") {
 			if f = strings.TrimSpace(f); f != "" {
-				skip[http.CanonicalHeaderKey(f)] = true
+				named = append(named, http.CanonicalHeaderKey(f))
 			}
 		}
 	}
-	for _, h := range drop {
-		skip[http.CanonicalHeaderKey(h)] = true
-	}
 	for k, vs := range src {
-		if skip[k] {
+		if slices.Contains(hopHeaders, k) || slices.Contains(named, k) || slices.Contains(drop, k) {
 			continue
 		}
 		dst[k] = append(dst[k][:0:0], vs...)
