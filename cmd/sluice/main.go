@@ -4,6 +4,7 @@
 //
 //	sluice demo [flags]       drive a realistic load through Sluice against the simulator, live
 //	sluice simulate [flags]   serve the simulated Discord API (see -h)
+//	sluice proxy [flags]      relay Discord API requests through one rate limiter per token (see -h)
 //	sluice version            print the version (sluice.Version, the library's)
 //	sluice help [command]     print the usage, or a command's flags
 //
@@ -14,7 +15,8 @@
 // the process at once. Exit status: 0 on success and for -h, 2 for a usage
 // error (unknown command or flag, an argument a command does not take, a
 // value out of range) or a failure, and 128+signal (130 for SIGINT) when a
-// demo is interrupted before its load is done.
+// demo is interrupted before its load is done. The proxy exits 0 once a
+// signal has shut it down gracefully.
 package main
 
 import (
@@ -100,6 +102,7 @@ const usage = `Sluice sends HTTP requests to rate-limited REST APIs as fast as t
 Usage:
   sluice demo [flags]       drive a realistic load through Sluice against the in-process simulator
   sluice simulate [flags]   serve a simulated, rate-limited Discord API on loopback
+  sluice proxy [flags]      relay Discord API requests through one rate limiter per token
   sluice version            print the version
   sluice help [command]     print this, or a command's flags
 
@@ -118,6 +121,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return demo(ctx, args[1:], stdout, stderr)
 	case "simulate":
 		return simulate(ctx, args[1:], stdout, stderr)
+	case "proxy":
+		return proxyCommand(ctx, args[1:], stdout, stderr)
 	case childCommand: // not listed: a process of "sluice demo -processes N" (child.go)
 		return demoChild(ctx, args[1:], os.Stdin, stdout, stderr)
 	case "version":
@@ -134,7 +139,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return nil
 		case 2:
 			switch args[1] {
-			case "demo", "simulate", "version":
+			case "demo", "simulate", "proxy", "version":
 				return run(ctx, []string{args[1], "-h"}, stdout, stderr)
 			}
 			return usageErrorf("", "no help for %q: not a command", args[1])

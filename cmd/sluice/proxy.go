@@ -1,0 +1,458 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/proxy"
+)
+
+// "sluice proxy": package proxy behind an http.Server, configured by flags
+// or SLUICE_* environment variables, stopped gracefully by SIGTERM or
+// SIGINT.
+
+const (
+	// proxyTokenEnv holds the default token. It has no flag: a command
+	// line is visible to every user of the machine (ps).
+	proxyTokenEnv = "SLUICE_TOKEN"
+	// proxyEnvPrefix prefixes the environment variable of every flag.
+	proxyEnvPrefix = "SLUICE_"
+	// wireReserveMax caps the part of -grace kept for requests already
+	// sent upstream when the queues are failed.
+	wireReserveMax = 5 * time.Second
+	// flushMin is the least time the server is given, after every
+	// request has been answered, to flush the answers before its
+	// connections are closed.
+	flushMin = time.Second
+	// redisPingTimeout bounds the check of -redis at start.
+	redisPingTimeout = 5 * time.Second
+)
+
+const proxyUsage = `Usage: sluice proxy [flags]
+
+Serve an HTTP proxy for the Discord REST API. A bot sends its requests to
+http://<listen>/api/v10/... instead of https://discord.com/api/v10/...; the
+proxy relays each one upstream through the rate limiter of its token (its
+Authorization header, one limiter per token), holding it until the limits
+allow it, and passes the answer back as it came.
+
+Every flag can also be given as an environment variable SLUICE_<NAME>: the
+flag's name in capitals, dashes as underscores (SLUICE_LISTEN,
+SLUICE_UPSTREAM, SLUICE_REDIS, SLUICE_CACHE_404, ...). A flag on the command
+line wins over its variable; an empty variable counts as unset.
+
+SLUICE_TOKEN, only from the environment (a command line shows in ps), is the
+bot token of requests that come without an Authorization header ("Bot " is
+added if it has no scheme). It is never printed or logged.
+
+Its own endpoints: /healthz (200 while it runs), /readyz (200, 503 once it
+is shutting down) and /metrics (Prometheus). It logs to stderr.
+
+On SIGTERM or SIGINT it stops accepting connections and /readyz answers 503;
+accepted requests keep their place in the queues until -grace is nearly over
+(the last half of it, at most 5 s, is kept for requests already sent
+upstream); those still queued are then answered 503 with the header
+X-Sluice-Proxy: shutting_down, and it exits 0. A second signal ends it at
+once.
+`
+
+// proxyFlags is the parsed and checked command line and environment.
+type proxyFlags struct {
+	listen, upstream, caFile      string
+	redisURL, redisIPKey          string
+	maxWaitHeader                 string
+	logLevel, logFormat           string
+	h2c, webhookAuth              bool
+	maxTokens, maxQueue, overflow int
+	idleTimeout, grace            time.Duration
+	cache404, cache401            time.Duration
+	token                         string // from SLUICE_TOKEN; never printed
+
+	level slog.Level
+	// from says where each flag's value came from: its flag ("-listen")
+	// or its variable ("SLUICE_LISTEN"), for error messages; flags left
+	// at their defaults are named as flags.
+	from map[string]string
+}
+
+// name is how errors name a flag: as the user gave it.
+func (f *proxyFlags) name(flagName string) string {
+	if n, ok := f.from[flagName]; ok {
+		return n
+	}
+	return "-" + flagName
+}
+
+// proxyEnvName is the environment variable of a flag.
+func proxyEnvName(flagName string) string {
+	return proxyEnvPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// parseProxyFlags reads the flags of "sluice proxy", then the environment
+// variables of the flags not given (getenv is os.LookupEnv), and checks
+// every value. done is as parseFlags returns it.
+func parseProxyFlags(args []string, getenv func(string) (string, bool), stdout io.Writer) (f *proxyFlags, done bool, err error) {
+	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
+	f = &proxyFlags{from: map[string]string{}}
+	fs.StringVar(&f.listen, "listen", "127.0.0.1:8080", "listen `address`, host:port (port 0 picks a free one; \":8080\" listens on every interface)")
+	fs.StringVar(&f.upstream, "upstream", sluice.DefaultBaseURL, "API `base` the requests are relayed to: Discord's, or the API base \"sluice simulate\" prints")
+	fs.BoolVar(&f.h2c, "h2c", false, "cleartext HTTP/2 to an http:// upstream (what the proxy speaks to any http:// upstream anyway: it never uses HTTP/1.1)")
+	fs.StringVar(&f.caFile, "ca-file", "", "PEM `file` of a CA certificate to trust for an https upstream, beside the system's (e.g. the certificate \"sluice simulate\" writes)")
+	fs.StringVar(&f.redisURL, "redis", "", "share every limit through the Redis at `URL` (redis://[:password@]host:port/db, rediss://..., unix:///path): run every replica with the same -redis (default: each process counts alone)")
+	fs.StringVar(&f.redisIPKey, "redis-ip-key", "", "with -redis, the `name` of this process's egress IP: processes with the same name share the per-IP limit of token-less requests (default \"default\": all behind one IP)")
+	fs.IntVar(&f.maxTokens, "max-tokens", proxy.DefaultMaxTokens, "tokens with a live limiter at most; the least recently used idle one makes room, else the request gets the overflow answer")
+	fs.DurationVar(&f.idleTimeout, "idle-timeout", proxy.DefaultIdleTimeout, "close a token's limiter after this long without requests")
+	fs.IntVar(&f.maxQueue, "max-queue", proxy.DefaultMaxQueue, "requests of one token without an answer yet at most; more get the overflow answer at once")
+	fs.IntVar(&f.overflow, "overflow-status", proxy.DefaultOverflowStatus, "`status` of the overflow answer, 400 to 599 (with Retry-After and X-Sluice-Proxy: queue_full)")
+	fs.StringVar(&f.maxWaitHeader, "max-wait-header", proxy.DefaultMaxWaitHeader, "request `header` in which a caller gives the longest wait it accepts (\"2.5\" seconds or \"2500ms\"); a longer predicted wait is answered 429 at once")
+	fs.DurationVar(&f.cache404, "cache-404", proxy.DefaultCacheTTL()[http.StatusNotFound], "replay a 404 to the same token for the same method, path and query for this long (0: never)")
+	fs.DurationVar(&f.cache401, "cache-401", proxy.DefaultCacheTTL()[http.StatusUnauthorized], "replay a 401 likewise for this long (0: never)")
+	fs.BoolVar(&f.webhookAuth, "webhook-auth", false, "send webhook and interaction-token routes with the caller's token, on its global limit (default: without, on the per-IP limit)")
+	fs.DurationVar(&f.grace, "grace", 30*time.Second, "on SIGTERM or SIGINT, how long accepted requests may still be served before the process exits")
+	fs.StringVar(&f.logLevel, "log-level", "info", "`level` of the log on stderr: debug (a line per request), info, warn or error")
+	fs.StringVar(&f.logFormat, "log-format", "text", "`format` of the log: text or json")
+	if done, err := parseFlags(fs, args, proxyUsage, stdout); done {
+		if err != nil && strings.Contains(err.Error(), "-token") {
+			err = usageErrorf("proxy", "%v (the token comes only from the environment variable %s)", err, proxyTokenEnv)
+		}
+		return nil, true, err
+	}
+	given := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
+	var envErr error
+	fs.VisitAll(func(fl *flag.Flag) {
+		if given[fl.Name] || envErr != nil {
+			return
+		}
+		env := proxyEnvName(fl.Name)
+		v, ok := getenv(env)
+		if !ok || v == "" {
+			return
+		}
+		if err := fs.Set(fl.Name, v); err != nil {
+			envErr = usageErrorf("proxy", "invalid value %q for %s: %v", v, env, err)
+			return
+		}
+		f.from[fl.Name] = env
+	})
+	if envErr != nil {
+		return nil, true, envErr
+	}
+	if tok, ok := getenv(proxyTokenEnv); ok {
+		f.token = strings.TrimSpace(tok)
+	}
+	if err := f.check(); err != nil {
+		return nil, true, err
+	}
+	return f, false, nil
+}
+
+// check checks every value; nothing has started yet.
+func (f *proxyFlags) check() error {
+	bad := func(name, format string, args ...any) error {
+		return usageErrorf("proxy", "%s "+format, append([]any{f.name(name)}, args...)...)
+	}
+	if _, _, err := net.SplitHostPort(f.listen); err != nil {
+		return bad("listen", "%q: want host:port, e.g. 127.0.0.1:8080 or :8080", f.listen)
+	}
+	u, err := url.Parse(f.upstream)
+	switch {
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		return bad("upstream", "%q: want an absolute http:// or https:// API base, e.g. %s", redactURL(f.upstream), sluice.DefaultBaseURL)
+	case u.User != nil || u.RawQuery != "" || u.Fragment != "":
+		return bad("upstream", "%q: must not carry credentials, a query or a fragment", u.Redacted())
+	case f.h2c && u.Scheme != "http":
+		return bad("h2c", "is for an http:// upstream; %s is https (HTTP/2 over TLS)", f.name("upstream"))
+	case f.caFile != "" && u.Scheme != "https":
+		return bad("ca-file", "is for an https upstream; %s is http", f.name("upstream"))
+	}
+	if f.redisURL != "" {
+		if _, err := redis.ParseURL(f.redisURL); err != nil {
+			msg := err.Error() // go-redis quotes the URL, password and all
+			if pw := urlPassword(f.redisURL); pw != "" {
+				msg = strings.ReplaceAll(msg, pw, "xxxxx")
+			}
+			return bad("redis", "%s: %s (want redis://host:port/db, rediss://... or unix:///path)", redactURL(f.redisURL), msg)
+		}
+	} else if f.redisIPKey != "" {
+		return bad("redis-ip-key", "needs -redis")
+	}
+	switch {
+	case f.maxTokens < 1:
+		return bad("max-tokens", "must be 1 or more, got %d", f.maxTokens)
+	case f.idleTimeout <= 0:
+		return bad("idle-timeout", "must be more than 0s, got %v", f.idleTimeout)
+	case f.maxQueue < 1:
+		return bad("max-queue", "must be 1 or more, got %d", f.maxQueue)
+	case f.overflow < 400 || f.overflow > 599:
+		return bad("overflow-status", "must be between 400 and 599, got %d", f.overflow)
+	case !validHeaderName(f.maxWaitHeader):
+		return bad("max-wait-header", "%q is not a header name", f.maxWaitHeader)
+	case f.cache404 < 0:
+		return bad("cache-404", "must be 0s or more, got %v", f.cache404)
+	case f.cache401 < 0:
+		return bad("cache-401", "must be 0s or more, got %v", f.cache401)
+	case f.grace < 0:
+		return bad("grace", "must be 0s or more, got %v", f.grace)
+	}
+	levels := map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError}
+	level, ok := levels[strings.ToLower(f.logLevel)]
+	if !ok {
+		return bad("log-level", "must be debug, info, warn or error, got %q", f.logLevel)
+	}
+	f.level = level
+	if lf := strings.ToLower(f.logFormat); lf != "text" && lf != "json" {
+		return bad("log-format", "must be text or json, got %q", f.logFormat)
+	}
+	if strings.ContainsFunc(f.token, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+		return usageErrorf("proxy", "%s contains control characters", proxyTokenEnv) // and is not repeated
+	}
+	return nil
+}
+
+// validHeaderName reports whether s is an HTTP field name (RFC 9110 token).
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range []byte(s) {
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// tlsConfig is the upstream TLS configuration: nil (the system's roots)
+// without -ca-file.
+func (f *proxyFlags) tlsConfig() (*tls.Config, error) {
+	if f.caFile == "" {
+		return nil, nil
+	}
+	pem, err := os.ReadFile(f.caFile)
+	if err != nil {
+		return nil, usageErrorf("proxy", "%s: %v", f.name("ca-file"), err)
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil || pool == nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, usageErrorf("proxy", "%s %s: no PEM certificate in it", f.name("ca-file"), f.caFile)
+	}
+	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
+}
+
+// logger is the process's log on stderr.
+func (f *proxyFlags) logger(stderr io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: f.level}
+	if strings.ToLower(f.logFormat) == "json" {
+		return slog.New(slog.NewJSONHandler(stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(stderr, opts))
+}
+
+// cacheTTL is Config.CacheTTL: never nil, so that both caches off is an
+// empty map (nil would be the defaults).
+func (f *proxyFlags) cacheTTL() map[int]time.Duration {
+	ttl := map[int]time.Duration{}
+	if f.cache404 > 0 {
+		ttl[http.StatusNotFound] = f.cache404
+	}
+	if f.cache401 > 0 {
+		ttl[http.StatusUnauthorized] = f.cache401
+	}
+	return ttl
+}
+
+// redisLogger sends go-redis's own lines (failed dials while Redis is
+// down, which the limiters count and report) to the log at debug level.
+type redisLogger struct{ l *slog.Logger }
+
+func (r redisLogger) Printf(ctx context.Context, format string, args ...any) {
+	r.l.DebugContext(ctx, "redis: "+fmt.Sprintf(format, args...))
+}
+
+// proxyCommand runs "sluice proxy" until ctx ends, then shuts it down
+// gracefully and returns nil.
+func proxyCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f, done, err := parseProxyFlags(args, os.LookupEnv, stdout)
+	if done {
+		return err
+	}
+	tlsConfig, err := f.tlsConfig()
+	if err != nil {
+		return err
+	}
+	log := f.logger(stderr)
+	cfg := proxy.Config{
+		Upstream:       f.upstream,
+		DefaultToken:   f.token,
+		WebhookAuth:    f.webhookAuth,
+		Limiter:        sluice.Options{TLSConfig: tlsConfig, H2C: f.h2c, RedisIPKey: f.redisIPKey},
+		MaxTokens:      f.maxTokens,
+		IdleTimeout:    f.idleTimeout,
+		MaxQueue:       f.maxQueue,
+		OverflowStatus: f.overflow,
+		MaxWaitHeader:  f.maxWaitHeader,
+		CacheTTL:       f.cacheTTL(),
+		Logger:         log,
+	}
+	redisDesc := ""
+	if f.redisURL != "" {
+		opt, err := redis.ParseURL(f.redisURL)
+		if err != nil {
+			return err // checked already
+		}
+		redis.SetLogger(redisLogger{log})
+		rdb := redis.NewClient(opt)
+		defer rdb.Close() // after the proxy's Close: deferred first
+		pingCtx, cancel := context.WithTimeout(ctx, redisPingTimeout)
+		err = rdb.Ping(pingCtx).Err()
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return context.Cause(ctx)
+			}
+			return fmt.Errorf("Redis at %s (%s) does not answer: %w", redactURL(f.redisURL), f.name("redis"), err)
+		}
+		cfg.Redis = rdb
+		redisDesc = redactURL(f.redisURL)
+	}
+	p, err := proxy.New(cfg)
+	if err != nil {
+		return proxyConfigError(f, err)
+	}
+	ln, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		closeProxy(p, log, 0)
+		return fmt.Errorf("%s: %w", f.name("listen"), err)
+	}
+	srv := &http.Server{
+		Handler:           p,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	front := "http://" + ln.Addr().String()
+	upstream := strings.TrimSuffix(f.upstream, "/")
+	fmt.Fprintf(stdout, "sluice proxy listening on %s → %s\n", front, upstream)
+	log.Info("sluice proxy listening",
+		slog.String("listen", ln.Addr().String()), slog.String("upstream", upstream),
+		slog.Bool("h2c", f.h2c), slog.String("ca_file", f.caFile),
+		slog.String("redis", redisDesc), slog.String("redis_ip_key", f.redisIPKey),
+		slog.Int("max_tokens", f.maxTokens), slog.Duration("idle_timeout", f.idleTimeout),
+		slog.Int("max_queue", f.maxQueue), slog.Int("overflow_status", f.overflow),
+		slog.String("max_wait_header", http.CanonicalHeaderKey(f.maxWaitHeader)),
+		slog.Duration("cache_404", f.cache404), slog.Duration("cache_401", f.cache401),
+		slog.Bool("webhook_auth", f.webhookAuth), slog.Duration("grace", f.grace),
+		slog.Bool("default_token", f.token != ""), slog.String("version", sluice.Version))
+	return serveProxy(ctx, srv, ln, p, f.grace, log)
+}
+
+// proxyConfigError names the flag behind a configuration proxy.New
+// refused. The flags are checked first, so this is a backstop.
+func proxyConfigError(f *proxyFlags, err error) error {
+	var ce *proxy.ConfigError
+	if errors.As(err, &ce) {
+		name := map[string]string{
+			"Upstream": "upstream", "MaxTokens": "max-tokens", "IdleTimeout": "idle-timeout", "MaxQueue": "max-queue",
+			"OverflowStatus": "overflow-status", "MaxWaitHeader": "max-wait-header", "CacheTTL": "cache-404",
+		}[ce.Field]
+		if name != "" {
+			return usageErrorf("proxy", "%s: %s", f.name(name), ce.Reason)
+		}
+	}
+	var oe *sluice.OptionError
+	if errors.As(err, &oe) && oe.Option == "Token" {
+		return usageErrorf("proxy", "%s: %s", proxyTokenEnv, oe.Reason)
+	}
+	return err
+}
+
+// serveProxy serves until ctx ends, then shuts down: /readyz answers 503
+// and the listener closes at once; accepted requests keep their place in
+// the queues until the last wireReserve of grace, when the proxy is
+// closed (queued requests are answered 503 shutting_down; those on the
+// wire have until grace is over); then the answers are flushed and every
+// connection closed. It returns nil after a graceful shutdown.
+func serveProxy(ctx context.Context, srv *http.Server, ln net.Listener, p *proxy.Proxy, grace time.Duration, log *slog.Logger) error {
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err := <-served: // the listener failed
+		closeProxy(p, log, grace)
+		return fmt.Errorf("serving: %w", err)
+	case <-ctx.Done():
+	}
+	start := time.Now()
+	deadline := start.Add(grace)
+	wireReserve := min(grace/2, wireReserveMax)
+	log.Info("sluice proxy shutting down", slog.String("cause", context.Cause(ctx).Error()), slog.Duration("grace", grace))
+	p.Drain()
+	shutCtx, stopShutdown := context.WithCancel(context.Background())
+	defer stopShutdown()
+	shutdown := make(chan error, 1)
+	// Shutdown closes the listener and idle connections, and returns once
+	// every connection has gone idle or closed: every answer flushed.
+	go func() { shutdown <- srv.Shutdown(shutCtx) }()
+	queueTimer := time.NewTimer(grace - wireReserve)
+	defer queueTimer.Stop()
+	finished := false
+	select {
+	case <-shutdown: // every request answered in time
+		finished = true
+	case <-queueTimer.C:
+		log.Info("sluice proxy: grace over, answering the requests still queued 503", slog.Duration("after", time.Since(start).Round(time.Millisecond)))
+	}
+	closeProxy(p, log, time.Until(deadline))
+	if !finished {
+		flush := time.NewTimer(max(time.Until(deadline), flushMin))
+		select {
+		case <-shutdown:
+		case <-flush.C:
+			// Every request has its answer: what is left are connections
+			// without a request (a client's spare ones, which Shutdown
+			// waits 5 s for) or clients slow to read.
+			log.Info("sluice proxy: closing the connections still open")
+			stopShutdown()
+			_ = srv.Close()
+			<-shutdown
+		}
+		flush.Stop()
+	}
+	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		log.Warn("sluice proxy: serving", slog.String("error", err.Error()))
+	}
+	log.Info("sluice proxy stopped", slog.Duration("took", time.Since(start).Round(time.Millisecond)))
+	return nil
+}
+
+// closeProxy closes p: queued requests are answered 503 at once, those
+// on the wire may finish within wire. It returns once every request has
+// been answered.
+func closeProxy(p *proxy.Proxy, log *slog.Logger, wire time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), max(wire, 0))
+	defer cancel()
+	if err := p.Close(ctx); err != nil {
+		log.Warn("sluice proxy: closing", slog.String("error", err.Error()))
+	}
+}
