@@ -220,7 +220,10 @@ var _ ratelimit.Shared = (*Store)(nil)
 var ErrNoNamespace = errors.New("redisstore: Config.Namespace is required (use Namespace(token))")
 
 // New returns a Store on rdb and starts its heartbeat and subscriber. It
-// does not wait for Redis: an unreachable Redis starts it in fallback.
+// waits up to Config.Timeout for the subscription to the wake-ups to be
+// active, so no answer published after New returns is missed (a limiter
+// told to wait for another process's pioneer would otherwise wait for the
+// lease to expire); an unreachable Redis starts it in fallback.
 func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 	if rdb == nil {
 		return nil, errors.New("redisstore: nil Redis client")
@@ -265,9 +268,13 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 	s.processes.Store(DefaultFallbackProcesses)
 	s.fb = newFallback(cfg.GlobalLimit, cfg.GlobalPeriod, s.share)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	ps := rdb.Subscribe(s.ctx, s.ns+":wake")
+	rctx, cancel := context.WithTimeout(s.ctx, cfg.Timeout)
+	_, _ = ps.Receive(rctx) // the confirmation; on failure Channel retries
+	cancel()
 	s.wg.Add(2)
 	go s.heartbeat()
-	go s.subscribe()
+	go s.subscribe(ps)
 	return s, nil
 }
 
@@ -546,9 +553,8 @@ func (s *Store) beat() {
 }
 
 // subscribe forwards wake-ups and global pauses published by any process.
-func (s *Store) subscribe() {
+func (s *Store) subscribe(ps *redis.PubSub) {
 	defer s.wg.Done()
-	ps := s.rdb.Subscribe(s.ctx, s.ns+":wake")
 	defer ps.Close()
 	ch := ps.Channel()
 	for {

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -487,4 +488,33 @@ func TestNamespaceIgnoresTheBotScheme(t *testing.T) {
 	assert.Equal(t, Namespace("abc"), Namespace(" bot  abc "))
 	assert.NotEqual(t, Namespace("abc"), Namespace("Bearer abc"), "an OAuth token is another identity")
 	assert.NotContains(t, Namespace("abc"), "abc")
+}
+
+// A store hears every wake-up published after New returns: the
+// subscription is active before New returns (else a limiter told to wait
+// for another process's pioneer could wait for the lease to expire).
+func TestNewIsSubscribedOnReturn(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	for i := range 20 {
+		woken := make(chan string, 1)
+		ns := Namespace("sub-" + strconv.Itoa(i))
+		s, err := New(rdb, Config{Namespace: ns, Wake: func(major string) {
+			select {
+			case woken <- major:
+			default:
+			}
+		}})
+		require.NoError(t, err)
+		n, err := rdb.Publish(context.Background(), ns+":wake", "w|channel_id=1").Result()
+		require.NoError(t, err)
+		assert.Equal(t, int64(1), n, "round %d: one subscriber when New returned", i)
+		select {
+		case m := <-woken:
+			assert.Equal(t, "channel_id=1", m)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("round %d: the wake-up was lost", i)
+		}
+		s.Close()
+	}
 }
