@@ -68,9 +68,10 @@ type Config struct {
 	// close the client. Default nil: the limits are this process's.
 	Redis redis.UniversalClient
 	// Limiter is the template of each token's limiter (see sluice.Options);
-	// the proxy sets its Token, BaseURL, Redis, IPGlobal, MaxPending (from
-	// MaxQueue) and Logger, and H2C for an http:// Upstream unless
-	// Limiter.AllowHTTP1 is set.
+	// the proxy sets its Token, BaseURL, Redis, WebhookAuth, MaxPending
+	// (from MaxQueue), Logger (unless set) and H2C for an http:// Upstream
+	// (unless Limiter.AllowHTTP1 is set). Only the token-less limiter sends
+	// requests without a token, so the per-IP limit lives in it alone.
 	Limiter sluice.Options
 	// MaxTokens caps the tokens with a live limiter. At the cap, the
 	// least recently used token with nothing in flight is closed to make

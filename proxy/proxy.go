@@ -109,16 +109,21 @@ func (p *Proxy) newLimiter(token string) (*sluice.Limiter, error) {
 }
 
 // normToken is the Authorization value a token is sent with: "Bot " is
-// added to a bare token, as sluice.Options.Token does, so "abc" and
-// "Bot abc" share one limiter.
+// added to a bare token, as sluice.Options.Token does, and the scheme is
+// spelled as the limiter expects it, so "abc", "Bot abc" and "bot abc"
+// share one limiter (and one set of Redis keys).
 func normToken(token string) string {
 	token = strings.TrimSpace(token)
 	if token == "" {
 		return ""
 	}
 	if i := strings.IndexByte(token, ' '); i > 0 {
-		if scheme := token[:i]; strings.EqualFold(scheme, "Bot") || strings.EqualFold(scheme, "Bearer") {
-			return token
+		rest := strings.TrimSpace(token[i+1:])
+		switch scheme := token[:i]; {
+		case strings.EqualFold(scheme, "Bot"):
+			return "Bot " + rest
+		case strings.EqualFold(scheme, "Bearer"):
+			return "Bearer " + rest
 		}
 	}
 	return "Bot " + token
@@ -332,7 +337,12 @@ func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, t *tenant, label 
 		name = t.name
 	}
 	p.m.answered(r.Method, label, a.status, sourceProxy, time.Since(start).Seconds())
-	p.cfg.Logger.Warn("sluice proxy: refused", slog.String("method", r.Method), slog.String("route", label),
+	level := slog.LevelWarn
+	switch a.reason {
+	case ReasonMaxWait, ReasonClosed, ReasonQueueFull: // asked for, or counted in metrics: one line each would flood
+		level = slog.LevelDebug
+	}
+	p.cfg.Logger.Log(r.Context(), level, "sluice proxy: refused", slog.String("method", r.Method), slog.String("route", label),
 		slog.Int("status", a.status), slog.String("reason", a.reason), slog.String("token", name), slog.String("error", a.message))
 }
 

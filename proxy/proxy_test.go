@@ -434,3 +434,14 @@ func TestCloseAnswersEveryRequest(t *testing.T) {
 	assert.Equal(t, 503, status, "after Close")
 	assert.Equal(t, proxy.ReasonClosed, hdr.Get(proxy.ProxyHeader))
 }
+
+// However the bot spells its token's scheme, it is one token upstream.
+func TestTokenSpellings(t *testing.T) {
+	h := newHarness(t, sluicetest.Options{Tokens: []string{"abc"}}, proxy.Config{})
+	for _, tok := range []string{"abc", "Bot abc", "bot abc", "BOT  abc"} {
+		status, _, body := h.do("GET", "/api/v10/channels/"+strconv.Itoa(len(tok)), tok, "")
+		assert.Equal(t, 200, status, tok+": "+body)
+	}
+	_, _, metrics := h.do("GET", "/metrics", "", "")
+	assert.Contains(t, metrics, "sluice_proxy_tokens 2", "the token and the token-less limiter")
+}
