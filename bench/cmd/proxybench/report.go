@@ -1,15 +1,15 @@
 package main
 
 import (
-	"bufio"
 	"cmp"
 	"fmt"
 	"os"
-	"os/exec"
 	"runtime"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/bench/internal/harness"
 )
 
 // report is everything measured, rendered by markdown.
@@ -30,8 +30,8 @@ func (r report) markdown() string {
 	}
 	b.WriteString("## proxybench\n\n")
 	fmt.Fprintf(&b, "`%s`, %s, in %.0f s.\n\n", cmd, time.Now().UTC().Format("2006-01-02 15:04 UTC"), r.took.Seconds())
-	fmt.Fprintf(&b, "- Machine: %s, %d CPUs (GOMAXPROCS %d), %s/%s, %s\n", cpuModel(), runtime.NumCPU(), gomaxprocs(), runtime.GOOS, runtime.GOARCH, runtime.Version())
-	fmt.Fprintf(&b, "- Sluice: %s\n", sluiceRevision())
+	fmt.Fprintf(&b, "- Machine: %s, %d CPUs (GOMAXPROCS %d), %s/%s, %s\n", harness.CPUModel(), runtime.NumCPU(), gomaxprocs(), runtime.GOOS, runtime.GOARCH, runtime.Version())
+	fmt.Fprintf(&b, "- Sluice: %s\n", harness.Revision())
 	if r.tp != nil {
 		fmt.Fprintf(&b, "- Throughput: N=%d requests per round and mode, C=%d callers, %d rounds, %d channels and guilds, limits %d per second (buckets and global, simulator and limiters), upstream latency %v\n",
 			p.n, p.c, p.rounds, p.channels, p.limit, p.latency)
@@ -160,31 +160,4 @@ func joinInts(xs []int) string {
 	return strings.Join(s, ",")
 }
 
-func cpuModel() string {
-	f, err := os.Open("/proc/cpuinfo")
-	if err != nil {
-		return "unknown CPU"
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
-			return strings.TrimSpace(v)
-		}
-	}
-	return "unknown CPU"
-}
 
-// sluiceRevision names the commit of the repository the bench module
-// replaces Sluice with (`../`), noting uncommitted changes.
-func sluiceRevision() string {
-	rev, err := exec.Command("git", "-C", "..", "rev-parse", "--short", "HEAD").Output()
-	if err != nil {
-		return "(this repository)"
-	}
-	out := "this repository at " + strings.TrimSpace(string(rev))
-	if st, err := exec.Command("git", "-C", "..", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && strings.TrimSpace(string(st)) != "" {
-		out += " with uncommitted changes"
-	}
-	return out
-}
