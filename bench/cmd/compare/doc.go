@@ -80,7 +80,6 @@ func writeDoc(path string, scenarios []harness.Scenario, specs []harness.ClientS
 	return os.WriteFile(path, []byte(doc), 0o644)
 }
 
-
 // versions names each client with the version this binary was built with.
 func versions(specs []harness.ClientSpec) []string {
 	mods := map[string]string{}
@@ -133,4 +132,3 @@ func execOutput(name string, args ...string) (string, error) {
 	out, err := exec.Command(name, args...).Output()
 	return string(out), err
 }
-

@@ -159,5 +159,3 @@ func joinInts(xs []int) string {
 	}
 	return strings.Join(s, ",")
 }
-
-
