@@ -63,12 +63,12 @@ added if it has no scheme). It is never printed or logged.
 Its own endpoints: /healthz (200 while it runs), /readyz (200, 503 once it
 is shutting down) and /metrics (Prometheus). It logs to stderr.
 
-On SIGTERM or SIGINT it stops accepting connections and /readyz answers 503;
-accepted requests keep their place in the queues until -grace is nearly over
-(the last half of it, at most 5 s, is kept for requests already sent
-upstream); those still queued are then answered 503 with the header
-X-Sluice-Proxy: shutting_down, and it exits 0. A second signal ends it at
-once.
+On SIGTERM or SIGINT /readyz answers 503; after -drain-delay (default 0: at
+once) it stops accepting connections; accepted requests keep their place in
+the queues until -grace is nearly over (the last half of it, at most 5 s, is
+kept for requests already sent upstream); those still queued are then
+answered 503 with the header X-Sluice-Proxy: shutting_down, and it exits 0.
+A second signal ends it at once.
 `
 
 // proxyFlags is the parsed and checked command line and environment.
@@ -80,6 +80,7 @@ type proxyFlags struct {
 	h2c, webhookAuth              bool
 	maxTokens, maxQueue, overflow int
 	idleTimeout, grace            time.Duration
+	drainDelay                    time.Duration
 	cache404, cache401            time.Duration
 	token                         string // from SLUICE_TOKEN; never printed
 
@@ -124,6 +125,7 @@ func parseProxyFlags(args []string, getenv func(string) (string, bool), stdout i
 	fs.DurationVar(&f.cache401, "cache-401", proxy.DefaultCacheTTL()[http.StatusUnauthorized], "replay a 401 likewise for this long (0: never)")
 	fs.BoolVar(&f.webhookAuth, "webhook-auth", false, "send webhook and interaction-token routes with the caller's token, on its global limit (default: without, on the per-IP limit)")
 	fs.DurationVar(&f.grace, "grace", 30*time.Second, "on SIGTERM or SIGINT, how long accepted requests may still be served before the process exits")
+	fs.DurationVar(&f.drainDelay, "drain-delay", 0, "on SIGTERM or SIGINT, keep accepting requests this long while /readyz answers 503, so a load balancer (a Kubernetes Service) stops sending new ones before the listener closes; -grace starts after it")
 	fs.StringVar(&f.logLevel, "log-level", "info", "`level` of the log on stderr: debug (a line per request), info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", "text", "`format` of the log: text or json")
 	if done, err := parseFlags(fs, args, proxyUsage, stdout); done {
@@ -209,6 +211,8 @@ func (f *proxyFlags) check() error {
 		return bad("cache-401", "must be 0s or more, got %v", f.cache401)
 	case f.grace < 0:
 		return bad("grace", "must be 0s or more, got %v", f.grace)
+	case f.drainDelay < 0:
+		return bad("drain-delay", "must be 0s or more, got %v", f.drainDelay)
 	}
 	levels := map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError}
 	level, ok := levels[strings.ToLower(f.logLevel)]
@@ -346,11 +350,17 @@ func proxyCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		closeProxy(p, log, 0)
 		return fmt.Errorf("%s: %w", f.name("listen"), err)
 	}
+	// HTTP/1.1, and cleartext HTTP/2 for clients that speak it with prior
+	// knowledge: many requests on one connection.
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
 	srv := &http.Server{
 		Handler:           p,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		Protocols:         &protocols,
 	}
 	front := "http://" + ln.Addr().String()
 	upstream := strings.TrimSuffix(f.upstream, "/")
@@ -363,9 +373,9 @@ func proxyCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		slog.Int("max_queue", f.maxQueue), slog.Int("overflow_status", f.overflow),
 		slog.String("max_wait_header", http.CanonicalHeaderKey(f.maxWaitHeader)),
 		slog.Duration("cache_404", f.cache404), slog.Duration("cache_401", f.cache401),
-		slog.Bool("webhook_auth", f.webhookAuth), slog.Duration("grace", f.grace),
+		slog.Bool("webhook_auth", f.webhookAuth), slog.Duration("grace", f.grace), slog.Duration("drain_delay", f.drainDelay),
 		slog.Bool("default_token", f.token != ""), slog.String("version", sluice.Version))
-	return serveProxy(ctx, srv, ln, p, f.grace, log)
+	return serveProxy(ctx, srv, ln, p, f.drainDelay, f.grace, log)
 }
 
 // proxyConfigError names the flag behind a configuration proxy.New
@@ -388,13 +398,14 @@ func proxyConfigError(f *proxyFlags, err error) error {
 	return err
 }
 
-// serveProxy serves until ctx ends, then shuts down: /readyz answers 503
-// and the listener closes at once; accepted requests keep their place in
+// serveProxy serves until ctx ends, then shuts down: /readyz answers 503,
+// requests are still accepted for drainDelay, then the listener closes;
+// accepted requests keep their place in
 // the queues until the last wireReserve of grace, when the proxy is
 // closed (queued requests are answered 503 shutting_down; those on the
 // wire have until grace is over); then the answers are flushed and every
 // connection closed. It returns nil after a graceful shutdown.
-func serveProxy(ctx context.Context, srv *http.Server, ln net.Listener, p *proxy.Proxy, grace time.Duration, log *slog.Logger) error {
+func serveProxy(ctx context.Context, srv *http.Server, ln net.Listener, p *proxy.Proxy, drainDelay, grace time.Duration, log *slog.Logger) error {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	select {
@@ -403,11 +414,22 @@ func serveProxy(ctx context.Context, srv *http.Server, ln net.Listener, p *proxy
 		return fmt.Errorf("serving: %w", err)
 	case <-ctx.Done():
 	}
+	p.Drain()
+	if drainDelay > 0 {
+		log.Info("sluice proxy draining: /readyz answers 503, requests still accepted", slog.String("cause", context.Cause(ctx).Error()), slog.Duration("for", drainDelay))
+		delay := time.NewTimer(drainDelay)
+		select {
+		case <-delay.C:
+		case err := <-served: // the listener failed
+			delay.Stop()
+			closeProxy(p, log, grace)
+			return fmt.Errorf("serving: %w", err)
+		}
+	}
 	start := time.Now()
 	deadline := start.Add(grace)
 	wireReserve := min(grace/2, wireReserveMax)
 	log.Info("sluice proxy shutting down", slog.String("cause", context.Cause(ctx).Error()), slog.Duration("grace", grace))
-	p.Drain()
 	shutCtx, stopShutdown := context.WithCancel(context.Background())
 	defer stopShutdown()
 	shutdown := make(chan error, 1)

@@ -350,6 +350,49 @@ func TestProxySIGTERMUnderLoadAnswersEveryRequest(t *testing.T) {
 	assert.Equal(t, p.first, stdout, "one line on stdout")
 }
 
+// Clients may speak HTTP/1.1 or cleartext HTTP/2 (prior knowledge).
+func TestProxyServesH2C(t *testing.T) {
+	t.Parallel()
+	srv, ca := newUpstream(t, sluicetest.Options{})
+	p := startProxy(t, nil, "-listen", "127.0.0.1:0", "-upstream", srv.APIBase(), "-ca-file", ca)
+	var protocols http.Protocols
+	protocols.SetUnencryptedHTTP2(true)
+	tr := &http.Transport{Protocols: &protocols}
+	defer tr.CloseIdleConnections()
+	req, err := http.NewRequest(http.MethodGet, p.URL+"/api/v10/users/@me", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bot t")
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Equal(t, 2, resp.ProtoMajor)
+	assert.Equal(t, 0, p.stop(syscall.SIGTERM))
+}
+
+// With -drain-delay, a signalled proxy says it is not ready but still
+// serves, so a load balancer can stop sending before the listener closes.
+func TestProxyDrainDelayKeepsServing(t *testing.T) {
+	t.Parallel()
+	srv, ca := newUpstream(t, sluicetest.Options{})
+	p := startProxy(t, nil, "-listen", "127.0.0.1:0", "-upstream", srv.APIBase(), "-ca-file", ca, "-drain-delay", "3s", "-grace", "1s")
+	status, _, _ := p.get("/readyz")
+	require.Equal(t, http.StatusOK, status)
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	waitFor(t, 10*time.Second, "/readyz to answer 503", func() bool {
+		status, _, _ := p.get("/readyz")
+		return status == http.StatusServiceUnavailable
+	})
+	status, hdr, body := p.get("/api/v10/users/@me", "Authorization", "Bot t")
+	assert.Equal(t, http.StatusOK, status, "still served while draining: %s", body)
+	assert.Empty(t, hdr.Get(proxy.ProxyHeader))
+	assert.Equal(t, 0, p.wait(proxyStopTimeout))
+	_, stderr := p.output()
+	assert.Contains(t, stderr, "sluice proxy draining")
+	assert.Contains(t, stderr, "sluice proxy stopped")
+}
+
 // TestProxyReplicasShareLimitsThroughRedis: two proxy processes with one
 // Redis in front of one API, the load alternating between them on one
 // token. Together they stay within every limit, each serves half, and
@@ -630,7 +673,7 @@ func TestProxyHelp(t *testing.T) {
 		assert.Empty(t, errOut.String())
 		assert.Contains(t, out.String(), "Usage: sluice proxy [flags]")
 		for _, f := range []string{"listen", "upstream", "h2c", "ca-file", "redis", "redis-ip-key", "max-tokens", "idle-timeout", "max-queue",
-			"overflow-status", "max-wait-header", "cache-404", "cache-401", "webhook-auth", "grace", "log-level", "log-format"} {
+			"overflow-status", "max-wait-header", "cache-404", "cache-401", "webhook-auth", "grace", "drain-delay", "log-level", "log-format"} {
 			assert.Regexp(t, `\n  -`+f+`[ \n]`, out.String())
 		}
 		assert.Contains(t, out.String(), "SLUICE_TOKEN")
