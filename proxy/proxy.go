@@ -151,10 +151,12 @@ func (p *Proxy) Drain() { p.draining.Store(true) }
 
 // Close refuses new requests (503, reason shutting_down), fails queued
 // ones the same way, lets requests on the wire finish until ctx ends (then
-// they fail with 504 or 502), and returns when every request accepted by
-// ServeHTTP has been answered and every limiter has stopped. Call it after
-// http.Server.Shutdown returns, whether or not that finished in time.
-// Later calls return the first one's result.
+// they fail with 504 or 502), and returns when every limiter has stopped
+// and every request accepted by ServeHTTP has been answered — or, for
+// answers still being written to a client that does not read, when ctx
+// ends (closing the server's connections then ends those writes). Call it
+// after http.Server.Shutdown returns, whether or not that finished in
+// time. Later calls return the first one's result.
 func (p *Proxy) Close(ctx context.Context) error {
 	p.closeMu.Lock()
 	defer p.closeMu.Unlock()
@@ -169,7 +171,17 @@ func (p *Proxy) Close(ctx context.Context) error {
 	close(p.stop)
 	<-p.swept
 	err := p.reg.close(ctx)
-	p.active.Wait()
+	written := make(chan struct{})
+	go func() { p.active.Wait(); close(written) }()
+	select {
+	case <-written:
+	case <-ctx.Done():
+		select {
+		case <-written:
+		default:
+			err = errors.Join(err, fmt.Errorf("proxy: close: %w with answers still being written", ctx.Err()))
+		}
+	}
 	p.closeErr = err
 	return err
 }
