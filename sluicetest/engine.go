@@ -81,6 +81,8 @@ type Decision struct {
 	// (Faults.LateReset): after the reset the window's headers announced,
 	// before the window really reopens.
 	Late bool
+
+	bucket *bucketState // the bucket the request reached; nil: none
 }
 
 // Engine is the simulator's rules engine: it decides the answer to each
@@ -122,7 +124,10 @@ type bucketState struct {
 	// opened: with a LimitCycle, the on-time window i takes the limit of
 	// window stats.Windows+i.
 	onTimeWindows int
-	stats         BucketStats
+	// inFlight counts the bucket's answers decided and not yet written
+	// (Server: during Faults.Latency); stats.MaxInFlight is its peak.
+	inFlight int
+	stats    BucketStats
 }
 
 type sublimitState struct {
@@ -395,6 +400,13 @@ func (e *Engine) decide(now time.Time, req Request) Decision {
 		e.buckets[key] = b
 	}
 	b.stats.addRule(rule.Name)
+	d := e.decideInBucket(now, req, rule, params, who, major, key, b)
+	d.bucket = b
+	return d
+}
+
+// decideInBucket is decide's part once the request reached bucket b (key).
+func (e *Engine) decideInBucket(now time.Time, req Request, rule *compiledRule, params map[string]string, who, major, key string, b *bucketState) Decision {
 	b.win.late = e.lateReset
 	if b.win.roll(now) {
 		b.onTime.open, b.onTime.count, b.onTimeWindows = false, 0, 0
@@ -599,6 +611,25 @@ func (e *Engine) record(b *bucketState, now time.Time, rule *compiledRule, d Dec
 	b.stats.Timeline = append(b.stats.Timeline, Event{
 		At: now.Sub(e.start), Rule: rule.Name, Status: d.Status, Scope: d.Scope, Remaining: remaining, Late: d.Late,
 	})
+}
+
+// answering marks d's answer as being written (begin) or written (!begin),
+// for BucketStats.MaxInFlight. Decisions outside a bucket are ignored.
+func (e *Engine) answering(d Decision, begin bool) {
+	if d.bucket == nil {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	b := d.bucket
+	if !begin {
+		b.inFlight--
+		return
+	}
+	b.inFlight++
+	if b.inFlight > b.stats.MaxInFlight {
+		b.stats.MaxInFlight = b.inFlight
+	}
 }
 
 // RecordFault counts a fault the server injected outside the rules engine:

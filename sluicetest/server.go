@@ -421,6 +421,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	s.engine.answering(dec, true)
+	defer s.engine.answering(dec, false)
 	if !s.wait(r.Context(), d.delay) {
 		return
 	}

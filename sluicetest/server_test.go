@@ -359,3 +359,33 @@ func TestServerEnforcedNonceAfterADroppedAnswer(t *testing.T) {
 	assert.EqualValues(t, 2, js["messages_deduplicated"])
 	assert.EqualValues(t, 1, js["duplicate_messages"])
 }
+
+// TestServerCountsRequestsInFlightPerBucket: with latency, requests a
+// client sends together are answered together (MaxInFlight = how many),
+// and requests sent one after the other never overlap (1).
+func TestServerCountsRequestsInFlightPerBucket(t *testing.T) {
+	s := start(t, sluicetest.Options{Faults: sluicetest.Faults{Latency: 500 * time.Millisecond}})
+	c := s.Client()
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			req, _ := http.NewRequest("GET", s.APIBase()+"/channels/1/messages", nil)
+			req.Header.Set("Authorization", "Bot a")
+			resp, err := c.Do(req)
+			if assert.NoError(t, err) {
+				resp.Body.Close()
+				assert.Equal(t, 200, resp.StatusCode)
+			}
+		})
+	}
+	wg.Wait()
+	for range 2 {
+		resp, _ := get(t, c, "GET", s.APIBase()+"/channels/2/messages", "Bot a", "")
+		assert.Equal(t, 200, resp.StatusCode)
+	}
+	got := map[string]int{}
+	for _, b := range s.Stats().Buckets {
+		got[b.Major] = b.MaxInFlight
+	}
+	assert.Equal(t, map[string]int{"channel_id=1": 4, "channel_id=2": 1}, got)
+}

@@ -129,6 +129,12 @@ type BucketStats struct {
 	// MaxOverLimit is the most requests one window admitted beyond its own
 	// limit: always 0 unless the simulator is broken.
 	MaxOverLimit int `json:"max_over_limit,omitempty"`
+	// MaxInFlight is the most of the bucket's requests a Server was
+	// answering at once: decided by the rules engine and not yet written,
+	// which with Faults.Latency shows whether a client pipelines a bucket
+	// (more than 1) or sends one request at a time. Always 0 for an Engine
+	// used alone.
+	MaxInFlight int `json:"max_in_flight,omitempty"`
 	// Timeline lists the bucket's answers in order (capped by
 	// Config.TimelineLimit).
 	Timeline []Event `json:"timeline,omitempty"`
