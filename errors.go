@@ -64,6 +64,10 @@ var (
 	// 64 MiB, a body that could not be read. A path the router cannot
 	// parse fails with a *routes.ParseError instead.
 	ErrBadRequest = errors.New("sluice: bad request")
+	// ErrOtherHost is matched (errors.Is) by the error of a request to a
+	// host other than the API's (a CDN, a third party) when
+	// Options.RefuseOtherHosts is set. The error names the host.
+	ErrOtherHost = errors.New("sluice: request to a host other than the API's")
 	// ErrActorCrashed is returned for the one request whose message made a
 	// bucket actor panic; the actor restarts with its queue and limits.
 	ErrActorCrashed = actors.ErrActorCrashed

@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/routes"
 	"github.com/sluicehq/sluice/sluicetest"
 )
 
@@ -472,5 +473,115 @@ func TestLimitThatChangesBetweenWindows(t *testing.T) {
 			assert.Equal(t, 60, o.counts["status 200"])
 			assert.LessOrEqual(t, st.RateLimited["user"], 1, "at most the one decrease not seen yet")
 		})
+	}
+}
+
+// closeCounter is a request body that counts its Close calls.
+type closeCounter struct {
+	io.Reader
+	closed atomic.Int32
+}
+
+func (c *closeCounter) Close() error { c.closed.Add(1); return nil }
+
+// TestRoundTripClosesTheBodyOnEveryPath: an http.RoundTripper must close
+// the request body, also when it refuses the request (a pipe's writer
+// would block forever otherwise).
+func TestRoundTripClosesTheBodyOnEveryPath(t *testing.T) {
+	srv := tlsServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(`{}`)) }))
+	lim := limiterFor(t, srv, sluice.Options{})
+	refusing := limiterFor(t, srv, sluice.Options{RefuseOtherHosts: true})
+	cases := []struct {
+		name string
+		lim  *sluice.Limiter
+		url  string
+		want error
+	}{
+		{"unparsable path", lim, srv.URL + "/api/v10/", routes.ErrInvalidPath},
+		{"other host refused", refusing, "https://cdn.example.invalid/a.png", sluice.ErrOtherHost},
+		{"sent", lim, srv.URL + "/api/v10/channels/1/messages", nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			body := &closeCounter{Reader: strings.NewReader(`{"content":"x"}`)}
+			r, err := http.NewRequest("POST", tc.url, body)
+			require.NoError(t, err)
+			resp, err := tc.lim.RoundTrip(r)
+			if tc.want != nil {
+				require.ErrorIs(t, err, tc.want)
+			} else {
+				require.NoError(t, err)
+				resp.Body.Close()
+			}
+			assert.Equal(t, int32(1), body.closed.Load(), "closed once")
+		})
+	}
+}
+
+// TestOtherHostsGetNoBotToken: a library that puts the bot's
+// Authorization header on a CDN download (discordgo does) sends it
+// through the same client: the CDN gets the file request without the
+// token, outside the limits; with RefuseOtherHosts it fails at once.
+func TestOtherHostsGetNoBotToken(t *testing.T) {
+	got := make(chan http.Header, 3)
+	cdn := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Clone()
+		w.Write([]byte("png"))
+	}))
+	defer cdn.Close()
+	api := tlsServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(`{}`)) }))
+	lim := limiterFor(t, api, sluice.Options{})
+	for _, auth := range []string{"Bot " + testToken, "bot other-token", "Bearer third-party"} {
+		r, err := http.NewRequest("GET", cdn.URL+"/avatars/1/a.png", nil)
+		require.NoError(t, err)
+		r.Header.Set("Authorization", auth)
+		resp, err := (&http.Client{Transport: lim}).Do(r)
+		require.NoError(t, err)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		assert.Equal(t, "png", string(b))
+		h := <-got
+		if strings.HasPrefix(auth, "Bearer") {
+			assert.Equal(t, auth, h.Get("Authorization"), "a third party's own token is kept")
+		} else {
+			assert.Empty(t, h.Get("Authorization"), "no bot token leaves for another host")
+		}
+	}
+	refusing := limiterFor(t, api, sluice.Options{RefuseOtherHosts: true})
+	_, err := refusing.Do(context.Background(), req("GET", cdn.URL+"/avatars/1/a.png", ""))
+	require.ErrorIs(t, err, sluice.ErrOtherHost)
+	assert.Contains(t, err.Error(), strings.TrimPrefix(cdn.URL, "http://"))
+	assert.Empty(t, got, "nothing was sent")
+}
+
+// TestAbsoluteURLsKeepTheBaseMountPoint: with the API behind a proxy under
+// a path prefix, a library's absolute https://discord.com/api/v9/… URL
+// goes to the prefix too, keeping its own version.
+func TestAbsoluteURLsKeepTheBaseMountPoint(t *testing.T) {
+	paths := make(chan string, 4)
+	srv := tlsServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		paths <- r.URL.EscapedPath()
+		w.Write([]byte(`{}`))
+	}))
+	lim := limiterFor(t, srv, sluice.Options{})
+	prefixed, err := sluice.New(sluice.Options{
+		BaseURL: srv.URL + "/discord/api/v10", Token: testToken,
+		TLSConfig: &tls.Config{RootCAs: srv.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs},
+	})
+	require.NoError(t, err)
+	defer prefixed.Close(context.Background())
+	for _, c := range []struct {
+		lim       *sluice.Limiter
+		url, want string
+	}{
+		{prefixed, "https://discord.com/api/v9/channels/1/messages", "/discord/api/v9/channels/1/messages"},
+		{prefixed, "/channels/1/messages", "/discord/api/v10/channels/1/messages"},
+		{prefixed, srv.URL + "/discord/api/v10/channels/2", "/discord/api/v10/channels/2"},
+		{lim, "https://discord.com/api/v9/channels/1/messages", "/api/v9/channels/1/messages"},
+	} {
+		resp, err := c.lim.Do(context.Background(), req("GET", c.url, ""))
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Equal(t, c.want, <-paths, c.url)
 	}
 }

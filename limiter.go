@@ -34,6 +34,10 @@ type Limiter struct {
 	timeout  time.Duration   // Options.Timeout resolved (0: none)
 	base     *url.URL        // Options.BaseURL resolved
 	direct   *http.Transport // requests to other hosts (see onSite)
+	// refuse is Options.RefuseOtherHosts; auth the Authorization header
+	// Options.Token makes, removed from requests to other hosts.
+	refuse bool
+	auth   string
 }
 
 // New starts a limiter; it connects in the background. Close it when done.
@@ -70,7 +74,10 @@ func New(opts Options) (*Limiter, error) {
 		Proxy: http.ProxyFromEnvironment, TLSClientConfig: opts.TLSConfig.Clone(), ForceAttemptHTTP2: true,
 		IdleConnTimeout: 30 * time.Second, TLSHandshakeTimeout: 10 * time.Second, MaxIdleConnsPerHost: 4,
 	}
-	return &Limiter{sys: sys, shared: shared, ipShared: ipShared, timeout: opts.timeout(), base: cfg.BaseURL, direct: direct}, nil
+	return &Limiter{
+		sys: sys, shared: shared, ipShared: ipShared, timeout: opts.timeout(), base: cfg.BaseURL, direct: direct,
+		refuse: opts.RefuseOtherHosts, auth: cfg.Authorization,
+	}, nil
 }
 
 // newShared opens the Redis store of one global window: the token's
@@ -119,8 +126,9 @@ func newShared(opts Options, cfg actors.Config, sysp *atomic.Pointer[actors.Syst
 //
 // req's URL may be relative to Options.BaseURL ("/channels/1/messages", or
 // with the base's own path, "/api/v10/channels/1/messages") or absolute;
-// an absolute URL on another host than the API's (a CDN a redirect points
-// to) is sent there directly, outside the rate limits. Its body is read
+// an absolute URL on another host than the API's (a CDN, or one a redirect
+// points to) is sent there directly, once, outside the rate limits and
+// without the bot's token (see Options.RefuseOtherHosts). Its body is read
 // (and kept) so the request can be sent again after a 429. A JSON message
 // creation without a nonce gets one, with enforce_nonce, so it can be
 // resent safely (docs/failure-modes.md lists what is resent). Every
@@ -193,19 +201,32 @@ func (l *Limiter) newCall(ctx context.Context, req *http.Request) (c *actors.Cal
 		c.Release = release
 		return c, false, err
 	}
+	// failEarly fails req before its body was read: the body is closed,
+	// as a RoundTripper must.
+	failEarly := func(route routes.Route, err error) (*actors.Call, bool, error) {
+		if req != nil && req.Body != nil {
+			req.Body.Close()
+		}
+		return fail(req, route, err)
+	}
 	if req == nil || req.URL == nil {
-		return fail(req, routes.Route{}, fmt.Errorf("%w: nil request or URL", ErrBadRequest))
+		return failEarly(routes.Route{}, fmt.Errorf("%w: nil request or URL", ErrBadRequest))
 	}
 	direct = req.URL.Host != "" && !l.onSite(req.URL)
 	var route routes.Route
-	if !direct {
-		if route, err = routes.Parse(req.Method, req.URL.EscapedPath()); err != nil {
-			return fail(req, route, fmt.Errorf("sluice: %w", err))
+	if direct {
+		if l.refuse {
+			return failEarly(route, fmt.Errorf("%w: %s", ErrOtherHost, req.URL.Host))
 		}
+	} else if route, err = routes.Parse(req.Method, req.URL.EscapedPath()); err != nil {
+		return failEarly(route, fmt.Errorf("sluice: %w", err))
 	}
 	r := req.Clone(ctx)
 	if r.Header == nil {
 		r.Header = make(http.Header) // as net/http accepts
+	}
+	if direct && l.isBotAuth(r.Header.Get("Authorization")) {
+		r.Header.Del("Authorization") // a bot token is for the API only
 	}
 	policy := route.Resend()
 	body, err := l.buffer(ctx, req, policy == routes.ResendWithNonce)
@@ -306,6 +327,14 @@ func (l *Limiter) onSite(u *url.URL) bool {
 	return false
 }
 
+// isBotAuth reports whether an Authorization header carries a bot token:
+// "Bot …", or the header Options.Token makes (a "Bearer …" token given as
+// Token included).
+func (l *Limiter) isBotAuth(v string) bool {
+	v = strings.TrimSpace(v)
+	return v != "" && (v == l.auth || (len(v) > 4 && strings.EqualFold(v[:4], "bot ")))
+}
+
 // hostPort is u's lower-cased host with its port, the scheme's default
 // port made explicit.
 func hostPort(u *url.URL) string {
@@ -344,6 +373,14 @@ func (l *Limiter) DoBatch(ctx context.Context, reqs []*http.Request) []Result {
 
 // RoundTrip implements http.RoundTripper, so &http.Client{Transport: l}
 // sends through the limiter, with req.Context() as the request's context.
+// It always closes req.Body, also when it returns an error.
+//
+// An http.Client's Timeout covers the whole call, the time the request
+// waits in its bucket's queue included: with a busy bucket it fails
+// requests that would have been sent a moment later. Leave it zero and
+// bound the two separately: Options.Timeout (or the request context's
+// deadline) for the whole call, Options.MaxWait or WithMaxWait for the
+// predicted wait, which fails at once rather than after waiting.
 func (l *Limiter) RoundTrip(req *http.Request) (*http.Response, error) {
 	return l.Do(req.Context(), req)
 }

@@ -137,7 +137,16 @@ type Options struct {
 	// ended and nothing is queued. Its learned limits stay in the Store.
 	// Default 0: it stops as soon as its window ends, as nostrum's do.
 	IdleBucketAfter time.Duration
-	// TLSConfig is used for https base URLs. Default: system roots.
+	// RefuseOtherHosts makes requests to hosts other than the API's fail
+	// at once with ErrOtherHost. Default false: they are sent directly to
+	// their host, once, outside the rate limits, and never carry the bot's
+	// token (an "Authorization: Bot …" header, or the one Token makes, is
+	// removed), so a library's CDN download through the same http.Client
+	// works. The API's hosts are BaseURL's and Discord's (discord.com,
+	// discordapp.com and their canary, ptb and www names).
+	RefuseOtherHosts bool
+	// TLSConfig is used for https base URLs, and for requests to other
+	// hosts. Default: system roots.
 	TLSConfig *tls.Config
 	// H2C speaks cleartext HTTP/2 to http:// base URLs. Default false.
 	H2C bool

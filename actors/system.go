@@ -858,19 +858,24 @@ func (e *notSentError) Unwrap() error { return e.err }
 
 // prepare builds the request for one attempt: the target URL on the base,
 // a fresh body, and the default headers. A relative path is put below the
-// base path, unless it already starts with it ("/api/v10/…"); an absolute
-// URL keeps its path. The path's escaping (%2F in an emoji or a name) is
-// kept as given.
+// base path, unless it already starts with it ("/api/v10/…"). An absolute
+// URL on the base's host keeps its path; one on Discord's host
+// (https://discord.com/api/v9/…) keeps its path below the base's mount
+// point (see mountPath), so a base of https://proxy/discord/api/v10 sends
+// it to https://proxy/discord/api/v9/…. The path's escaping (%2F in an
+// emoji or a name) is kept as given.
 func (s *System) prepare(ctx context.Context, c *Call) (*http.Request, error) {
 	req := c.Req.Clone(ctx)
 	u := *s.cfg.BaseURL
 	escaped := c.Req.URL.EscapedPath()
-	if c.Req.URL.Host == "" {
-		base := s.cfg.BaseURL.EscapedPath()
+	switch base := s.cfg.BaseURL.EscapedPath(); {
+	case c.Req.URL.Host == "":
 		if base != "" && base != "/" && (escaped == base || strings.HasPrefix(escaped, strings.TrimSuffix(base, "/")+"/")) {
 			base = ""
 		}
 		escaped = joinPath(base, escaped)
+	case !strings.EqualFold(c.Req.URL.Host, s.cfg.BaseURL.Host):
+		escaped = joinPath(mountPath(base), escaped)
 	}
 	p, err := url.PathUnescape(escaped)
 	if err != nil {
@@ -915,6 +920,32 @@ func connectionError(ctx context.Context, err error) error {
 		return &transport.ConnectionDiedError{Reason: err, Sent: true}
 	}
 	return err
+}
+
+// mountPath is the part of a base path before Discord's own ("/api" and
+// an optional "/vN"): where the API is mounted on the base's host. It is
+// "/discord" for "/discord/api/v10", and "" for "/api/v10". A base path
+// without an "/api" ending is all mount point.
+func mountPath(base string) string {
+	base = strings.TrimSuffix(base, "/")
+	i := strings.LastIndex(base, "/api")
+	if i < 0 {
+		return base
+	}
+	rest := base[i+len("/api"):]
+	if rest == "" || (len(rest) > 2 && rest[:2] == "/v" && allDigits(rest[2:])) {
+		return base[:i]
+	}
+	return base
+}
+
+func allDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
 }
 
 func joinPath(base, p string) string {
