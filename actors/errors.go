@@ -96,7 +96,11 @@ type RateLimitError struct {
 }
 
 func (e *RateLimitError) Error() string {
-	return fmt.Sprintf("sluice: %s rate limit on %s after %d attempts (retry after %s)", e.Scope, e.Bucket, e.Attempts, e.RetryAfter.Round(time.Millisecond))
+	attempts := "attempts"
+	if e.Attempts == 1 {
+		attempts = "attempt"
+	}
+	return fmt.Sprintf("sluice: %s rate limit on %s after %d %s (retry after %s)", e.Scope, e.Bucket, e.Attempts, attempts, e.RetryAfter.Round(time.Millisecond))
 }
 
 // Unwrap returns ErrBanned for a ban and ErrRateLimited otherwise.

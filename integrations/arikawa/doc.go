@@ -1,5 +1,5 @@
 // Package sluicearikawa sends the REST calls of
-// github.com/diamondburned/arikawa/v3 (v3.4.0) through a Sluice limiter.
+// github.com/diamondburned/arikawa/v3 (v3.6.0) through a Sluice limiter.
 //
 // # Wiring
 //
