@@ -370,3 +370,34 @@ func TestCoreRateLimitErrorScopeIsUser(t *testing.T) {
 	assert.ErrorIs(t, err, sluice.ErrRateLimited)
 	assert.Equal(t, 1, rle.Attempts)
 }
+
+// A route never answered on a channel whose message bucket is spent: its
+// pioneer may only share a related route's bucket (a reaction is not
+// related to the channel's messages), so it goes at once instead of
+// waiting for the message window to end, and draws no 429.
+func TestCoreNewRouteDoesNotWaitForAnUnrelatedSpentBucket(t *testing.T) {
+	h := newHarness(t, sluicetest.Options{}, sluice.Options{}) // Discord's rules: messages 5 per 5 s
+	var five []*http.Request
+	for i := range 5 {
+		five = append(five, req("POST", "/channels/1/messages", fmt.Sprintf(`{"content":"%d"}`, i)))
+	}
+	sendAll(t, h.lim, five) // the message bucket is known and spent for ~5 s
+	sixth := h.lim.Send(context.Background(), req("POST", "/channels/1/messages", `{"content":"6"}`))
+	resp, err := h.lim.Do(context.Background(), req("PUT", "/channels/1/messages/1/reactions/x/@me", ""))
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusNoContent, resp.StatusCode)
+	select {
+	case <-sixth.Done():
+		t.Fatal("the reaction waited for the message window (the sixth message went first)")
+	default:
+	}
+	// The sixth message waits for its window; closing the limiter ends it.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, h.lim.Close(ctx))
+	_, err = sixth.Await(context.Background())
+	assert.ErrorIs(t, err, sluice.ErrClosed)
+	h.srv.AssertNoViolations(t)
+	assert.Zero(t, h.srv.Stats().RateLimited["user"])
+}

@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -584,4 +585,25 @@ func TestAbsoluteURLsKeepTheBaseMountPoint(t *testing.T) {
 		resp.Body.Close()
 		assert.Equal(t, c.want, <-paths, c.url)
 	}
+}
+
+// TestAPIHostTellsWhatIsLimited: the hosts the limiter treats as the API's.
+func TestAPIHostTellsWhatIsLimited(t *testing.T) {
+	srv := tlsServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	lim := limiterFor(t, srv, sluice.Options{})
+	for raw, want := range map[string]bool{
+		"/channels/1/messages":                       true,
+		srv.URL + "/api/v10/channels/1":              true,
+		"https://discord.com/api/v9/channels/1":      true,
+		"https://Canary.Discord.com/api/channels/1":  true,
+		"https://discordapp.com/api/channels/1":      true,
+		"https://cdn.discordapp.com/avatars/1/a.png": false,
+		"https://media.discordapp.net/x.png":         false,
+		"https://example.com/api/v10/channels/1":     false,
+	} {
+		u, err := url.Parse(raw)
+		require.NoError(t, err)
+		assert.Equal(t, want, lim.APIHost(u), raw)
+	}
+	assert.False(t, lim.APIHost(nil))
 }

@@ -212,7 +212,7 @@ func (l *Limiter) newCall(ctx context.Context, req *http.Request) (c *actors.Cal
 	if req == nil || req.URL == nil {
 		return failEarly(routes.Route{}, fmt.Errorf("%w: nil request or URL", ErrBadRequest))
 	}
-	direct = req.URL.Host != "" && !l.onSite(req.URL)
+	direct = !l.APIHost(req.URL)
 	var route routes.Route
 	if direct {
 		if l.refuse {
@@ -310,6 +310,16 @@ func (l *Limiter) buffer(ctx context.Context, req *http.Request, always bool) ([
 		rc.Close() // unblocks a reader that honours Close (pipes, files, net/http bodies)
 		return nil, context.Cause(ctx)
 	}
+}
+
+// APIHost reports whether a request to u goes to the API, through the
+// rate limits: u is relative, or its host is Options.BaseURL's or one of
+// Discord's API hosts (discord.com, discordapp.com, and their canary, ptb
+// and www names). Requests to other hosts are sent directly (see
+// Options.RefuseOtherHosts). It is for code that wraps the limiter and
+// must tell the two apart as the limiter does.
+func (l *Limiter) APIHost(u *url.URL) bool {
+	return u != nil && (u.Host == "" || l.onSite(u))
 }
 
 // onSite reports whether u goes to the API: its host is the base URL's or

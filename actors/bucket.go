@@ -333,7 +333,8 @@ func (b *bucket) enqueue(c *Call) {
 // concerned; otherwise wait is when to look again (0: an answer will
 // wake the actor). The lane's state machine decides: an unknown (initial)
 // bucket sends one pioneer at a time, and a first pioneer goes alone and
-// only with a slot held in every known bucket of the actor.
+// only with a slot held in every known bucket of the actor it might share
+// (mayShare).
 func (b *bucket) ready(l *lane, now time.Time) (bool, time.Duration) {
 	if now.Before(l.sharedUntil) {
 		return false, l.sharedUntil.Sub(now)
@@ -346,7 +347,7 @@ func (b *bucket) ready(l *lane, now time.Time) (bool, time.Duration) {
 				return false, 0
 			}
 			for _, k := range b.lanes {
-				if k != l && k.state.Known {
+				if k != l && k.state.Known && mayShare(l, k) {
 					if ok, wait := peek(k.state, now); !ok {
 						return false, wait
 					}
@@ -512,7 +513,7 @@ func (b *bucket) cancelGrants() {
 }
 
 // dispatch takes c's slot from its lane (and, for a first pioneer, one from
-// every known lane) and puts c on the wire.
+// every known lane it might share: mayShare) and puts c on the wire.
 func (b *bucket) dispatch(ctx actor.Context, l *lane, c *Call, conn *transport.Conn, global bool, now time.Time) {
 	l.pop()
 	l.state.Take(now)
@@ -523,7 +524,7 @@ func (b *bucket) dispatch(ctx actor.Context, l *lane, c *Call, conn *transport.C
 			b.firstOut = true
 			c.first = true
 			for _, k := range b.lanes {
-				if k != l && k.state.Known {
+				if k != l && k.state.Known && mayShare(l, k) {
 					k.state.Take(now) // a hold: reported when the pioneer is answered
 					c.holds = append(c.holds, k)
 				}

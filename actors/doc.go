@@ -45,9 +45,10 @@
 // aliases. A request whose template is known goes straight to the lane
 // routes.BucketKey(hash, major); an unknown one goes to a lane keyed by its
 // route, whose machine stays initial: it sends one pioneer at a time. A
-// first pioneer (its template never answered) may land in any bucket of the
-// actor, so it goes alone, only when every known lane can spare a slot, and
-// takes one from each (a hold); its answer reports each hold exactly once:
+// first pioneer (its template never answered) may land in a bucket of a
+// related route (the same template, its parent, a child or a sibling:
+// mayShare), so it goes alone, only when every such known lane can spare a
+// slot, and takes one from each (a hold); its answer reports each hold exactly once:
 // Observe in the bucket it turned out to be, Refund in the others. When the
 // answer names a bucket another lane already has, the route's lane merges
 // into it once (queues in submission order, in-flight counts, limits) and

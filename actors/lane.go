@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/fsm"
@@ -77,6 +78,44 @@ func (l *lane) serves(r routes.Route) bool {
 		}
 	}
 	return false
+}
+
+// mayShare reports whether l, a lane whose template was never answered,
+// might turn out to share k's bucket: whether one of their route templates
+// is the other's, its parent, its child or its sibling (related). Discord
+// shares bucket hashes between related routes (a channel's messages and
+// one message, a reaction's add and remove, the users of a reaction);
+// unrelated ones (a message and a reaction on it, a member and a role)
+// have their own. A first pioneer holds a slot only in the known lanes it
+// might share, so a route never seen does not wait for an unrelated
+// bucket's window.
+func mayShare(l, k *lane) bool {
+	for _, a := range l.routes {
+		for _, b := range k.routes {
+			if related(a.template, b.template) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// related reports whether two route templates are equal, parent and child,
+// or siblings (the same parent): "/channels/{channel_id}/messages" is
+// related to "/channels/{channel_id}/messages/{message_id}" and to
+// "/channels/{channel_id}/pins", not to
+// "/channels/{channel_id}/messages/{message_id}/reactions/{emoji}/@me".
+func related(a, b string) bool {
+	pa, pb := parent(a), parent(b)
+	return a == b || pa == pb || pa == b || a == pb
+}
+
+// parent is a template without its last segment ("" for a top-level one).
+func parent(template string) string {
+	if i := strings.LastIndexByte(template, '/'); i > 0 {
+		return template[:i]
+	}
+	return ""
 }
 
 func newLane(b *bucket, key, template string, routeKeyed, first bool, route routes.Route) *lane {

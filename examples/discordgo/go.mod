@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/bwmarrin/discordgo v0.29.0
 	github.com/sluicehq/sluice v0.0.0
+	github.com/sluicehq/sluice/integrations/discordgo v0.0.0
 	go.uber.org/goleak v1.3.0
 )
 
@@ -44,3 +45,5 @@ require (
 )
 
 replace github.com/sluicehq/sluice => ../..
+
+replace github.com/sluicehq/sluice/integrations/discordgo => ../../integrations/discordgo

@@ -2,11 +2,14 @@
 // through a Sluice limiter, against the Sluice simulator running in the
 // same process, and prints what the simulator saw.
 //
-// The wiring is two lines: point the limiter at the API and make it the
-// transport of discordgo's HTTP client.
+// The wiring is two lines: point the limiter at the API and apply it to the
+// session with the discordgo integration (integrations/discordgo), which
+// makes it the transport of discordgo's HTTP client, keeps discordgo's
+// per-URL lock from serialising a channel, and switches discordgo's own
+// resends off.
 //
 //	lim, _ := sluice.New(sluice.Options{Token: token})
-//	session.Client = &http.Client{Transport: lim}
+//	sluicediscordgo.Apply(session, lim)
 //
 // discordgo builds absolute https://discord.com/api/v9/... URLs; the limiter
 // keeps their path and sends them to its BaseURL's host, so here they reach
@@ -21,7 +24,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -30,6 +32,7 @@ import (
 	"github.com/bwmarrin/discordgo"
 
 	"github.com/sluicehq/sluice"
+	sluicediscordgo "github.com/sluicehq/sluice/integrations/discordgo"
 	"github.com/sluicehq/sluice/sluicetest"
 )
 
@@ -86,15 +89,11 @@ func run(ctx context.Context, cfg config) (rep report, err error) {
 	if err != nil {
 		return rep, err
 	}
-	// Every REST call of the session now goes through Sluice. The client's
-	// Timeout becomes the request's deadline, which Sluice honours: a
-	// request that could not be sent before it fails at once.
-	session.Client = &http.Client{Transport: lim, Timeout: 30 * time.Second}
-	// Sluice already waits out and retries 429s (Options.MaxRetries), and
-	// reports one it gave up on as an error, not as a 429 response.
-	session.ShouldRetryOnRateLimit = false
-	// discordgo's own RateLimiter (session.Ratelimiter) cannot be turned
-	// off; see README.md for how it and Sluice get along.
+	// Every REST call of the session now goes through Sluice, several per
+	// channel at once; discordgo sends each call once (Sluice resends what
+	// is safe to resend and waits out 429s). Each call's deadline comes
+	// from its context (discordgo.WithContext) or Options.Timeout.
+	sluicediscordgo.Apply(session, lim)
 
 	var (
 		wg        sync.WaitGroup

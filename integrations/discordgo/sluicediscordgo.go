@@ -43,8 +43,8 @@ func NewTransport(lim *sluice.Limiter) *Transport { return &Transport{lim: lim} 
 // RoundTrip sends req through the limiter, with req.Context() as the
 // request's context; it always closes req.Body.
 //
-// For a request to the API (a URL on one of Discord's hosts, or on the
-// host of discordgo.EndpointAPI) it returns once the limiter has queued
+// For a request to the API (a URL the limiter rate-limits: see
+// sluice.Limiter.APIHost) it returns once the limiter has queued
 // the request, or has already failed it (then with that error). The
 // response's StatusCode is then 0 and its Header empty: the status, the
 // headers and the body are filled in on the first Read of the body, or on
@@ -53,7 +53,7 @@ func NewTransport(lim *sluice.Limiter) *Transport { return &Transport{lim: lim} 
 // http.Client.Do would have. Closing the body before the answer arrives
 // does not cancel the request; cancel its context for that.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.URL == nil || !apiHost(req.URL) {
+	if !t.lim.APIHost(req.URL) {
 		return t.lim.RoundTrip(req)
 	}
 	fut := t.lim.Send(req.Context(), req)
@@ -73,19 +73,6 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	resp.Body = &pendingBody{fut: fut, resp: resp, req: req}
 	return resp, nil
-}
-
-// apiHost reports whether u goes to the API, where the limiter's buckets
-// apply: the hosts Sluice treats as the API's, and the one
-// discordgo.EndpointAPI names (if a program pointed it elsewhere).
-func apiHost(u *url.URL) bool {
-	host := strings.ToLower(u.Hostname())
-	switch host {
-	case "discord.com", "discordapp.com", "canary.discord.com", "ptb.discord.com", "www.discord.com":
-		return true
-	}
-	api, err := url.Parse(discordgo.EndpointAPI)
-	return err == nil && api.Host != "" && strings.EqualFold(api.Host, u.Host)
 }
 
 // pendingBody is the body of a response returned before its answer: the
