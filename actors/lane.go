@@ -37,8 +37,8 @@ type lane struct {
 	routes     []routeRef
 	routeKeyed bool // keyed by its route: the hash is not known yet
 	// first is set while the lane's template has never been answered: its
-	// pioneer may land in any bucket of the major parameters, so it takes
-	// a slot from each known one (holds) and goes alone.
+	// pioneer may land in the bucket of a related route, so it takes a slot
+	// from each such known one (holds, see mayShare) and goes alone.
 	first    bool
 	perToken bool // a webhook or interaction token's bucket: never stored
 
