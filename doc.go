@@ -75,12 +75,21 @@
 // empty, so memory follows the working set; their learned limits stay in
 // the Store, which expires them.
 //
+// Limits the API never announces (a channel's renames, a guild's role
+// updates, rules of your own) are declared (Limit, Options.Limits,
+// DefaultLimits) and kept before anything is sent: each group of a
+// declared limit schedules its requests into windows in order (the ETA
+// MaxWait uses) and holds each send's place until one window after its
+// answer, so the API never sees more than the limit in one window.
+// docs/declared-limits.md explains both.
+//
 // # Failure modes
 //
 //   - A caller's context ends: the request fails with the context's error at
 //     once, and its slot goes to the next request if it was not yet sent.
-//   - A request would wait past its deadline or Options.MaxWait: it fails at
-//     once with a *WaitError carrying the predicted wait.
+//   - A request would wait past its deadline or Options.MaxWait, for its
+//     bucket or a declared limit: it fails at once with a *WaitError
+//     carrying the predicted wait (and the declared limit's name).
 //   - The connection dies: requests that provably never reached the server
 //     stay queued and go out after the supervisor reconnects (with backoff);
 //     requests that may have been processed fail with an error wrapping

@@ -99,6 +99,9 @@ type WaitError struct {
 	// Bucket is the route of the bucket the request would wait for, with
 	// tokens redacted.
 	Bucket string
+	// Declared names the declared limit (Options.Limits) the request would
+	// wait for; empty when it is the bucket's own.
+	Declared string
 	// Wait is the predicted wait.
 	Wait time.Duration
 	// Limit is the wait that was allowed: MaxWait or the time left before

@@ -38,6 +38,7 @@ type Limiter struct {
 	// Options.Token makes, removed from requests to other hosts.
 	refuse bool
 	auth   string
+	limits *limitTable // Options.Limits and DefaultLimits
 }
 
 // New starts a limiter; it connects in the background. Close it when done.
@@ -45,6 +46,10 @@ type Limiter struct {
 // range.
 func New(opts Options) (*Limiter, error) {
 	cfg, err := opts.config()
+	if err != nil {
+		return nil, err
+	}
+	limits, err := compileLimits(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +81,7 @@ func New(opts Options) (*Limiter, error) {
 	}
 	return &Limiter{
 		sys: sys, shared: shared, ipShared: ipShared, timeout: opts.timeout(), base: cfg.BaseURL, direct: direct,
-		refuse: opts.RefuseOtherHosts, auth: cfg.Authorization,
+		refuse: opts.RefuseOtherHosts, auth: cfg.Authorization, limits: limits,
 	}, nil
 }
 
@@ -229,9 +234,15 @@ func (l *Limiter) newCall(ctx context.Context, req *http.Request) (c *actors.Cal
 		r.Header.Del("Authorization") // a bot token is for the API only
 	}
 	policy := route.Resend()
-	body, err := l.buffer(ctx, req, policy == routes.ResendWithNonce)
+	body, err := l.buffer(ctx, req, policy == routes.ResendWithNonce || !direct && l.limits.needsBody(route))
 	if err != nil {
 		return fail(r, route, err)
+	}
+	var limits []actors.LimitRef
+	if !direct {
+		if limits, err = l.limits.match(route, r, body); err != nil {
+			return fail(r, route, err)
+		}
 	}
 	if body != nil {
 		safe := false
@@ -252,6 +263,7 @@ func (l *Limiter) newCall(ctx context.Context, req *http.Request) (c *actors.Cal
 	marked, _ := ctx.Value(retrySafeKey{}).(bool)
 	c = actors.NewCall(id, ctx, r, route, marked || policy == routes.ResendSafe, now)
 	c.MaxWait, _ = ctx.Value(maxWaitKey{}).(time.Duration)
+	c.Limits = limits
 	c.Release = release
 	return c, direct, nil
 }
@@ -421,6 +433,9 @@ type Snapshot struct {
 	Windows []WindowSnapshot
 	// Buckets are the live buckets, sorted by key.
 	Buckets []BucketSnapshot
+	// Limits are the live groups of the declared limits (Options.Limits),
+	// sorted by limit and group.
+	Limits []LimitSnapshot
 	// Shared is the state of the limits shared through Options.Redis (nil
 	// without it); IPShared that of the requests sent without a token,
 	// shared by the processes of one Options.RedisIPKey.
@@ -524,6 +539,9 @@ func (l *Limiter) Snapshot(ctx context.Context) (Snapshot, error) {
 	}
 	for i, b := range s.Buckets {
 		out.Buckets[i] = BucketSnapshot(b)
+	}
+	for _, g := range s.Groups {
+		out.Limits = append(out.Limits, LimitSnapshot(g))
 	}
 	if l.shared != nil && err == nil {
 		st, ip := l.shared.Stats(), l.ipShared.Stats()

@@ -63,6 +63,12 @@ type Options struct {
 	// than the request context's deadline, which is always honoured the
 	// same way.
 	MaxWait time.Duration
+	// Limits declares limits the API enforces without announcing them, or
+	// rules of your own (see Limit). They are added to DefaultLimits; a
+	// Limit with a default's Name replaces that default.
+	Limits []Limit
+	// NoDefaultLimits leaves DefaultLimits out: only Limits apply.
+	NoDefaultLimits bool
 	// MaxRetries is how many times a request answered 429 is sent again
 	// after the wait the API asked for. Default 3; negative means none.
 	MaxRetries int

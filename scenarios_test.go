@@ -47,7 +47,8 @@ func TestTwoRoutesSharingAHash(t *testing.T) {
 		{Name: "add", Method: "PUT", Route: "/guilds/{guild_id}/members/{user_id}/roles/{role_id}", Bucket: "roles", Limit: 4, Window: sluicetest.Duration(250 * time.Millisecond)},
 		{Name: "remove", Method: "DELETE", Route: "/guilds/{guild_id}/members/{user_id}/roles/{role_id}", Bucket: "roles", Limit: 4, Window: sluicetest.Duration(250 * time.Millisecond)},
 	}}
-	h := newHarness(t, sluicetest.Options{Rules: rs}, sluice.Options{})
+	// The simulator's windows are not Discord's: no declared role limit.
+	h := newHarness(t, sluicetest.Options{Rules: rs}, sluice.Options{NoDefaultLimits: true})
 	var reqs []*http.Request
 	for i := 0; i < 20; i++ {
 		reqs = append(reqs, req("PUT", fmt.Sprintf("/guilds/1/members/%d/roles/9", i), ""))
@@ -85,7 +86,9 @@ func TestInjectedExternalGlobal429(t *testing.T) {
 
 func TestHiddenSublimitAtMostOne429PerWindow(t *testing.T) {
 	rs := sluicetest.DefaultRules().Scaled(0.0005) // rename sublimit: 2 per 300 ms
-	h := newHarness(t, sluicetest.Options{Rules: rs}, sluice.Options{})
+	// Undeclared: Sluice meets the limit and learns it (TestDeclared… for
+	// the declared one).
+	h := newHarness(t, sluicetest.Options{Rules: rs}, sluice.Options{NoDefaultLimits: true})
 	var reqs []*http.Request
 	for i := 0; i < 6; i++ {
 		reqs = append(reqs, req("PATCH", "/channels/77", fmt.Sprintf(`{"name":"room-%d"}`, i)))

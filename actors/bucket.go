@@ -311,7 +311,12 @@ func (b *bucket) enqueue(c *Call) {
 		return
 	}
 	now := b.sys.now()
-	if wait := l.predictWait(now, len(l.queue)); wait > 0 {
+	wait, declared := l.predictWait(now, len(l.queue)), ""
+	if gw := b.sys.groups.reserve(c, now); gw > wait {
+		wait = gw
+		_, declared, _ = b.sys.groups.estimate(c, now)
+	}
+	if wait > 0 {
 		limit := b.sys.cfg.MaxWait
 		if c.MaxWait > 0 && (limit == 0 || c.MaxWait < limit) {
 			limit = c.MaxWait
@@ -320,7 +325,8 @@ func (b *bucket) enqueue(c *Call) {
 			limit = dl.Sub(now)
 		}
 		if limit > 0 && wait > limit {
-			c.Complete(nil, &WaitError{Bucket: c.Route.Redacted(), Wait: wait, Limit: limit})
+			b.sys.groups.release(c, now)
+			c.Complete(nil, &WaitError{Bucket: c.Route.Redacted(), Declared: declared, Wait: wait, Limit: limit})
 			return
 		}
 	}
@@ -361,7 +367,11 @@ func (b *bucket) ready(l *lane, now time.Time) (bool, time.Duration) {
 			return false, 0
 		}
 	}
-	return peek(l.state, now)
+	if ok, wait := peek(l.state, now); !ok {
+		return false, wait
+	}
+	// The declared limits the head is under (Config: sluice.Limit).
+	return b.sys.groups.ready(l.head(), now)
 }
 
 // admit reports whether a request may go now as far as the connection, the
@@ -439,8 +449,16 @@ func (b *bucket) pump(ctx actor.Context) {
 				}
 				continue
 			}
+			if ok, wait := b.sys.groups.take(c, now); !ok {
+				// Another actor took the declared group's last slot.
+				if wait > 0 && (wake == 0 || wait < wake) {
+					wake = wait
+				}
+				continue
+			}
 			admitted, global := b.admit(g, c, now)
 			if !admitted {
+				b.sys.groups.cancel(c, now) // it keeps its place
 				held = true
 				if c.readyAt.IsZero() {
 					c.readyAt = now
@@ -581,8 +599,13 @@ func (b *bucket) release(ctx actor.Context, c *Call, at time.Time, h ratelimit.H
 	}
 	if uncounted {
 		l.state.Refund(at)
+		b.sys.groups.cancel(c, at)
+		if c.Finished() { // the completion hook's release may have come first
+			b.sys.groups.release(c, at)
+		}
 	} else {
 		l.state.Observe(at, c.sentAt, h)
+		b.sys.groups.settle(c, at)
 	}
 	target := ""
 	if h.Has.Bucket && h.Bucket != "" {
@@ -776,6 +799,9 @@ func (b *bucket) limited(ctx actor.Context, l *lane, c *Call, v ratelimit.Verdic
 	case ratelimit.SharedLimit, ratelimit.Sublimit:
 		l.serial = true // a limit no header shows: no more pipelining here
 		l.state.Pause(at.Add(v.Wait))
+		// A declared limit that still met one: stricter than declared, or
+		// spent by someone else too.
+		b.sys.groups.block(c, at.Add(v.Wait), at)
 	default: // user: pause this bucket only; a window reopened late teaches the margin
 		l.state.LateReopen(at, c.sentAt, v.Wait)
 		l.state.Pause(at.Add(v.Wait))

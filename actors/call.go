@@ -36,6 +36,9 @@ type Call struct {
 	// its predicted bucket wait exceeds it (with Config.MaxWait, the
 	// smaller applies). Set before submission.
 	MaxWait time.Duration
+	// Limits are the declared limits the call is under (sluice.Limit),
+	// each with its group. Set before submission; never changed after.
+	Limits []LimitRef
 
 	// Owned by the bucket actor that holds the call.
 	attempts    int         // 429 retries so far

@@ -76,10 +76,14 @@ func (e *BudgetError) Unwrap() error { return ErrInvalidRequestBudget }
 // matches ErrWaitTooLong with errors.Is.
 type WaitError struct {
 	Bucket      string
+	Declared    string
 	Wait, Limit time.Duration
 }
 
 func (e *WaitError) Error() string {
+	if e.Declared != "" {
+		return fmt.Sprintf("sluice: predicted wait %s for declared limit %s (%s) exceeds %s", e.Wait.Round(time.Millisecond), e.Declared, e.Bucket, e.Limit.Round(time.Millisecond))
+	}
 	return fmt.Sprintf("sluice: predicted wait %s for bucket %s exceeds %s", e.Wait.Round(time.Millisecond), e.Bucket, e.Limit.Round(time.Millisecond))
 }
 

@@ -178,6 +178,7 @@ type Snapshot struct {
 	Pending, Waiting, Running, GlobalUsed int
 	Windows                               []WindowSnapshot
 	Buckets                               []BucketSnapshot
+	Groups                                []GroupSnapshot
 }
 
 type BucketSnapshot struct {

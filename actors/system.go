@@ -2,6 +2,7 @@ package actors
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -185,6 +186,9 @@ type System struct {
 	closing atomic.Bool
 	stopped chan struct{}
 
+	// groups are the live groups of the declared limits (Call.Limits).
+	groups groupSet
+
 	// crashHook is the test seam from Config.crashHook.
 	crashHook func(msg any)
 }
@@ -315,6 +319,7 @@ func (s *System) register(c *Call) (int64, bool) {
 	s.live.Store(c.ID, c)
 	s.tel.start(c)
 	c.arm(func() {
+		s.groups.release(c, s.now())
 		if c.authProbe.Load() {
 			s.auth.probeEnded()
 		}
@@ -455,6 +460,10 @@ func (s *System) Snapshot(ctx context.Context) (Snapshot, error) {
 		return Snapshot{}, ErrClosed
 	}
 	snap := sup.snap
+	snap.Groups = s.groups.snapshot(s.now())
+	slices.SortFunc(snap.Groups, func(a, b GroupSnapshot) int {
+		return cmp.Or(strings.Compare(a.Limit, b.Limit), strings.Compare(a.Group, b.Group))
+	})
 	if len(sup.buckets) == 0 {
 		return snap, nil
 	}

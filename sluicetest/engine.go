@@ -462,7 +462,7 @@ func (e *Engine) decideInBucket(now time.Time, req Request, rule *compiledRule, 
 		e.stats.maxBucket = b.win.count
 	}
 
-	if d, limited := e.checkSublimits(now, rule, key, req.Body, h); limited {
+	if d, limited := e.checkSublimits(now, rule, key, params, req.Body, h); limited {
 		d.Late = late
 		e.record(b, now, rule, d, b.win.remaining())
 		return named(d, rule)
@@ -529,7 +529,7 @@ func (e *Engine) checkGlobal(now time.Time, who string, authed bool) (Decision, 
 	return Decision{}, false
 }
 
-func (e *Engine) checkSublimits(now time.Time, rule *compiledRule, bucketKey string, body []byte, h http.Header) (Decision, bool) {
+func (e *Engine) checkSublimits(now time.Time, rule *compiledRule, bucketKey string, params map[string]string, body []byte, h http.Header) (Decision, bool) {
 	if len(rule.Sublimits) == 0 {
 		return Decision{}, false
 	}
@@ -541,6 +541,13 @@ func (e *Engine) checkSublimits(now time.Time, rule *compiledRule, bucketKey str
 			continue
 		}
 		key := bucketKey + "/" + sl.Name
+		if sl.Per != "" { // a group across rules: see Sublimit.Per
+			v := params[sl.Per]
+			if strings.HasSuffix(sl.Per, "_token") {
+				v = "#" + shortHash(v)
+			}
+			key = "group " + sl.Name + " " + sl.Per + "=" + v
+		}
 		s := e.sublimits[key]
 		if s == nil {
 			s = &sublimitState{

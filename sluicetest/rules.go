@@ -122,6 +122,15 @@ type Sublimit struct {
 	Window Duration `json:"window" yaml:"window"`
 	// Code is the optional "code" of the 429 body (e.g. 20028).
 	Code int `json:"code,omitempty" yaml:"code,omitempty"`
+	// Per, when set, makes the sublimit a group limit across rules: one
+	// counter per value of this route parameter (e.g. "guild_id"), shared
+	// by every rule with a sublimit of the same Name and Per, whatever
+	// their buckets (a guild's role updates, over the add, remove and
+	// edit-member routes). The rules' buckets still count the request, and
+	// the 429 still carries the request's bucket headers. Empty: one
+	// counter per bucket (hash and major parameters). Sublimits sharing a
+	// Name and Per must agree on Limit and Window.
+	Per string `json:"per,omitempty" yaml:"per,omitempty"`
 }
 
 // RuleSet is the complete configuration of the simulated API's limits.
@@ -283,6 +292,7 @@ func (rs RuleSet) Validate() error {
 	}
 	seen := map[string]string{}
 	hashes := map[string]Rule{}
+	groups := map[string]Sublimit{}
 	for i, r := range rs.Rules {
 		id := r.Name
 		if id == "" {
@@ -334,6 +344,17 @@ func (rs RuleSet) Validate() error {
 			if s.Limit < 1 || s.Window <= 0 {
 				return bad("%s: sublimit %q needs a limit of at least 1 and a positive window", id, s.Name)
 			}
+			if s.Per == "" {
+				continue
+			}
+			if !strings.Contains(r.Route, "{"+s.Per+"}") {
+				return bad("%s: sublimit %q: per %q is not a parameter of %s", id, s.Name, s.Per, r.Route)
+			}
+			k := s.Name + "/" + s.Per
+			if prev, ok := groups[k]; ok && (prev.Limit != s.Limit || prev.Window != s.Window) {
+				return bad("%s: sublimit %q is shared per %s with another rule but has another limit or window", id, s.Name, s.Per)
+			}
+			groups[k] = s
 		}
 	}
 	return nil

@@ -157,7 +157,8 @@ type Event struct {
 	Late bool `json:"late,omitempty"`
 }
 
-// SublimitStats is the accounting of one hidden sublimit of one bucket.
+// SublimitStats is the accounting of one hidden sublimit of one bucket, or
+// of one group of a sublimit with Per (Key "group <name> <per>=<value>").
 type SublimitStats struct {
 	Key         string   `json:"key"`
 	Name        string   `json:"name"`

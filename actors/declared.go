@@ -1,0 +1,203 @@
+package actors
+
+import (
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/ratelimit"
+)
+
+// DeclaredLimit is a limit the API enforces without announcing it in
+// headers (sluice.Limit, compiled): Count requests per Window in each of
+// its groups.
+type DeclaredLimit struct {
+	Name   string
+	Count  int
+	Window time.Duration
+}
+
+// LimitRef is a declared limit a call is under, and the group it counts
+// in ("guild_id=9"; "" when the limit has one group).
+type LimitRef struct {
+	Limit *DeclaredLimit
+	Group string
+}
+
+// groupSet holds the live ratelimit.Group of every group of the declared
+// limits, made on first use and dropped once idle. Bucket actors of every
+// major use it: a declared group may span majors (a bot's "100 DMs a
+// minute" covers every DM channel), so its count cannot live in one actor.
+// A ratelimit.Group is a synchronized counter like the global window, and
+// each request finds its place in it by itself: FIFO across actors comes
+// from the order of reservations, and no actor waits for a message (the
+// times a group tells are exact, or a lower bound re-checked on a timer).
+//
+// Invariant: one Group per (limit, group) at a time; a group is dropped
+// only while idle (no reservation, no slot held), under mu, so no call
+// holds a place in a dropped group.
+type groupSet struct {
+	mu  sync.Mutex
+	m   map[groupKey]*ratelimit.Group
+	ops int // since the last sweep
+}
+
+type groupKey struct {
+	limit *DeclaredLimit
+	group string
+}
+
+// sweepEvery is how many operations pass between two sweeps of idle
+// groups: memory follows the groups in use.
+const sweepEvery = 1024
+
+// each runs f on every group of c's limits, under mu, creating them.
+func (s *groupSet) each(c *Call, now time.Time, f func(g *ratelimit.Group) bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[groupKey]*ratelimit.Group{}
+	}
+	for _, ref := range c.Limits {
+		k := groupKey{ref.Limit, ref.Group}
+		g := s.m[k]
+		if g == nil {
+			g = ratelimit.NewGroup(ref.Limit.Count, ref.Limit.Window)
+			s.m[k] = g
+		}
+		if !f(g) {
+			break
+		}
+	}
+	if s.ops++; s.ops >= sweepEvery {
+		s.ops = 0
+		for k, g := range s.m {
+			if g.Idle(now) {
+				delete(s.m, k)
+			}
+		}
+	}
+}
+
+// reserve schedules c in each of its groups and returns how long until
+// the latest of its windows opens.
+func (s *groupSet) reserve(c *Call, now time.Time) time.Duration {
+	var wait time.Duration
+	if len(c.Limits) == 0 {
+		return 0
+	}
+	s.each(c, now, func(g *ratelimit.Group) bool {
+		wait = max(wait, g.Reserve(now, c.ID).Start.Sub(now))
+		return true
+	})
+	return wait
+}
+
+// ready reports whether every group of c lets it go at now; otherwise wait
+// is when to look again.
+func (s *groupSet) ready(c *Call, now time.Time) (ok bool, wait time.Duration) {
+	if len(c.Limits) == 0 {
+		return true, 0
+	}
+	ok = true
+	s.each(c, now, func(g *ratelimit.Group) bool {
+		if r, w := g.Ready(now, c.ID); !r {
+			ok, wait = false, max(wait, w)
+		}
+		return true
+	})
+	return ok, wait
+}
+
+// take takes c's slot in every group, or in none.
+func (s *groupSet) take(c *Call, now time.Time) (ok bool, wait time.Duration) {
+	if len(c.Limits) == 0 {
+		return true, 0
+	}
+	var taken []*ratelimit.Group
+	ok = true
+	s.each(c, now, func(g *ratelimit.Group) bool {
+		if r, w := g.Take(now, c.ID); !r {
+			ok, wait = false, w
+			return false
+		}
+		taken = append(taken, g)
+		return true
+	})
+	if !ok {
+		for _, g := range taken {
+			g.Cancel(now, c.ID)
+		}
+	}
+	return ok, wait
+}
+
+// cancel gives back the slots c took and did not use; it keeps its place.
+func (s *groupSet) cancel(c *Call, now time.Time) {
+	if len(c.Limits) > 0 {
+		s.each(c, now, func(g *ratelimit.Group) bool { g.Cancel(now, c.ID); return true })
+	}
+}
+
+// settle records the answer of c's attempt, sent at c.sentAt.
+func (s *groupSet) settle(c *Call, at time.Time) {
+	if len(c.Limits) > 0 {
+		s.each(c, at, func(g *ratelimit.Group) bool { g.Settle(at, c.sentAt, c.ID); return true })
+	}
+}
+
+// release drops c's places (it has its outcome); taken slots stay until
+// settled or cancelled. Safe from any goroutine.
+func (s *groupSet) release(c *Call, now time.Time) {
+	if len(c.Limits) > 0 {
+		s.each(c, now, func(g *ratelimit.Group) bool { g.Release(c.ID); return true })
+	}
+}
+
+// block holds c's groups until until: the API still refused one of them.
+func (s *groupSet) block(c *Call, until, now time.Time) {
+	if len(c.Limits) > 0 {
+		s.each(c, now, func(g *ratelimit.Group) bool { g.Block(until); return true })
+	}
+}
+
+// estimate returns the latest of c's slots (the window that will let it go
+// last) and the limit it is, or false when c waits in no group.
+func (s *groupSet) estimate(c *Call, now time.Time) (slot ratelimit.Slot, limit string, ok bool) {
+	if len(c.Limits) == 0 {
+		return slot, "", false
+	}
+	i := 0
+	s.each(c, now, func(g *ratelimit.Group) bool {
+		if sl, found := g.Estimate(now, c.ID); found && (!ok || sl.Start.After(slot.Start)) {
+			slot, limit, ok = sl, c.Limits[i].Limit.Name, true
+		}
+		i++
+		return true
+	})
+	return slot, limit, ok
+}
+
+// GroupSnapshot is the actors' form of sluice.LimitSnapshot, which
+// documents every field (the two must stay identical).
+type GroupSnapshot struct {
+	Limit   string
+	Group   string
+	Count   int
+	Window  time.Duration
+	Waiting int
+	Held    int
+}
+
+func (s *groupSet) snapshot(now time.Time) []GroupSnapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]GroupSnapshot, 0, len(s.m))
+	for k, g := range s.m {
+		if g.Idle(now) {
+			continue
+		}
+		out = append(out, GroupSnapshot{Limit: k.limit.Name, Group: k.group, Count: k.limit.Count, Window: k.limit.Window,
+			Waiting: g.Waiting(), Held: g.Held(now)})
+	}
+	return out
+}

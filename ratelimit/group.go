@@ -1,0 +1,340 @@
+package ratelimit
+
+import (
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Group is a limit the API enforces without announcing it in headers, for
+// one group of requests: at most n requests per window for a guild's role
+// updates, a channel's renames, or a bot's own rule ("100 DMs a minute").
+// It answers two questions: may this request go now (never over the
+// limit, whatever the latency), and when will it go (an exact window and a
+// place in line, from the moment it joins).
+//
+// Two parts, under one lock:
+//
+//   - The guard is a SlidingWindow of n per window: a request holds its
+//     slot from its send until its answer arrives and then for one more
+//     window, because the server counted it at some moment between the
+//     two. However the server aligns its windows (opened by a first
+//     request, as Discord's buckets are, or sliding), it never sees more
+//     than n in one window.
+//   - The schedule is a chain of windows: [start, start+window) each
+//     admitting n reservations, the next starting one window plus the
+//     observed round trip later (when the guard frees the slots the
+//     previous window's requests took). A request reserves its (window,
+//     slot) when it joins, in order: that is its ETA and its position,
+//     the job queues' estimate (nextWindowStart + floor(waiting/n) ×
+//     window) made exact. It may go only inside its window, and only when
+//     the guard allows; one that misses its window (its own bucket held
+//     it) reserves again, keeping its place among the others.
+//
+// Invariants: every window of the schedule holds at most n reservations
+// (outstanding or taken); every reservation names a window of the
+// schedule, or one that is over (it is then missed); a request id has at
+// most one outstanding reservation; the guard's invariant (SlidingWindow)
+// holds for the sends taken.
+//
+// Every successful Take must be followed by exactly one Settle (answered)
+// or Cancel (never sent: the request keeps its reservation); every
+// reservation ends with a Settle or a Release.
+//
+// A Group is safe for concurrent use; methods take the time as an argument
+// and times must come from one monotonic clock. Its zero value is not
+// usable: use NewGroup.
+type Group struct {
+	mu    sync.Mutex
+	n     int
+	per   time.Duration
+	guard *SlidingWindow
+	// rtt is the longest recent round trip (send to answer), decaying by
+	// an eighth per answer: the chain's windows are spaced per+rtt.
+	rtt  time.Duration
+	wins []groupWindow // the schedule, oldest first; none is over
+	out  map[uint64]*reservation
+	seq  uint64
+}
+
+type groupWindow struct {
+	start time.Time
+	n     int // reservations in it, outstanding or taken
+}
+
+type reservation struct {
+	start time.Time // the window's start
+	seq   uint64    // order of the first Reserve: kept across misses
+	taken bool      // Take succeeded: a guard slot is held until Settle or Cancel
+}
+
+// Slot is a request's place in a Group: the window it is scheduled in and
+// how many of the group's requests are ahead of it.
+type Slot struct {
+	// Start and End bound the window: the request may go from Start, and
+	// is expected to go before End.
+	Start, End time.Time
+	// Position is the number of the group's requests scheduled ahead of
+	// this one (0: the next to go).
+	Position int
+}
+
+// MaxGroupLimit bounds the n of NewGroup.
+const MaxGroupLimit = MaxGlobalLimit
+
+// NewGroup returns a group of n requests per window. It panics if n is not
+// in [1, MaxGroupLimit] or window is not positive: both are programming
+// errors, not input (callers validate configuration first).
+func NewGroup(n int, window time.Duration) *Group {
+	if n < 1 || n > MaxGroupLimit {
+		panic("ratelimit: NewGroup: n out of range [1, " + strconv.Itoa(MaxGroupLimit) + "]: " + strconv.Itoa(n))
+	}
+	if window <= 0 || window > MaxWait {
+		panic("ratelimit: NewGroup: window out of range (0, " + MaxWait.String() + "]: " + window.String())
+	}
+	return &Group{n: n, per: window, guard: NewSlidingWindow(n, window), out: map[uint64]*reservation{}}
+}
+
+// Limit returns the group's n and window.
+func (g *Group) Limit() (n int, window time.Duration) { return g.n, g.per }
+
+// Reserve schedules request id (unique per group while it waits) and
+// returns its slot. A request that has a reservation keeps it, unless its
+// window is over: it then takes the first window with room, keeping its
+// place among the requests that wait.
+func (g *Group) Reserve(now time.Time, id uint64) Slot {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	r := g.reserve(now, id)
+	return g.slot(r)
+}
+
+// Ready reports whether request id may be sent at now, reserving its slot
+// if it has none, without taking it; otherwise wait is how long until it
+// may be: its window's start, or when the guard frees a slot (at least one
+// window while only requests in flight fill it: ask again then, when their
+// answers have told when).
+func (g *Group) Ready(now time.Time, id uint64) (ok bool, wait time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.ready(now, g.reserve(now, id))
+}
+
+// Take is Ready that takes the slot when the request may go. Taking a
+// slot taken already succeeds.
+func (g *Group) Take(now time.Time, id uint64) (ok bool, wait time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	r := g.reserve(now, id)
+	if r.taken {
+		return true, 0
+	}
+	if ok, wait := g.ready(now, r); !ok {
+		return false, wait
+	}
+	if ok, wait := g.guard.Reserve(now); !ok {
+		return false, wait
+	}
+	r.taken = true
+	return true, 0
+}
+
+func (g *Group) ready(now time.Time, r *reservation) (bool, time.Duration) {
+	if r.taken {
+		return true, 0
+	}
+	if now.Before(r.start) {
+		return false, r.start.Sub(now)
+	}
+	if wait := g.guard.Wait(now); wait > 0 {
+		return false, wait
+	}
+	return true, 0
+}
+
+// Settle records the answer, at now, of request id, taken at sentAt: its
+// reservation ends (its window keeps counting it). Without a taken slot it
+// does nothing.
+func (g *Group) Settle(now, sentAt time.Time, id uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	r, ok := g.out[id]
+	if !ok || !r.taken {
+		return
+	}
+	delete(g.out, id)
+	g.guard.Settle(now)
+	if d := now.Sub(sentAt); d > 0 {
+		g.rtt = max(d, g.rtt-g.rtt/8)
+	}
+}
+
+// Cancel gives back the slot request id took and never used (it was not
+// sent); the request keeps its reservation and its place. Without a taken
+// slot it does nothing.
+func (g *Group) Cancel(now time.Time, id uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if r, ok := g.out[id]; ok && r.taken {
+		r.taken = false
+		g.guard.Cancel(now)
+	}
+}
+
+// Release drops request id's reservation (it ended, or left the group)
+// unless its slot is taken (Settle or Cancel ends that): its place in the
+// window goes to the next request that reserves.
+func (g *Group) Release(id uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	r, ok := g.out[id]
+	if !ok || r.taken {
+		return
+	}
+	delete(g.out, id)
+	for i := range g.wins {
+		if g.wins[i].start.Equal(r.start) {
+			g.wins[i].n--
+			break
+		}
+	}
+}
+
+// Estimate returns request id's slot at now, without reserving (false:
+// it has no reservation). A reservation whose window is over is reported
+// as it would be reserved again.
+func (g *Group) Estimate(now time.Time, id uint64) (Slot, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, ok := g.out[id]; !ok {
+		return Slot{}, false
+	}
+	return g.slot(g.reserve(now, id)), true
+}
+
+// Block holds every request of the group until until (a 429 the API gave
+// a request of the group although the schedule let it go: the limit is
+// stricter than declared, or someone else spends it). The waiting requests
+// are scheduled again from until, in their order.
+func (g *Group) Block(until time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.guard.Block(until)
+	waiting := make([]*reservation, 0, len(g.out))
+	for _, r := range g.out {
+		if !r.taken {
+			waiting = append(waiting, r)
+		}
+	}
+	sortReservations(waiting)
+	g.wins = g.wins[:0]
+	for _, r := range waiting {
+		r.start = g.place(until)
+	}
+}
+
+// Idle reports whether the group holds nothing at now: no reservation, no
+// slot held, no block. An idle group can be dropped and made again.
+func (g *Group) Idle(now time.Time) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.out) == 0 && g.guard.Count(now) == 0 && g.guard.Blocked(now) == 0
+}
+
+// Held returns the number of the guard's slots held at now: requests in
+// flight and answered within the last window.
+func (g *Group) Held(now time.Time) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.guard.Count(now)
+}
+
+// Waiting returns the number of requests with a reservation they have not
+// taken.
+func (g *Group) Waiting() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := 0
+	for _, r := range g.out {
+		if !r.taken {
+			n++
+		}
+	}
+	return n
+}
+
+// reserve returns id's reservation, valid at now.
+func (g *Group) reserve(now time.Time, id uint64) *reservation {
+	g.drop(now)
+	r := g.out[id]
+	if r != nil && (r.taken || !g.missed(r, now)) {
+		return r
+	}
+	if r == nil {
+		g.seq++
+		r = &reservation{seq: g.seq}
+		g.out[id] = r
+	}
+	r.start = g.place(now)
+	return r
+}
+
+// missed reports whether r's window is over at now.
+func (g *Group) missed(r *reservation, now time.Time) bool {
+	return !now.Before(r.start.Add(g.per))
+}
+
+// place counts one more request in the first window with room, opening
+// one if none has, and returns its start. A chain that ran dry opens its
+// first window when the guard has room (from notBefore at the earliest).
+func (g *Group) place(notBefore time.Time) time.Time {
+	for i := range g.wins {
+		if g.wins[i].n < g.n {
+			g.wins[i].n++
+			return g.wins[i].start
+		}
+	}
+	start := notBefore
+	if len(g.wins) > 0 {
+		start = later(start, g.wins[len(g.wins)-1].start.Add(g.per+g.rtt))
+	} else if wait := g.guard.Wait(notBefore); wait > 0 {
+		start = notBefore.Add(wait)
+	}
+	g.wins = append(g.wins, groupWindow{start: start, n: 1})
+	return start
+}
+
+// drop forgets the windows that are over at now; their reservations still
+// outstanding are missed and reserve again when next asked about.
+func (g *Group) drop(now time.Time) {
+	i := 0
+	for i < len(g.wins) && !now.Before(g.wins[i].start.Add(g.per)) {
+		i++
+	}
+	if i > 0 {
+		g.wins = append(g.wins[:0], g.wins[i:]...)
+	}
+}
+
+// slot describes r; the position counts the reservations ahead of it.
+func (g *Group) slot(r *reservation) Slot {
+	pos := 0
+	for _, o := range g.out {
+		if o.taken {
+			continue
+		}
+		if o.start.Before(r.start) || o.start.Equal(r.start) && o.seq < r.seq {
+			pos++
+		}
+	}
+	return Slot{Start: r.start, End: r.start.Add(g.per), Position: pos}
+}
+
+func sortReservations(rs []*reservation) {
+	// Insertion sort: Block is rare and the waiting few.
+	for i := 1; i < len(rs); i++ {
+		for j := i; j > 0 && rs[j].seq < rs[j-1].seq; j-- {
+			rs[j], rs[j-1] = rs[j-1], rs[j]
+		}
+	}
+}

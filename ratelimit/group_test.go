@@ -1,0 +1,277 @@
+package ratelimit
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The schedule is the job queue's estimate made exact: n requests per
+// window, the next window one window plus the round trip later, each
+// request's position its place in line.
+func TestGroupSchedulesWindowsInOrder(t *testing.T) {
+	g := NewGroup(3, time.Second)
+	for id := uint64(1); id <= 7; id++ {
+		s := g.Reserve(at(0), id)
+		assert.Equal(t, int(id-1), s.Position, "id %d", id)
+		want := at(0).Add(time.Duration((id-1)/3) * time.Second)
+		assert.Equal(t, want, s.Start, "id %d", id)
+		assert.Equal(t, want.Add(time.Second), s.End)
+	}
+	// The first three go at once; the fourth waits for its window.
+	for id := uint64(1); id <= 3; id++ {
+		ok, _ := g.Take(at(0), id)
+		require.True(t, ok)
+	}
+	ok, wait := g.Take(at(0), 4)
+	assert.False(t, ok)
+	assert.Equal(t, time.Second, wait)
+	// Answered after 100 ms: the guard holds each slot until 1.1 s, and
+	// windows reserved from now on are spaced by the round trip too.
+	for id := uint64(1); id <= 3; id++ {
+		g.Settle(at(100), at(0), id)
+	}
+	ok, wait = g.Take(at(1000), 4)
+	assert.False(t, ok, "the guard still holds the first window's slots")
+	assert.Equal(t, 100*time.Millisecond, wait)
+	ok, _ = g.Take(at(1100), 4)
+	assert.True(t, ok)
+	s := g.Reserve(at(1100), 8)
+	assert.Equal(t, at(2000), s.Start, "8th: the third window has room")
+	assert.Equal(t, 3, s.Position, "5, 6 and 7 are ahead of it")
+	g.Reserve(at(1100), 9)
+	s = g.Reserve(at(1100), 10)
+	assert.Equal(t, at(3100), s.Start, "a new window is spaced by the round trip")
+}
+
+// A request its own bucket held past its window reserves again, ahead of
+// those that joined after it.
+func TestGroupMissedWindowKeepsItsPlace(t *testing.T) {
+	g := NewGroup(2, time.Second)
+	g.Reserve(at(0), 1)
+	g.Reserve(at(0), 2)
+	g.Reserve(at(0), 3) // second window
+	ok, _ := g.Take(at(0), 2)
+	require.True(t, ok)
+	g.Settle(at(0), at(0), 2)
+	// 1 is held elsewhere until its window is over.
+	s, ok := g.Estimate(at(1500), 1)
+	require.True(t, ok)
+	assert.Equal(t, at(1000), s.Start, "it moved to the second window, which has room")
+	assert.Equal(t, 0, s.Position, "still first in line")
+	ok, wait := g.Take(at(1500), 1)
+	assert.True(t, ok, "the guard freed 2's slot at 1 s: wait %v", wait)
+}
+
+// A released reservation's slot goes to the next request that reserves.
+func TestGroupReleaseGivesTheSlotToTheNext(t *testing.T) {
+	g := NewGroup(1, time.Second)
+	g.Reserve(at(0), 1)
+	assert.Equal(t, at(1000), g.Reserve(at(0), 2).Start)
+	g.Release(1)
+	assert.Equal(t, at(0), g.Reserve(at(0), 3).Start, "1's slot")
+	s, _ := g.Estimate(at(0), 2)
+	assert.Equal(t, 1, s.Position, "3 is scheduled ahead of 2 now")
+	g.Release(99) // unknown: nothing happens
+	assert.Equal(t, 2, g.Waiting())
+}
+
+// A 429 the group still met blocks it and reschedules the waiting requests
+// in their order from the end of the block.
+func TestGroupBlockReschedulesInOrder(t *testing.T) {
+	g := NewGroup(2, time.Second)
+	for id := uint64(1); id <= 3; id++ {
+		g.Reserve(at(0), id)
+	}
+	g.Block(at(5000))
+	for id := uint64(1); id <= 3; id++ {
+		s, ok := g.Estimate(at(10), id)
+		require.True(t, ok)
+		assert.Equal(t, int(id-1), s.Position)
+		if id <= 2 {
+			assert.Equal(t, at(5000), s.Start)
+		} else {
+			assert.Equal(t, at(6000), s.Start)
+		}
+	}
+	ok, wait := g.Take(at(10), 1)
+	assert.False(t, ok)
+	assert.Equal(t, 4990*time.Millisecond, wait)
+	ok, _ = g.Take(at(5000), 1)
+	assert.True(t, ok)
+	g.Cancel(at(5000), 1)
+	g.Release(1)
+	g.Release(2)
+	g.Release(3)
+	assert.False(t, g.Idle(at(4999)), "blocked")
+	assert.True(t, g.Idle(at(5000)))
+}
+
+func TestNewGroupPanics(t *testing.T) {
+	assert.Panics(t, func() { NewGroup(0, time.Second) })
+	assert.Panics(t, func() { NewGroup(1, 0) })
+	assert.Panics(t, func() { NewGroup(1, MaxWait+1) })
+	n, w := NewGroup(4, time.Minute).Limit()
+	assert.Equal(t, 4, n)
+	assert.Equal(t, time.Minute, w)
+}
+
+// The model: random joins, sends (at random later times: buckets and the
+// global limit hold requests too), answers, cancellations and releases.
+// Whatever happens, no interval of one window, as the server may count
+// (anywhere between send and answer), holds more than n sends; every
+// window of the schedule holds at most n; and a request that goes when it
+// first may goes inside its predicted window.
+func TestGroupInvariant(t *testing.T) {
+	for seed := range uint64(20) {
+		testGroupInvariant(t, seed)
+	}
+}
+
+func testGroupInvariant(t *testing.T, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	n := 1 + rng.IntN(6)
+	per := time.Duration(100+rng.IntN(900)) * time.Millisecond
+	g := NewGroup(n, per)
+	type span struct{ from, to time.Time }
+	var spans []span
+	type flight struct {
+		id           uint64
+		sent, answer time.Time
+	}
+	var flying []flight
+	waiting := map[uint64]time.Time{} // id -> when it may try (its bucket's hold)
+	var ids []uint64                  // waiting
+	drop := func(id uint64) {
+		delete(waiting, id)
+		ids = slices.DeleteFunc(ids, func(x uint64) bool { return x == id })
+	}
+	now, next := t0, uint64(1)
+	inWindow, prompt := 0, 0
+	for range 5000 {
+		now = now.Add(time.Duration(rng.Int64N(int64(per / 5))))
+		// Answers due.
+		keep := flying[:0]
+		for _, f := range flying {
+			if !f.answer.After(now) {
+				g.Settle(f.answer, f.sent, f.id)
+				spans = append(spans, span{f.sent, f.answer.Add(per)})
+			} else {
+				keep = append(keep, f)
+			}
+		}
+		flying = keep
+		switch r := rng.IntN(10); {
+		case r < 4 && len(ids) < 4*n:
+			id := next
+			next++
+			g.Reserve(now, id)
+			hold := time.Duration(0)
+			if rng.IntN(4) == 0 {
+				hold = time.Duration(rng.Int64N(int64(2 * per)))
+			}
+			waiting[id] = now.Add(hold)
+			ids = append(ids, id)
+		case r < 9:
+			for _, id := range slices.Clone(ids) {
+				from := waiting[id]
+				if now.Before(from) {
+					continue
+				}
+				s, _ := g.Estimate(now, id)
+				ok, _ := g.Take(now, id)
+				if !ok {
+					continue
+				}
+				drop(id)
+				if from.Before(s.Start) || from.Equal(s.Start) {
+					prompt++
+					if !now.Before(s.Start) && now.Before(s.End) {
+						inWindow++
+					}
+				}
+				if rng.IntN(8) == 0 {
+					g.Cancel(now, id) // not sent: it keeps its reservation, and gives up
+					g.Release(id)
+					continue
+				}
+				rtt := time.Duration(rng.Int64N(int64(per / 2)))
+				flying = append(flying, flight{id, now, now.Add(rtt)})
+			}
+		default:
+			if len(ids) > 0 {
+				id := ids[rng.IntN(len(ids))]
+				g.Release(id)
+				drop(id)
+			}
+		}
+		g.mu.Lock()
+		for _, w := range g.wins {
+			require.LessOrEqual(t, w.n, n, "seed %d: a window holds more than n", seed)
+		}
+		g.mu.Unlock()
+	}
+	for _, f := range flying {
+		spans = append(spans, span{f.sent, now.Add(time.Hour)})
+	}
+	type edge struct {
+		at    time.Time
+		delta int
+	}
+	var edges []edge
+	for _, s := range spans {
+		edges = append(edges, edge{s.from, +1}, edge{s.to, -1})
+	}
+	slices.SortFunc(edges, func(a, b edge) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
+		}
+		return a.delta - b.delta
+	})
+	depth := 0
+	for _, e := range edges {
+		depth += e.delta
+		require.LessOrEqual(t, depth, n, "seed %d: over the limit at %v", seed, e.at.Sub(t0))
+	}
+	require.Positive(t, prompt)
+	assert.GreaterOrEqual(t, float64(inWindow)/float64(prompt), 0.95,
+		"seed %d: %d of %d requests free to go went in their predicted window", seed, inWindow, prompt)
+}
+
+// A request taken and then not sent (its global slot or its connection
+// was not there) gives the guard's slot back and keeps its place; one that
+// ended while on the wire keeps its slot until its answer.
+func TestGroupCancelKeepsThePlace(t *testing.T) {
+	g := NewGroup(1, time.Second)
+	g.Reserve(at(0), 1)
+	g.Reserve(at(0), 2)
+	ok, _ := g.Take(at(0), 1)
+	require.True(t, ok)
+	ok, _ = g.Take(at(0), 1)
+	assert.True(t, ok, "taking twice is one take")
+	assert.Equal(t, 1, g.Waiting(), "a taken request no longer waits")
+	g.Cancel(at(0), 1)
+	s, ok := g.Estimate(at(0), 1)
+	require.True(t, ok)
+	assert.Equal(t, Slot{Start: at(0), End: at(1000), Position: 0}, s)
+	ok, _ = g.Ready(at(0), 1)
+	assert.True(t, ok, "the guard's slot is free again")
+
+	ok, _ = g.Take(at(0), 1)
+	require.True(t, ok)
+	g.Release(1) // the caller gave up while it was on the wire
+	ok, wait := g.Ready(at(1000), 2)
+	assert.False(t, ok, "its slot is held until its answer")
+	assert.Equal(t, time.Second, wait)
+	g.Settle(at(1200), at(0), 1)
+	ok, wait = g.Ready(at(1200), 2)
+	assert.False(t, ok)
+	assert.Equal(t, time.Second, wait, "held one window from the answer")
+	assert.False(t, g.Idle(at(2199)))
+	g.Release(2)
+	assert.True(t, g.Idle(at(2200)))
+}
