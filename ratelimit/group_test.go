@@ -137,7 +137,6 @@ func testGroupInvariant(t *testing.T, seed uint64) {
 	n := 1 + rng.IntN(6)
 	per := time.Duration(100+rng.IntN(900)) * time.Millisecond
 	g := NewGroup(n, per)
-	type span struct{ from, to time.Time }
 	var spans []span
 	type flight struct {
 		id           uint64
@@ -218,25 +217,8 @@ func testGroupInvariant(t *testing.T, seed uint64) {
 	for _, f := range flying {
 		spans = append(spans, span{f.sent, now.Add(time.Hour)})
 	}
-	type edge struct {
-		at    time.Time
-		delta int
-	}
-	var edges []edge
-	for _, s := range spans {
-		edges = append(edges, edge{s.from, +1}, edge{s.to, -1})
-	}
-	slices.SortFunc(edges, func(a, b edge) int {
-		if c := a.at.Compare(b.at); c != 0 {
-			return c
-		}
-		return a.delta - b.delta
-	})
-	depth := 0
-	for _, e := range edges {
-		depth += e.delta
-		require.LessOrEqual(t, depth, n, "seed %d: over the limit at %v", seed, e.at.Sub(t0))
-	}
+	depth, at := deepest(spans)
+	require.LessOrEqual(t, depth, n, "seed %d: over the limit at %v", seed, at.Sub(t0))
 	require.Positive(t, prompt)
 	assert.GreaterOrEqual(t, float64(inWindow)/float64(prompt), 0.95,
 		"seed %d: %d of %d requests free to go went in their predicted window", seed, inWindow, prompt)

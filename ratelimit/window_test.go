@@ -141,7 +141,6 @@ func testSlidingWindowInvariant(t *testing.T, n int) {
 	rng := rand.New(rand.NewPCG(1, uint64(n)))
 	per := time.Duration(n) * 15 * time.Millisecond
 	w := NewSlidingWindow(n, per)
-	type span struct{ from, to time.Time }
 	var spans []span
 	var pending []time.Time // reserved, in flight
 	now := t0
@@ -169,6 +168,17 @@ func testSlidingWindowInvariant(t *testing.T, n int) {
 	for _, p := range pending {
 		spans = append(spans, span{p, now.Add(time.Hour)})
 	}
+	if depth, at := deepest(spans); depth > n {
+		t.Fatalf("%d requests overlap at %v", depth, at.Sub(t0))
+	}
+}
+
+// span is the time a request may count at the server: from its send until
+// one period after its answer.
+type span struct{ from, to time.Time }
+
+// deepest returns the most spans that overlap, and where.
+func deepest(spans []span) (int, time.Time) {
 	type edge struct {
 		at    time.Time
 		delta int
@@ -183,13 +193,14 @@ func testSlidingWindowInvariant(t *testing.T, n int) {
 		}
 		return a.delta - b.delta // an end at t frees before a start at t
 	})
-	depth := 0
+	depth, most, at := 0, 0, time.Time{}
 	for _, e := range edges {
 		depth += e.delta
-		if depth > n {
-			t.Fatalf("%d requests overlap at %v", depth, e.at.Sub(t0))
+		if depth > most {
+			most, at = depth, e.at
 		}
 	}
+	return most, at
 }
 
 // The ring grows while slots are held and keeps their order: the oldest

@@ -769,3 +769,38 @@ func TestRevokedWebhookTokensAre401(t *testing.T) {
 	assert.Equal(t, 200, s.do(ms(1), "PATCH", "/api/v10/webhooks/1/fresh/messages/@original", withBody(`{"content":"x"}`)).Status)
 	assert.Equal(t, 200, s.do(ms(2), "POST", "/api/v10/webhooks/1/fresh", withBody(`{"content":"x"}`)).Status)
 }
+
+// A sublimit with Per is a group limit across rules and buckets: one
+// counter per value of the parameter, shared by every rule that names it.
+func TestSublimitPerGroupSpansRules(t *testing.T) {
+	hidden := []Sublimit{{Name: "member_roles", Per: "guild_id", Limit: 2, Window: Duration(time.Second)}}
+	withRoles := []Sublimit{{Name: "member_roles", Per: "guild_id", Fields: []string{"roles"}, Limit: 2, Window: Duration(time.Second)}}
+	rs := rl(10, time.Second,
+		Rule{Name: "add_role", Method: "PUT", Route: "/guilds/{guild_id}/members/{user_id}/roles/{role_id}", Bucket: "roles", Sublimits: hidden},
+		Rule{Name: "modify_member", Method: "PATCH", Route: "/guilds/{guild_id}/members/{user_id}", Bucket: "member", Sublimits: withRoles})
+	s := newSim(t, rs)
+	assert.Equal(t, 204, s.do(ms(0), "PUT", "/api/v10/guilds/1/members/5/roles/9").Status)
+	assert.Equal(t, 200, s.do(ms(1), "PATCH", "/api/v10/guilds/1/members/6", withBody(`{"roles":["9"]}`)).Status)
+	assert.Equal(t, 200, s.do(ms(2), "PATCH", "/api/v10/guilds/1/members/6", withBody(`{"nick":"x"}`)).Status, "sets no role")
+	d := s.do(ms(3), "PUT", "/api/v10/guilds/1/members/7/roles/9")
+	require.Equal(t, 429, d.Status, "the third role update of guild 1, over two buckets")
+	assert.Equal(t, "shared", d.Header.Get("X-RateLimit-Scope"))
+	assert.Equal(t, "8", d.Header.Get("X-RateLimit-Remaining"), "the request's own bucket headers")
+	assert.Equal(t, 204, s.do(ms(4), "PUT", "/api/v10/guilds/2/members/7/roles/9").Status, "another guild, another group")
+	assert.Equal(t, 204, s.do(ms(1000), "PUT", "/api/v10/guilds/1/members/7/roles/9").Status, "the window is over")
+	st := s.e.Stats()
+	keys := map[string]int{}
+	for _, sl := range st.Sublimits {
+		keys[sl.Key] = sl.Admitted
+	}
+	assert.Equal(t, map[string]int{"group member_roles guild_id=1": 3, "group member_roles guild_id=2": 1}, keys)
+
+	bad := rs
+	bad.Rules = append([]Rule(nil), rs.Rules...)
+	bad.Rules[1].Sublimits = []Sublimit{{Name: "member_roles", Per: "guild_id", Limit: 3, Window: Duration(time.Second)}}
+	_, err := NewEngine(t0, Config{Rules: bad})
+	assert.ErrorContains(t, err, "another limit or window")
+	bad.Rules[1].Sublimits = []Sublimit{{Name: "x", Per: "channel_id", Limit: 3, Window: Duration(time.Second)}}
+	_, err = NewEngine(t0, Config{Rules: bad})
+	assert.ErrorContains(t, err, `per "channel_id" is not a parameter`)
+}
