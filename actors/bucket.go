@@ -311,10 +311,9 @@ func (b *bucket) enqueue(c *Call) {
 		return
 	}
 	now := b.sys.now()
-	wait, declared := l.predictWait(now, len(l.queue)), ""
+	wait, byGroup := l.predictWait(now, len(l.queue)), false
 	if gw := b.sys.groups.reserve(c, now); gw > wait {
-		wait = gw
-		_, declared, _ = b.sys.groups.estimate(c, now)
+		wait, byGroup = gw, true
 	}
 	if wait > 0 {
 		limit := b.sys.cfg.MaxWait
@@ -325,6 +324,10 @@ func (b *bucket) enqueue(c *Call) {
 			limit = dl.Sub(now)
 		}
 		if limit > 0 && wait > limit {
+			declared := ""
+			if byGroup {
+				_, declared, _ = b.sys.groups.estimate(c, now)
+			}
 			b.sys.groups.release(c, now)
 			c.Complete(nil, &WaitError{Bucket: c.Route.Redacted(), Declared: declared, Wait: wait, Limit: limit})
 			return

@@ -319,7 +319,9 @@ func (s *System) register(c *Call) (int64, bool) {
 	s.live.Store(c.ID, c)
 	s.tel.start(c)
 	c.arm(func() {
-		s.groups.release(c, s.now())
+		if len(c.Limits) > 0 {
+			s.groups.release(c, s.now())
+		}
 		if c.authProbe.Load() {
 			s.auth.probeEnded()
 		}
