@@ -276,3 +276,25 @@ func TestDefaultLimits(t *testing.T) {
 		resp.Body.Close()
 	}
 }
+
+// Requests whose context ends while they wait for a declared limit give
+// their places back: once all have an outcome, nothing waits in the group.
+func TestDeclaredLimitCancelledRequestsLeaveNoPlace(t *testing.T) {
+	h := newHarness(t, sluicetest.Options{Rules: roleRules()}, sluice.Options{Limits: []sluice.Limit{
+		{Name: "member_roles", Routes: []string{"PUT " + roleRoute}, Per: "guild_id", Count: 1, Window: 100 * time.Millisecond},
+	}})
+	var futures []*sluice.Future
+	for i := range 20 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i%7)*40*time.Millisecond)
+		defer cancel()
+		futures = append(futures, h.lim.Send(ctx, req("PUT", fmt.Sprintf("/guilds/1/members/%d/roles/9", i), "")))
+	}
+	for _, f := range futures {
+		<-f.Done()
+	}
+	s, err := h.lim.Snapshot(context.Background())
+	require.NoError(t, err)
+	for _, g := range s.Limits {
+		assert.Zero(t, g.Waiting, "a request with an outcome keeps no place: %+v", g)
+	}
+}

@@ -602,10 +602,7 @@ func (b *bucket) release(ctx actor.Context, c *Call, at time.Time, h ratelimit.H
 	}
 	if uncounted {
 		l.state.Refund(at)
-		b.sys.groups.cancel(c, at)
-		if c.Finished() { // the completion hook's release may have come first
-			b.sys.groups.release(c, at)
-		}
+		b.sys.groups.cancel(c, at) // a finished call's place is released there
 	} else {
 		l.state.Observe(at, c.sentAt, h)
 		b.sys.groups.settle(c, at)

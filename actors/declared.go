@@ -57,6 +57,7 @@ func (s *groupSet) each(c *Call, now time.Time, f func(g *ratelimit.Group) bool)
 	if s.m == nil {
 		s.m = map[groupKey]*ratelimit.Group{}
 	}
+	groups := make([]*ratelimit.Group, 0, len(c.Limits))
 	for _, ref := range c.Limits {
 		k := groupKey{ref.Limit, ref.Group}
 		g := s.m[k]
@@ -64,8 +65,17 @@ func (s *groupSet) each(c *Call, now time.Time, f func(g *ratelimit.Group) bool)
 			g = ratelimit.NewGroup(ref.Limit.Count, ref.Limit.Window)
 			s.m[k] = g
 		}
+		groups = append(groups, g)
 		if !f(g) {
 			break
+		}
+	}
+	if c.Finished() {
+		// The call's outcome came while f ran (a context ended): the
+		// completion hook's release may have come before a reservation f
+		// made, which would then stay for good.
+		for _, g := range groups {
+			g.Release(c.ID)
 		}
 	}
 	if s.ops++; s.ops >= sweepEvery {
