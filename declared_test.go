@@ -285,7 +285,10 @@ func TestDeclaredLimitCancelledRequestsLeaveNoPlace(t *testing.T) {
 	}})
 	var futures []*sluice.Future
 	for i := range 20 {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i%7)*40*time.Millisecond)
+		// No deadline (one would be refused at once by its ETA): cancelled
+		// while it waits in the group.
+		ctx, cancel := context.WithCancel(context.Background())
+		defer time.AfterFunc(time.Duration(i%7)*40*time.Millisecond, cancel).Stop()
 		defer cancel()
 		futures = append(futures, h.lim.Send(ctx, req("PUT", fmt.Sprintf("/guilds/1/members/%d/roles/9", i), "")))
 	}
