@@ -102,11 +102,19 @@ type WaitError struct {
 	// Declared names the declared limit (Options.Limits) the request would
 	// wait for; empty when it is the bucket's own.
 	Declared string
-	// Wait is the predicted wait.
+	// By is what the request would wait for: "bucket" (its bucket's
+	// windows or 429 pause), "declared" (the declared limit Declared) or
+	// "global" (a global 429's pause); see ETA.Limit.
+	By string
+	// Wait is the predicted wait: the earliest the request could be sent
+	// (its ETA's Start), less the time it was submitted.
 	Wait time.Duration
 	// Limit is the wait that was allowed: MaxWait or the time left before
 	// the context's deadline, whichever is shorter.
 	Limit time.Duration
+	// At is when the request could be sent at the earliest (ETA.Start),
+	// on the limiter's clock.
+	At time.Time
 }
 
 func (e *WaitError) Error() string { return (*actors.WaitError)(e).Error() }

@@ -11,6 +11,7 @@ import (
 // completed exactly once, and any number of goroutines may wait on it.
 type Future struct {
 	call *actors.Call
+	sys  *actors.System // nil for a request refused before submission
 }
 
 // Done is closed when the outcome is known.

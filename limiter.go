@@ -143,12 +143,13 @@ func (l *Limiter) Send(ctx context.Context, req *http.Request) *Future {
 	switch {
 	case err != nil:
 		c.Complete(nil, err)
+		return &Future{call: c}
 	case direct:
 		l.sys.SubmitDirect(c, l.direct)
 	default:
 		l.sys.Submit(c)
 	}
-	return &Future{call: c}
+	return &Future{call: c, sys: l.sys}
 }
 
 // traceTo adapts Options.Trace to the actors' events (nil stays nil: no
@@ -436,6 +437,10 @@ type Snapshot struct {
 	// Limits are the live groups of the declared limits (Options.Limits),
 	// sorted by limit and group.
 	Limits []LimitSnapshot
+	// Requests are the requests waiting in a bucket's queue or for a
+	// retry, in submission order, each with its ETA (see Future.ETA);
+	// requests on the wire are counted in Running.
+	Requests []RequestSnapshot
 	// Shared is the state of the limits shared through Options.Redis (nil
 	// without it); IPShared that of the requests sent without a token,
 	// shared by the processes of one Options.RedisIPKey.
@@ -542,6 +547,12 @@ func (l *Limiter) Snapshot(ctx context.Context) (Snapshot, error) {
 	}
 	for _, g := range s.Groups {
 		out.Limits = append(out.Limits, LimitSnapshot(g))
+	}
+	if len(s.Requests) > 0 {
+		out.Requests = make([]RequestSnapshot, len(s.Requests))
+		for i, r := range s.Requests {
+			out.Requests[i] = RequestSnapshot{ID: r.ID, Route: r.Route, Bucket: r.Bucket, ETA: publicETA(r.ETA)}
+		}
 	}
 	if l.shared != nil && err == nil {
 		st, ip := l.shared.Stats(), l.ipShared.Stats()

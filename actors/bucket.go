@@ -197,6 +197,7 @@ func (b *bucket) receive(ctx actor.Context, msg any) {
 			b.failQueued(m.err, nil)
 		}
 		b.grants += m.slots
+		b.win().granted.Add(int32(m.slots))
 		b.probe = b.probe || m.probe
 		b.pump(ctx)
 		if b.probe { // nothing could use it
@@ -222,6 +223,8 @@ func (b *bucket) receive(ctx actor.Context, msg any) {
 		if b.timers.current(kind, m.gen) {
 			b.pump(ctx)
 		}
+	case *etaMsg:
+		m.reply <- b.eta(m.call, b.sys.now())
 	case *bucketSnapshotMsg:
 		now := b.sys.now()
 		out := make([]BucketSnapshot, 0, len(b.lanes))
@@ -235,7 +238,7 @@ func (b *bucket) receive(ctx actor.Context, msg any) {
 				Serial: l.serial,
 			})
 		}
-		m.reply <- out
+		m.reply <- bucketSnapshot{buckets: out, queued: b.queued(now)}
 	case *drainMsg:
 		b.draining = m.err
 		b.failQueued(m.err, nil)
@@ -311,10 +314,21 @@ func (b *bucket) enqueue(c *Call) {
 		return
 	}
 	now := b.sys.now()
-	wait, byGroup := l.predictWait(now, len(l.queue)), false
+	// The wait MaxWait weighs is what is certain: the bucket's windows
+	// (its pause included), the declared groups' reserved window and the
+	// global window's pause, not the global forecast, which counts other
+	// buckets' calls that admission may well serve later.
+	start, _, _ := l.slot(now, len(l.queue))
+	wait, by := start.Sub(now), BoundBucket
 	if gw := b.sys.groups.reserve(c, now); gw > wait {
-		wait, byGroup = gw, true
+		wait, by = gw, BoundDeclared
 	}
+	if !c.Route.GlobalExempt {
+		if gw := b.win().limiter.Blocked(now); gw > wait {
+			wait, by = gw, BoundGlobal
+		}
+	}
+	b.stamp(c, now.Add(wait))
 	if wait > 0 {
 		limit := b.sys.cfg.MaxWait
 		if c.MaxWait > 0 && (limit == 0 || c.MaxWait < limit) {
@@ -325,11 +339,11 @@ func (b *bucket) enqueue(c *Call) {
 		}
 		if limit > 0 && wait > limit {
 			declared := ""
-			if byGroup {
+			if by == BoundDeclared {
 				_, declared, _ = b.sys.groups.estimate(c, now)
 			}
 			b.sys.groups.release(c, now)
-			c.Complete(nil, &WaitError{Bucket: c.Route.Redacted(), Declared: declared, Wait: wait, Limit: limit})
+			c.Complete(nil, &WaitError{Bucket: c.Route.Redacted(), Declared: declared, By: by, Wait: wait, Limit: limit, At: now.Add(wait)})
 			return
 		}
 	}
@@ -393,6 +407,7 @@ func (b *bucket) admit(g *gate, c *Call, now time.Time) (ok, global bool) {
 	}
 	if b.grants > 0 {
 		b.grants--
+		w.granted.Add(-1)
 		return true, true
 	}
 	if b.wanting || b.probe || w.waiting.Load() > 0 {
@@ -492,7 +507,7 @@ func (b *bucket) pump(ctx actor.Context) {
 // askAdmission tells the supervisor how many requests wait for admission
 // (once until its answer).
 func (b *bucket) askAdmission(ctx actor.Context, now time.Time) {
-	want, global, path := 0, false, time.Duration(0)
+	want, global, path, since := 0, false, time.Duration(0), now
 	for _, l := range b.lanes {
 		c := l.head()
 		if c == nil {
@@ -500,6 +515,9 @@ func (b *bucket) askAdmission(ctx actor.Context, now time.Time) {
 		}
 		if ok, _ := b.ready(l, now); !ok {
 			continue
+		}
+		if c.Submitted.Before(since) {
+			since = c.Submitted
 		}
 		n := 1
 		if l.state.Known && !l.serial && !l.state.Probing() {
@@ -516,7 +534,7 @@ func (b *bucket) askAdmission(ctx actor.Context, now time.Time) {
 		return // asked already; only a much longer backlog is worth telling
 	}
 	b.wanting, b.wantPath = true, path
-	ctx.Send(b.sys.sup, &wantMsg{key: b.key, want: want, global: global, path: path})
+	ctx.Send(b.sys.sup, &wantMsg{key: b.key, want: want, global: global, path: path, since: since})
 }
 
 // cancelGrants gives back global slots reserved for us that nothing can
@@ -527,6 +545,7 @@ func (b *bucket) cancelGrants() {
 	}
 	now := b.sys.now()
 	n := b.grants
+	b.win().granted.Add(-int32(n))
 	for ; b.grants > 0; b.grants-- {
 		b.win().limiter.Cancel(now)
 	}
@@ -554,6 +573,7 @@ func (b *bucket) dispatch(ctx actor.Context, l *lane, c *Call, conn *transport.C
 	}
 	l.running++
 	c.lane = l
+	c.due.Store(dueNever)
 	c.global = global
 	c.probe = b.probe
 	b.probe = false
@@ -671,6 +691,8 @@ func (b *bucket) result(ctx actor.Context, m *resultMsg) {
 	// user 429s at window edges under load.
 	uncounted := notSent || (status == http.StatusTooManyRequests && !h.Has.Remaining &&
 		(v.Kind == ratelimit.GlobalLimit || v.Kind == ratelimit.CloudflareBan))
+	prev := &c.lane.resolve().state
+	known, limit, paused := prev.Known, prev.Limit, prev.PausedUntil
 	l := b.release(ctx, c, m.at, h, uncounted)
 	if answered {
 		b.learn(l, c, h, status)
@@ -679,6 +701,13 @@ func (b *bucket) result(ctx actor.Context, m *resultMsg) {
 		}
 	}
 	l = l.resolve()
+	defer func() {
+		if st := &l.state; st.Known != known || st.Limit != limit || st.PausedUntil.After(paused) {
+			// The queue's due times were guessed without this: the
+			// global forecasts of other calls read them.
+			b.restamp(l, b.sys.now())
+		}
+	}()
 	if c.probe {
 		c.probe = false
 		ctx.Send(b.sys.sup, &probeDoneMsg{status: status, rateLimit: h.Has.RateLimit})
@@ -845,6 +874,8 @@ func (b *bucket) failed(l *lane, c *Call, err error, notSent bool) {
 // requeueFront puts c back at the head of l's queue: it was in line first.
 func requeueFront(l *lane, c *Call, now time.Time) {
 	c.queuedAt = now
+	start, _, _ := l.slot(now, 0)
+	c.due.Store(start.UnixNano())
 	l.queue = append([]*Call{c}, l.queue...)
 }
 
@@ -852,6 +883,7 @@ func requeueFront(l *lane, c *Call, now time.Time) {
 func (b *bucket) retryLater(l *lane, now time.Time, c *Call) {
 	c.notBefore = now.Add(b.sys.cfg.RetryBackoff.Delay(c.errAttempts, rand.Float64))
 	c.errAttempts++
+	b.stamp(c, c.notBefore)
 	l.retries = append(l.retries, c)
 }
 

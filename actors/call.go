@@ -57,6 +57,16 @@ type Call struct {
 	authProbe   atomic.Bool // the call checks a rejected token again (authLatch)
 	span        trace.Span  // nil without a TracerProvider; set before submission
 
+	// due is when its bucket and declared groups would let it go, in Unix
+	// nanoseconds of the limiter's clock, as its bucket actor last
+	// estimated it; dueUnset before it is queued, dueNever on the wire or
+	// outside the limits. Read by the global forecasts of other calls'
+	// ETAs (System.globalSlots), on any goroutine.
+	due atomic.Int64
+	// direct is set for a call sent outside the limits (SubmitDirect).
+	// Set before submission.
+	direct bool
+
 	// Read by the outcome hook, which may run on another goroutine.
 	sends       atomic.Int64                // attempts put on the wire
 	waitBucket  atomic.Int64                // nanoseconds waiting for the bucket, all attempts

@@ -77,10 +77,15 @@ func (e *BudgetError) Unwrap() error { return ErrInvalidRequestBudget }
 type WaitError struct {
 	Bucket      string
 	Declared    string
+	By          string
 	Wait, Limit time.Duration
+	At          time.Time
 }
 
 func (e *WaitError) Error() string {
+	if e.By == BoundGlobal {
+		return fmt.Sprintf("sluice: predicted wait %s for the global limit (%s) exceeds %s", e.Wait.Round(time.Millisecond), e.Bucket, e.Limit.Round(time.Millisecond))
+	}
 	if e.Declared != "" {
 		return fmt.Sprintf("sluice: predicted wait %s for declared limit %s (%s) exceeds %s", e.Wait.Round(time.Millisecond), e.Declared, e.Bucket, e.Limit.Round(time.Millisecond))
 	}

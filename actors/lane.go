@@ -205,32 +205,6 @@ func peek(st ratelimit.Bucket, now time.Time) (bool, time.Duration) {
 	return st.Take(now)
 }
 
-// predictWait estimates when the request at queue position pos would be
-// sent: the job queue's estimate, nextWindowStart + floor(waiting/perWindow)*window.
-func (l *lane) predictWait(now time.Time, pos int) time.Duration {
-	st := &l.state
-	if !st.Known || st.Limit <= 0 {
-		return 0
-	}
-	window := l.window
-	// avail requests may go now; the next refill (a full Limit) comes in
-	// next, and one every window after it.
-	avail, next := st.Remaining, st.ResetAt.Sub(now)
-	if next <= 0 {
-		avail, next = st.Limit, window // a fresh window opens now
-	}
-	if pause := st.PausedUntil.Sub(now); pause > 0 {
-		avail, next = 0, pause
-	}
-	if pos < avail {
-		return 0
-	}
-	if window <= 0 {
-		window = next
-	}
-	return next + time.Duration((pos-avail)/st.Limit)*window
-}
-
 // unknownPace is the pace assumed for a bucket whose limit is not known
 // yet, to weigh its backlog in the admission queue (see
 // supervisor.admit): about Discord's most common route limits.
@@ -241,7 +215,8 @@ func (l *lane) backlog(now time.Time) time.Duration {
 	if !l.state.Known {
 		return time.Duration(len(l.queue)) * unknownPace
 	}
-	return l.predictWait(now, len(l.queue))
+	start, _, _ := l.slot(now, len(l.queue))
+	return start.Sub(now)
 }
 
 // mergeQueues merges two queues in submission order (call ids).

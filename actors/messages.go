@@ -62,6 +62,10 @@ type wantMsg struct {
 	// path is how long the actor's longest queue needs at its bucket's own
 	// pace: the longer, the sooner it is served (see supervisor.admit).
 	path time.Duration
+	// since is when the earliest of the ready requests was submitted: the
+	// window serves buckets in the order of their requests (see
+	// supervisor.want).
+	since time.Time
 }
 
 // grantMsg: supervisor -> bucket, answering wantMsg. slots global-window
@@ -166,8 +170,13 @@ type supervisorSnapshot struct {
 }
 
 // bucketSnapshotMsg asks a bucket actor for the BucketSnapshots of its
-// buckets.
-type bucketSnapshotMsg struct{ reply chan []BucketSnapshot }
+// buckets and the ETAs of its waiting calls.
+type bucketSnapshotMsg struct{ reply chan bucketSnapshot }
+
+type bucketSnapshot struct {
+	buckets []BucketSnapshot
+	queued  []laneETA
+}
 
 // Snapshot and BucketSnapshot are the actors' form of sluice.Snapshot and
 // sluice.BucketSnapshot, which document every field; package sluice
@@ -179,6 +188,7 @@ type Snapshot struct {
 	Windows                               []WindowSnapshot
 	Buckets                               []BucketSnapshot
 	Groups                                []GroupSnapshot
+	Requests                              []RequestETA
 }
 
 type BucketSnapshot struct {

@@ -240,6 +240,8 @@ func (s *supervisor) receive(ctx actor.Context) {
 		}
 	case *wantMsg:
 		s.want(ctx, m)
+	case *etaMsg:
+		s.answerETA(ctx, m)
 	case *freedMsg:
 		s.windows[m.window].pacer.refund(m.cancelled)
 		s.admit(ctx)
@@ -423,13 +425,21 @@ func (s *supervisor) want(ctx actor.Context, m *wantMsg) {
 	ch.want, ch.global = m.want, m.global
 	a := s.windows[ch.window]
 	a.pacer.long(s.sys.now(), m.path)
-	// The virtual deadline: when the bucket joined, less pathWeight times
-	// how long its queue still needs at its own pace. The bucket whose
-	// backlog is longest (a hot channel) goes first, so its bucket windows
-	// are not wasted while cold channels, each with little to send, take
-	// the rest of the global window; a bucket that keeps waiting gains on
-	// later ones, so none starves.
-	deadline := s.sys.now().Add(-pathWeight * m.path)
+	// The virtual deadline: when the earliest of the bucket's ready
+	// requests was submitted, less pathWeight times how long its queue
+	// still needs at its own pace. Among buckets with short backlogs the
+	// window serves requests in the order they were submitted (what the
+	// global part of an ETA assumes, see System.globalSlots), not in the
+	// order their actors happened to ask. The bucket whose backlog is
+	// longest (a hot channel) goes first, so its bucket windows are not
+	// wasted while cold channels, each with little to send, take the rest
+	// of the global window; a bucket that keeps waiting gains on later
+	// ones, so none starves.
+	base := s.sys.now()
+	if !m.since.IsZero() && m.since.Before(base) {
+		base = m.since
+	}
+	deadline := base.Add(-pathWeight * m.path)
 
 	if !ch.waiting {
 		ch.waiting = true

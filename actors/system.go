@@ -339,6 +339,8 @@ func (s *System) register(c *Call) (int64, bool) {
 // is sent once (no retry), within AttemptTimeout, its body read within
 // MaxResponseBytes; Close waits for it like for any call, then cancels it.
 func (s *System) SubmitDirect(c *Call, rt http.RoundTripper) {
+	c.direct = true
+	c.due.Store(dueNever)
 	if _, ok := s.register(c); !ok {
 		return
 	}
@@ -469,7 +471,7 @@ func (s *System) Snapshot(ctx context.Context) (Snapshot, error) {
 	if len(sup.buckets) == 0 {
 		return snap, nil
 	}
-	replies := make(chan []BucketSnapshot, len(sup.buckets))
+	replies := make(chan bucketSnapshot, len(sup.buckets))
 	for _, pid := range sup.buckets {
 		s.root.Send(pid, &bucketSnapshotMsg{reply: replies})
 	}
@@ -477,24 +479,26 @@ func (s *System) Snapshot(ctx context.Context) (Snapshot, error) {
 	// bounded time.
 	t := time.NewTimer(time.Second)
 	defer t.Stop()
+	var queued []laneETA
+	done := func(err error) (Snapshot, error) {
+		slices.SortFunc(snap.Buckets, func(a, b BucketSnapshot) int { return strings.Compare(a.Key, b.Key) })
+		snap.Requests = s.requests(queued, s.now())
+		return snap, err
+	}
 	for range sup.buckets {
 		select {
 		case b := <-replies:
-			snap.Buckets = append(snap.Buckets, b...)
+			snap.Buckets = append(snap.Buckets, b.buckets...)
+			queued = append(queued, b.queued...)
 		case <-t.C:
-			return sortBuckets(snap), nil
+			return done(nil)
 		case <-ctx.Done():
-			return sortBuckets(snap), ctx.Err()
+			return done(ctx.Err())
 		case <-s.stopped:
-			return sortBuckets(snap), ErrClosed
+			return done(ErrClosed)
 		}
 	}
-	return sortBuckets(snap), nil
-}
-
-func sortBuckets(s Snapshot) Snapshot {
-	slices.SortFunc(s.Buckets, func(a, b BucketSnapshot) int { return strings.Compare(a.Key, b.Key) })
-	return s
+	return done(nil)
 }
 
 // Close refuses new calls and fails queued ones with ErrClosed, lets

@@ -75,6 +75,7 @@ func (m *enqueueMsg) traceCall() *Call {
 	return nil
 }
 func (m *resultMsg) traceCall() *Call { return m.call }
+func (m *etaMsg) traceCall() *Call    { return m.call }
 
 // flow describes one message type: its name in traces, who sends it to
 // whom, and what it means. It is the single source for the trace's message
@@ -111,6 +112,8 @@ var messageFlows = []flow{
 	{(*closeMsg)(nil), "close", "caller", "supervisor", "Close began"},
 	{(*snapshotMsg)(nil), "snapshot", "caller", "supervisor", "Snapshot"},
 	{(*bucketSnapshotMsg)(nil), "bucket_snapshot", "caller", "bucket", "Snapshot"},
+	{(*etaMsg)(nil), "eta", "caller", "supervisor", "Future.ETA: where is this request?"},
+	{(*etaMsg)(nil), "eta", "supervisor", "bucket", "forwarded to the actor of its major parameters, after its enqueue"},
 }
 
 var flowNames = func() map[reflect.Type]string {

@@ -89,6 +89,10 @@ type globalWindow struct {
 	// this process's alone).
 	shared  ratelimit.Shared
 	waiting atomic.Int32
+	// granted counts the slots reserved for bucket actors (grantMsg) and
+	// not spent yet: held in the limiter for calls still queued (the
+	// global forecast must not count those twice, see System.globalSlots).
+	granted atomic.Int32
 }
 
 func newGlobalWindow(l ratelimit.GlobalLimiter, shared ratelimit.Shared) *globalWindow {

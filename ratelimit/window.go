@@ -223,3 +223,31 @@ func (w *SlidingWindow) grow() {
 	}
 	w.times, w.head = times, 0
 }
+
+// Forecast returns when the window could take the k-th next request (0:
+// the next one), if requests kept coming in order, each was answered the
+// moment it was sent, and nothing else reserved: the free slots go at
+// now, then each held slot when it frees (a settled one one period after
+// its answer, an in-flight one one period from now: its answer is not
+// known yet), and every later request one period after the request n
+// places before it. A block holds them all until it ends. It reserves
+// nothing, and costs O(1).
+func (w *SlidingWindow) Forecast(now time.Time, k int) time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.init()
+	w.evict(now)
+	k = max(k, 0)
+	cycles, i := k/w.n, k%w.n
+	free := w.n - w.count - w.inflight
+	var t time.Time
+	switch {
+	case i < free:
+		t = now
+	case i < free+w.count:
+		t = w.times[(w.head+i-free)%len(w.times)].Add(w.per)
+	default:
+		t = now.Add(w.per)
+	}
+	return later(t, w.blockedUntil).Add(time.Duration(cycles) * w.per)
+}

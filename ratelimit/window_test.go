@@ -253,3 +253,56 @@ func TestReserveKeepingLeavesSlotsFree(t *testing.T) {
 	assert.Equal(t, time.Second, w.Blocked(t0))
 	assert.Zero(t, w.Blocked(t0.Add(2*time.Second)))
 }
+
+// TestSlidingWindowForecast checks Forecast against the window itself: in
+// random states (settled slots at random times, some in flight, a block),
+// the requests that follow, each reserved at the time Forecast gave for it
+// and answered at once, are each admitted then and not a moment before.
+func TestSlidingWindowForecast(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 8))
+	for round := range 300 {
+		n := 1 + rng.IntN(6)
+		per := time.Duration(50+rng.IntN(100)) * time.Millisecond
+		build := func() *SlidingWindow {
+			r := rand.New(rand.NewPCG(uint64(round), 1))
+			w := NewSlidingWindow(n, per)
+			for i := range r.IntN(n + 1) {
+				now := at(i * r.IntN(40))
+				if ok, _ := w.Reserve(now); ok {
+					w.Settle(now)
+				}
+			}
+			if r.IntN(3) == 0 {
+				w.Block(at(r.IntN(300)))
+			}
+			return w
+		}
+		now := at(200)
+		w := build()
+		inflight := 0
+		for w.Count(now) < n && w.Blocked(now) == 0 && rng.IntN(2) == 0 {
+			ok, _ := w.Reserve(now)
+			require.True(t, ok)
+			inflight++
+		}
+		want := make([]time.Time, 3*n+1)
+		for k := range want {
+			want[k] = w.Forecast(now, k)
+		}
+		for range inflight {
+			w.Settle(now) // answered at once: held one period from now
+		}
+		prev := now
+		for k, tk := range want {
+			require.False(t, tk.Before(prev), "round %d: forecast %d goes back in time", round, k)
+			if tk.After(prev) {
+				ok, _ := w.Reserve(tk.Add(-time.Nanosecond))
+				require.False(t, ok, "round %d: request %d could go before its forecast %v", round, k, tk.Sub(t0))
+			}
+			ok, _ := w.Reserve(tk)
+			require.True(t, ok, "round %d: request %d refused at its forecast %v", round, k, tk.Sub(t0))
+			w.Settle(tk)
+			prev = tk
+		}
+	}
+}

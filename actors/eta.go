@@ -1,0 +1,439 @@
+package actors
+
+import (
+	"cmp"
+	"context"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+)
+
+// A call's ETA is the latest of what each limit it is under tells,
+// each as a window [Start, End) in which the call is expected to go:
+//
+//   - its bucket (lane.slot): the job queue's estimate,
+//     nextWindowStart + floor(waiting/perWindow) × window, from its place
+//     in the bucket's queue, the bucket's count and its pause;
+//   - its declared groups (ratelimit.Group.Estimate): its reserved window;
+//   - its global window (System.globalSlot): the window serves the calls
+//     that wait for it in submission order, among those their own buckets
+//     let go no later, n per period (ratelimit.SlidingWindow.Forecast).
+//
+// The bucket actor that holds the call tells the first (an etaMsg, routed
+// through the supervisor so it arrives after the call's enqueueMsg); the
+// others are synchronized and read by the asking goroutine, so an actor
+// spends O(its queue) on a question and no more.
+
+// Stage is where a call is on its way to its outcome (sluice.Stage
+// documents each; the two must stay identical).
+type Stage int32
+
+// The stages of a call, in order.
+const (
+	StagePending Stage = iota
+	StageQueued
+	StageRetrying
+	StageSent
+	StageDone
+)
+
+var stageNames = [...]string{"pending", "queued", "retrying", "sent", "done"}
+
+// String returns the stage's name: "pending", "queued", "retrying", "sent"
+// or "done".
+func (s Stage) String() string {
+	if s >= 0 && int(s) < len(stageNames) {
+		return stageNames[s]
+	}
+	return "Stage(" + itoa(uint64(s)) + ")"
+}
+
+// What sets an ETA's Start (ETA.Limit).
+const (
+	BoundBucket   = "bucket"
+	BoundDeclared = "declared"
+	BoundGlobal   = "global"
+	BoundRetry    = "retry"
+)
+
+// ETA is the actors' form of sluice.ETA, which documents every field (the
+// two must stay identical).
+type ETA struct {
+	Stage      Stage
+	Position   int
+	Start, End time.Time
+	Limit      string
+	Declared   string
+	Known      bool
+}
+
+// RequestETA is the actors' form of sluice.RequestSnapshot (the two must
+// stay identical).
+type RequestETA struct {
+	ID     uint64
+	Route  string
+	Bucket string
+	ETA    ETA
+}
+
+// laneETA is the part of a call's ETA its bucket actor knows.
+type laneETA struct {
+	call       *Call
+	stage      Stage
+	pos        int
+	start, end time.Time
+	known      bool   // the bucket's limit is known: start is not a mere lower bound
+	retry      bool   // start is the end of a retry's backoff
+	granted    bool   // a global slot is reserved for it (a grant its actor holds)
+	bucket     string // the lane's key
+}
+
+// etaMsg: API -> supervisor -> bucket. Where is the call, and when does
+// its bucket let it go? The supervisor forwards it to the bucket actor of
+// the call's major parameters, after the call's own enqueueMsg; with no
+// such actor, it answers for the call (it has its outcome, or is on its
+// way).
+type etaMsg struct {
+	call  *Call
+	reply chan laneETA // buffered: a sender never blocks
+}
+
+// Values of Call.due that are not a time.
+const (
+	dueUnset = 0             // not in a bucket's queue yet: it may go at once
+	dueNever = math.MinInt64 // on the wire, or sent outside the limits: it waits for no window
+)
+
+// stamp records when l's bucket and c's groups would let c go, for the
+// global forecasts of the calls behind it.
+func (b *bucket) stamp(c *Call, at time.Time) { c.due.Store(at.UnixNano()) }
+
+// restamp records again the due times of l's queue, after its count
+// changed shape (its limit became known or changed, a pause): the old
+// ones were guessed without it.
+func (b *bucket) restamp(l *lane, now time.Time) {
+	pos := 0
+	for _, c := range l.queue {
+		if c.Finished() {
+			continue
+		}
+		start, _, _ := l.slot(now, pos)
+		if g, _, ok := b.sys.groups.estimate(c, now); ok && g.Start.After(start) {
+			start = g.Start
+		}
+		b.stamp(c, start)
+		pos++
+	}
+}
+
+// slot is the window in which the bucket lets the request at queue
+// position pos go: the current one while it has room for it, then one
+// full window per Limit requests after the next refill (or pause's end).
+// known is false while the bucket's limit is unknown: then the window is
+// [now, now], a lower bound.
+func (l *lane) slot(now time.Time, pos int) (start, end time.Time, known bool) {
+	st := &l.state
+	if now.Before(l.sharedUntil) {
+		now = l.sharedUntil // another process holds the bucket until then
+	}
+	if !st.Known || st.Limit <= 0 {
+		return now, now, false
+	}
+	window := l.window + st.Margin(now)
+	// avail requests may go now; the next refill (a full Limit) comes in
+	// next, and one every window after it.
+	avail, next := st.Remaining, st.ResetAt.Sub(now)
+	if next <= 0 {
+		avail, next = st.Limit, window // a fresh window opens now
+	}
+	if pause := st.PausedUntil.Sub(now); pause > 0 {
+		avail, next = 0, pause
+	}
+	if pos < avail {
+		return now, now.Add(next), true
+	}
+	if window <= 0 {
+		window = next
+	}
+	start = now.Add(next + time.Duration((pos-avail)/st.Limit)*window)
+	return start, start.Add(window), true
+}
+
+// eta answers an etaMsg: c's stage, its place in its bucket's queue and its
+// bucket's window. O(the actor's queues).
+func (b *bucket) eta(c *Call, now time.Time) laneETA {
+	out := laneETA{call: c, stage: StagePending}
+	switch {
+	case c.Finished():
+		out.stage = StageDone
+		return out
+	case c.lane != nil:
+		out.stage, out.start, out.end, out.known, out.bucket = StageSent, c.sentAt, c.sentAt, true, c.lane.resolve().key
+		return out
+	}
+	for _, l := range b.lanes {
+		pos := 0
+		for _, q := range l.queue {
+			if q == c {
+				out.stage, out.pos, out.bucket = StageQueued, pos, l.key
+				out.start, out.end, out.known = l.slot(now, pos)
+				out.granted = pos < b.grants
+				return out
+			}
+			if !q.Finished() {
+				pos++
+			}
+		}
+		for _, q := range l.retries {
+			if q == c {
+				out.stage, out.bucket = StageRetrying, l.key
+				// It goes back to the head of the queue when its backoff
+				// ends, and then waits for its bucket like a head.
+				out.start, out.end, out.known = l.slot(later(now, c.notBefore), 0)
+				out.retry = !out.start.After(c.notBefore)
+				return out
+			}
+		}
+	}
+	return out
+}
+
+// queued is the laneETA of every call waiting in one of the actor's queues
+// or for a retry, for a Snapshot.
+func (b *bucket) queued(now time.Time) []laneETA {
+	var out []laneETA
+	for _, l := range b.lanes {
+		pos := 0
+		for _, c := range l.queue {
+			if c.Finished() {
+				continue
+			}
+			e := laneETA{call: c, stage: StageQueued, pos: pos, bucket: l.key, granted: pos < b.grants}
+			e.start, e.end, e.known = l.slot(now, pos)
+			out = append(out, e)
+			pos++
+		}
+		for _, c := range l.retries {
+			if !c.Finished() {
+				out = append(out, b.eta(c, now))
+			}
+		}
+	}
+	return out
+}
+
+// ETA tells where c is and when it is expected to be sent. It asks c's
+// bucket actor, so it costs two messages, plus a pass over the calls
+// waiting for c's global window (O(n log n)); it returns when ctx ends at
+// the latest.
+func (s *System) ETA(ctx context.Context, c *Call) (ETA, error) {
+	if c.Finished() {
+		return ETA{Stage: StageDone}, nil
+	}
+	if c.direct {
+		// Sent at once, outside the limits.
+		return ETA{Stage: StageSent, Start: c.Submitted, End: c.Submitted, Known: true}, nil
+	}
+	reply := make(chan laneETA, 1)
+	s.root.Send(s.sup, &etaMsg{call: c, reply: reply})
+	var le laneETA
+	select {
+	case le = <-reply:
+	case <-c.Done():
+		return ETA{Stage: StageDone}, nil
+	case <-s.stopped:
+		return ETA{Stage: StageDone}, nil // Close answered every call
+	case <-ctx.Done():
+		return ETA{}, ctx.Err()
+	}
+	now := s.now()
+	return s.finish([]laneETA{le}, now)[0].ETA, nil
+}
+
+// answerETA is the supervisor's part of an etaMsg: forward it to the
+// call's bucket actor, or answer it when there is none.
+func (s *supervisor) answerETA(ctx actor.Context, m *etaMsg) {
+	c := m.call
+	if ch := s.children[c.Route.Major]; ch != nil && !c.Finished() {
+		ctx.Send(ch.pid, m)
+		return
+	}
+	stage := StagePending
+	if c.Finished() {
+		stage = StageDone
+	}
+	m.reply <- laneETA{call: c, stage: stage}
+}
+
+// finish completes the actors' parts of ETAs with what the declared groups
+// and the global windows tell, at now.
+func (s *System) finish(parts []laneETA, now time.Time) []RequestETA {
+	out := make([]RequestETA, len(parts))
+	var waiting []int // the parts that wait for a send
+	for i, p := range parts {
+		c := p.call
+		e := ETA{Stage: p.stage, Position: p.pos, Start: p.start, End: p.end, Known: p.known}
+		out[i] = RequestETA{ID: c.ID, Route: c.Route.String(), Bucket: p.bucket}
+		switch p.stage {
+		case StageDone:
+			out[i].ETA = ETA{Stage: StageDone}
+			continue
+		case StageSent:
+			e.Limit = BoundBucket
+			out[i].ETA = e
+			continue
+		case StagePending:
+			e.Start, e.End = now, now
+		}
+		if e.Start.Before(now) {
+			e.Start = now
+		}
+		e.End = later(e.End, e.Start)
+		e.Limit = BoundBucket
+		if p.retry {
+			e.Limit = BoundRetry
+		}
+		if g, name, ok := s.groups.estimate(c, now); ok && g.Start.After(e.Start) {
+			e.Start, e.End, e.Limit, e.Declared = g.Start, later(g.End, g.Start), BoundDeclared, name
+		}
+		out[i].ETA = e
+		waiting = append(waiting, i)
+	}
+	s.globalSlots(out, parts, waiting, now)
+	return out
+}
+
+// globalSlots raises the ETAs of the waiting calls (indexes into out) to
+// their global window's forecast.
+//
+// The forecast: the global window serves the calls that wait for it in
+// submission order, counting for each call only those its own buckets let
+// go no later than it (Call.due), since a call held by its bucket for a
+// minute does not take a slot before one that may go now. Those ahead of
+// c take the window's next slots (ratelimit.SlidingWindow.Forecast), and
+// c the one after them. Counting them for every waiting call at once is a
+// dominance count (submission order and due time): one pass in ID order
+// with a Fenwick tree over the due times, O(n log n) in the calls waiting.
+func (s *System) globalSlots(out []RequestETA, parts []laneETA, waiting []int, now time.Time) {
+	type entry struct {
+		id     uint64
+		due    int64
+		window Window
+		target int // index into out, or -1 for a call that only counts
+	}
+	var entries []entry
+	asked := make(map[uint64]int, len(waiting))
+	for _, i := range waiting {
+		c := parts[i].call
+		if c.Route.GlobalExempt || parts[i].granted {
+			continue // needs no global slot, or holds one already
+		}
+		asked[c.ID] = i
+		entries = append(entries, entry{id: c.ID, due: out[i].ETA.Start.UnixNano(), window: c.window, target: i})
+	}
+	if len(entries) == 0 {
+		return
+	}
+	s.live.Range(func(_, v any) bool {
+		c := v.(*Call)
+		if _, ok := asked[c.ID]; ok || c.Route.GlobalExempt || c.Finished() {
+			return true
+		}
+		due := c.due.Load()
+		if due == dueNever {
+			return true
+		}
+		if due == dueUnset {
+			due = now.UnixNano()
+		}
+		entries = append(entries, entry{id: c.ID, due: due, window: c.window, target: -1})
+		return true
+	})
+	for w := range Window(numWindows) {
+		forecast, ok := s.windows[w].limiter.(interface {
+			Forecast(now time.Time, k int) time.Time
+			Limit() (int, time.Duration)
+		})
+		var mine []entry
+		for _, e := range entries {
+			if e.window == w {
+				mine = append(mine, e)
+			}
+		}
+		if len(mine) == 0 {
+			continue
+		}
+		if !ok {
+			// A custom limiter tells only its wait for the next slot.
+			for _, e := range mine {
+				if e.target >= 0 {
+					raise(&out[e.target].ETA, now.Add(s.windows[w].limiter.Wait(now)), 0)
+				}
+			}
+			continue
+		}
+		_, per := forecast.Limit()
+		ahead := dominance(mine, func(e entry) (uint64, int64) { return e.id, e.due })
+		// The calls whose actors hold a granted slot are among those
+		// waiting, and their slots are already held in the window: count
+		// them once.
+		granted := int(s.windows[w].granted.Load())
+		for j, e := range mine {
+			if e.target >= 0 {
+				k := ahead[j] - min(ahead[j], max(0, granted))
+				raise(&out[e.target].ETA, forecast.Forecast(now, k), per)
+			}
+		}
+	}
+}
+
+// raise moves e's window to [start, start+width) when the global window
+// lets it go later than its other limits.
+func raise(e *ETA, start time.Time, width time.Duration) {
+	if start.After(e.Start) {
+		e.Start, e.End, e.Limit, e.Declared = start, start.Add(width), BoundGlobal, ""
+	}
+}
+
+// dominance returns, for each item, how many others come before it in id
+// and no later in due: a Fenwick tree over the ranks of the due times, fed
+// in id order.
+func dominance[T any](items []T, key func(T) (id uint64, due int64)) []int {
+	n := len(items)
+	order := make([]int, n)
+	dues := make([]int64, n)
+	for i := range items {
+		order[i] = i
+		_, dues[i] = key(items[i])
+	}
+	slices.SortFunc(order, func(a, b int) int {
+		ia, _ := key(items[a])
+		ib, _ := key(items[b])
+		return cmp.Compare(ia, ib)
+	})
+	ranks := slices.Clone(dues)
+	slices.Sort(ranks)
+	ranks = slices.Compact(ranks)
+	tree := make([]int, len(ranks)+1)
+	out := make([]int, n)
+	for _, i := range order {
+		r, _ := slices.BinarySearch(ranks, dues[i]) // 0-based rank of its due
+		for k := r + 1; k > 0; k -= k & -k {        // those so far with due <= its own
+			out[i] += tree[k]
+		}
+		for k := r + 1; k < len(tree); k += k & -k {
+			tree[k]++
+		}
+	}
+	return out
+}
+
+// Requests is the ETA of every call waiting in the actors' queues, for a
+// Snapshot, in submission order.
+func (s *System) requests(parts []laneETA, now time.Time) []RequestETA {
+	out := s.finish(parts, now)
+	slices.SortFunc(out, func(a, b RequestETA) int { return cmp.Compare(a.ID, b.ID) })
+	return out
+}
