@@ -83,13 +83,23 @@
 // answer, so the API never sees more than the limit in one window.
 // docs/declared-limits.md explains both.
 //
+// Every request can tell where it stands (Future.ETA): its Stage, its
+// Position in its bucket's queue, and the window [Start, End) in which it
+// is expected to be sent — the latest of what its bucket (the next window
+// start plus one window per Limit requests ahead), its declared limits
+// (the window each group reserved for it) and its global limit (a FIFO
+// forecast of the global window over the requests waiting for it) tell.
+// Snapshot.Requests lists every waiting request's ETA. docs/eta.md shows
+// how it is computed and how accurate it is.
+//
 // # Failure modes
 //
 //   - A caller's context ends: the request fails with the context's error at
 //     once, and its slot goes to the next request if it was not yet sent.
 //   - A request would wait past its deadline or Options.MaxWait, for its
-//     bucket or a declared limit: it fails at once with a *WaitError
-//     carrying the predicted wait (and the declared limit's name).
+//     bucket, a declared limit or a global 429's pause: it fails at once
+//     with a *WaitError carrying the predicted wait, what it waits for and
+//     when it could go (and the declared limit's name).
 //   - The connection dies: requests that provably never reached the server
 //     stay queued and go out after the supervisor reconnects (with backoff);
 //     requests that may have been processed fail with an error wrapping

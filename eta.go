@@ -18,7 +18,7 @@ const (
 	// StageQueued: in its bucket's queue.
 	StageQueued
 	// StageRetrying: waiting for the backoff before its next attempt
-	// after a 5xx or a lost connection (Options.RetryBackoff).
+	// after a 5xx or a lost connection (100 ms, doubling, up to 5 s).
 	StageRetrying
 	// StageSent: on the wire, waiting for its answer.
 	StageSent

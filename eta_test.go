@@ -282,3 +282,23 @@ func TestETAOfFinishedRequests(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, sluice.StageDone, e.Stage)
 }
+
+// A request waiting out the backoff after a 5xx tells StageRetrying, and
+// when its backoff ends.
+func TestETAOfARetry(t *testing.T) {
+	h := newHarness(t, sluicetest.Options{Faults: sluicetest.Faults{ServerErrorRate: 1}}, sluice.Options{})
+	f := h.lim.Send(context.Background(), req("GET", "/channels/1", ""))
+	var e sluice.ETA
+	require.Eventually(t, func() bool {
+		var err error
+		e, err = f.ETA(context.Background())
+		return err == nil && e.Stage == sluice.StageRetrying
+	}, 10*time.Second, time.Millisecond, "the request waits for its backoff after a 502")
+	assert.Equal(t, sluice.LimitRetry, e.Limit)
+	assert.WithinDuration(t, time.Now(), e.Start, 5*time.Second, "a backoff is seconds at most")
+	assert.Equal(t, "retrying", e.Stage.String())
+	resp, err := f.Await(context.Background())
+	if err == nil {
+		assert.Equal(t, 502, resp.StatusCode, "the last attempt's answer")
+	}
+}

@@ -219,3 +219,48 @@ func ExampleOptions_webhooks() {
 	// window bot: open, limit 50
 	// window ip: open, limit 50
 }
+
+// ETA tells where a request stands: its place in its bucket's queue and the
+// window it is expected to be sent in. Here a channel's messages allow 2
+// per 500 ms and one was just sent: of 5 more, the first takes the
+// window's last slot, the next two go in the next window and the last two
+// in the one after.
+func ExampleFuture_ETA() {
+	srv, lim := exampleSimulator(sluicetest.RuleSet{Rules: []sluicetest.Rule{{
+		Name: "create_message", Method: "POST", Route: "/channels/{channel_id}/messages",
+		Bucket: "messages", Limit: 2, Window: sluicetest.Duration(500 * time.Millisecond),
+	}}})
+	defer srv.Close()
+	defer lim.Close(context.Background())
+
+	send := func() *sluice.Future {
+		req, _ := http.NewRequest("POST", "/channels/10/messages", strings.NewReader(`{"content":"hi"}`))
+		return lim.Send(context.Background(), req)
+	}
+	if _, err := send().Await(context.Background()); err != nil { // the bucket tells its limit
+		panic(err)
+	}
+	var futures []*sluice.Future
+	for range 5 {
+		futures = append(futures, send())
+	}
+	last := futures[len(futures)-1]
+	eta, err := last.ETA(context.Background())
+	if err != nil {
+		panic(err)
+	}
+	wait := eta.Wait(time.Now())
+	fmt.Println(eta.Stage, "place", eta.Position, "decided by its", eta.Limit)
+	fmt.Println("goes in the window after next:", wait > 500*time.Millisecond && wait <= time.Second+100*time.Millisecond)
+	for _, f := range futures {
+		if _, err := f.Await(context.Background()); err != nil {
+			panic(err)
+		}
+	}
+	eta, _ = last.ETA(context.Background())
+	fmt.Println(eta.Stage)
+	// Output:
+	// queued place 3 decided by its bucket
+	// goes in the window after next: true
+	// done
+}

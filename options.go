@@ -59,9 +59,10 @@ type Options struct {
 	// same webhook's buckets under a token.
 	WebhookAuth bool
 	// MaxWait fails a request at once, with a *WaitError, when its
-	// predicted wait for its bucket exceeds it. Default 0: no limit other
-	// than the request context's deadline, which is always honoured the
-	// same way.
+	// predicted wait exceeds it: the certain part of its ETA (its bucket's
+	// windows and pause, its declared limits' windows, a global 429's
+	// pause; see ETA). Default 0: no limit other than the request
+	// context's deadline, which is always honoured the same way.
 	MaxWait time.Duration
 	// Limits declares limits the API enforces without announcing them, or
 	// rules of your own (see Limit). They are added to DefaultLimits; a

@@ -22,6 +22,13 @@ const ProxyHeader = "X-Sluice-Proxy"
 // CacheHeader is set to "hit" on an answer replayed from the cache.
 const CacheHeader = "X-Sluice-Cache"
 
+// ETAHeader carries, on a max_wait refusal, the earliest time the request
+// could have been sent (RFC 3339, UTC, milliseconds): the Start of its ETA
+// (sluice.ETA). The JSON body repeats it as "eta", with "limit", what sets
+// it ("bucket", "declared" or "global"), and "declared", the declared
+// limit's name.
+const ETAHeader = "X-Sluice-ETA"
+
 // Reasons of the proxy's own answers (the ProxyHeader value), one per row
 // of the table in classify.
 const (
@@ -47,6 +54,9 @@ type refusal struct {
 	global     bool
 	scope      string // X-RateLimit-Scope on a relayed rate limit
 	message    string
+	// eta, limit and declared: a max_wait refusal's ETA (zero otherwise).
+	eta             time.Time
+	limit, declared string
 }
 
 // classify maps a limiter's error to the answer the caller gets: the one
@@ -62,8 +72,13 @@ func (p *Proxy) classify(err error, t *tenant) refusal {
 	case errors.Is(err, errTooManyTokens), errors.Is(err, sluice.ErrQueueFull):
 		return refusal{status: p.cfg.OverflowStatus, reason: ReasonQueueFull, retryAfter: p.drainTime(t), message: err.Error()}
 	case errors.As(err, &we):
+		by := we.By
+		if we.Declared != "" {
+			by += " " + we.Declared
+		}
 		return refusal{status: http.StatusTooManyRequests, reason: ReasonMaxWait, retryAfter: we.Wait,
-			message: "predicted wait " + we.Wait.Round(time.Millisecond).String() + " exceeds the " + we.Limit.String() + " accepted (" + p.cfg.MaxWaitHeader + ")"}
+			eta: we.At, limit: we.By, declared: we.Declared,
+			message: "predicted wait " + we.Wait.Round(time.Millisecond).String() + " (" + by + ") exceeds the " + we.Limit.String() + " accepted (" + p.cfg.MaxWaitHeader + ")"}
 	case errors.As(err, &rl):
 		return refusal{status: http.StatusTooManyRequests, reason: ReasonRateLimited, retryAfter: rl.RetryAfter, global: rl.Scope == "global", scope: rl.Scope, message: "You are being rate limited."}
 	case errors.As(err, &be):
@@ -111,6 +126,14 @@ func (r refusal) write(w http.ResponseWriter) {
 		secs := r.retryAfter.Seconds()
 		h.Set("Retry-After", strconv.Itoa(int(math.Ceil(secs))))
 		body["retry_after"] = math.Ceil(secs*1000) / 1000
+	}
+	if !r.eta.IsZero() {
+		at := r.eta.UTC().Format("2006-01-02T15:04:05.000Z07:00")
+		h.Set(ETAHeader, at)
+		body["eta"], body["limit"] = at, r.limit
+		if r.declared != "" {
+			body["declared"] = r.declared
+		}
 	}
 	if r.status == http.StatusTooManyRequests {
 		body["global"] = r.global

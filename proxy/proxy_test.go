@@ -328,11 +328,19 @@ func TestMaxWaitHeaderFailsFast(t *testing.T) {
 	var m struct {
 		RetryAfter float64 `json:"retry_after"`
 		Global     bool    `json:"global"`
+		ETA        string  `json:"eta"`
+		Limit      string  `json:"limit"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(body), &m), body)
 	assert.Greater(t, m.RetryAfter, 1.0, "the predicted wait")
 	assert.LessOrEqual(t, m.RetryAfter, 5.5)
 	assert.NotEmpty(t, hdr.Get("Retry-After"))
+	eta, err := time.Parse(time.RFC3339Nano, hdr.Get(proxy.ETAHeader))
+	require.NoError(t, err, "the ETA header: %q", hdr.Get(proxy.ETAHeader))
+	assert.WithinDuration(t, time.Now().Add(time.Duration(m.RetryAfter*float64(time.Second))), eta, 500*time.Millisecond,
+		"the ETA is the predicted wait from now")
+	assert.Equal(t, hdr.Get(proxy.ETAHeader), m.ETA)
+	assert.Equal(t, "bucket", m.Limit)
 	status, _, _ = h.do("POST", "/api/v10/channels/1/messages", "Bot a", `{"content":"x"}`, proxy.DefaultMaxWaitHeader, "banana")
 	assert.Equal(t, 400, status)
 	assert.Equal(t, 5, h.srv.Stats().Requests, "neither was sent")

@@ -375,7 +375,15 @@ func drawLive(w io.Writer, lim *sluice.Limiter, t *tally, total, prev int) int {
 			snap.State, snap.Breaker, snap.Pending, snap.Running, global)
 		bs := append([]sluice.BucketSnapshot(nil), snap.Buckets...)
 		sort.SliceStable(bs, func(i, j int) bool { return bs[i].Queued+bs[i].Running > bs[j].Queued+bs[j].Running })
-		fmt.Fprintf(&b, "\x1b[2K%-58s %-10s %6s %9s %8s %6s\n", "bucket", "state", "queued", "remaining", "reset in", "wire")
+		// The ETA of each bucket's last waiting request: when its queue
+		// drains, and which limit decides it.
+		last := map[string]sluice.ETA{}
+		for _, r := range snap.Requests {
+			if e, ok := last[r.Bucket]; !ok || r.ETA.Start.After(e.Start) {
+				last[r.Bucket] = r.ETA
+			}
+		}
+		fmt.Fprintf(&b, "\x1b[2K%-58s %-10s %6s %9s %8s %6s  %s\n", "bucket", "state", "queued", "remaining", "reset in", "wire", "last ETA")
 		lines += 2
 		for i := 0; i < 6; i++ {
 			if i >= len(bs) {
@@ -386,12 +394,22 @@ func drawLive(w io.Writer, lim *sluice.Limiter, t *tally, total, prev int) int {
 				if x.Known {
 					rem = fmt.Sprintf("%d/%d", x.Remaining, x.Limit)
 				}
-				fmt.Fprintf(&b, "\x1b[2K%-58s %-10s %6d %9s %8s %6d\n", trim(x.Key, 58), x.State, x.Queued+x.Retrying, rem,
-					x.ResetIn.Round(10*time.Millisecond), x.Running)
+				eta := ""
+				if e, ok := last[x.Key]; ok {
+					eta = fmt.Sprintf("+%s (%s)", e.Wait(snap.Time).Round(10*time.Millisecond), e.Limit)
+				}
+				fmt.Fprintf(&b, "\x1b[2K%-58s %-10s %6d %9s %8s %6d  %s\n", trim(x.Key, 58), x.State, x.Queued+x.Retrying, rem,
+					x.ResetIn.Round(10*time.Millisecond), x.Running, eta)
 			}
 			lines++
 		}
-		fmt.Fprintf(&b, "\x1b[2K%d live buckets\n", len(snap.Buckets))
+		drain := ""
+		if n := len(snap.Requests); n > 0 {
+			e := snap.Requests[n-1].ETA // the last submitted
+			drain = fmt.Sprintf(", %d waiting, the last submitted goes in +%s (%s, place %d in its bucket)", n,
+				e.Wait(snap.Time).Round(10*time.Millisecond), e.Limit, e.Position)
+		}
+		fmt.Fprintf(&b, "\x1b[2K%d live buckets%s\n", len(snap.Buckets), drain)
 		lines++
 	}
 	for ; lines < prev; lines++ {

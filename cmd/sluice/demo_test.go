@@ -42,6 +42,10 @@ func TestDemoTraceAndLiveView(t *testing.T) {
 	assert.NotContains(t, trace, "demo-token")
 	assert.Contains(t, out.String(), "supervisor connected")
 	assert.Contains(t, out.String(), "live buckets")
+	// Requests wait for the saturated bucket: the live view tells when
+	// the last one goes.
+	assert.Contains(t, out.String(), "last ETA")
+	assert.Regexp(t, `waiting, the last submitted goes in \+[0-9.]+m?s \(bucket, place \d+ in its bucket\)`, out.String())
 }
 
 func TestDemoFlags(t *testing.T) {
