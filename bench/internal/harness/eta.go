@@ -7,8 +7,8 @@ import (
 	"github.com/sluicehq/sluice/sluicetest"
 )
 
-// Helpers for cmd/eta, which measures Sluice's per-request ETA against
-// the simulator's timelines: the same simulator and limiter RunAt builds,
+// The simulator and limiter RunAt builds, shared with cmd/eta (which
+// measures Sluice's per-request ETA against the simulator's timelines),
 // and the keys under which the simulator records an op.
 
 // Rule is the name of the simulator rule op lands on (BucketStats'

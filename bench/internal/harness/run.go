@@ -59,8 +59,7 @@ func RunAt(s Scenario, spec ClientSpec, run int) Result {
 			return res
 		}
 	}
-	seed := uint64(1000+s.ID) + uint64(run)*1_000_003
-	srv, err := sluicetest.NewServer(sluicetest.Options{Rules: s.Rules, Seed: seed, TrackDuplicates: true})
+	srv, err := NewSimulator(s, run)
 	if err != nil {
 		res.NA = "simulator: " + err.Error()
 		return res
@@ -80,8 +79,7 @@ func RunAt(s Scenario, spec ClientSpec, run int) Result {
 	allDone := make(chan struct{})
 
 	// The simulator's clock (timelines, windows) and the faults start now.
-	srv.Engine().Reset(time.Now())
-	srv.SetFaults(s.Faults)
+	Start(srv, s)
 	start := time.Now()
 	do := func(i int) {
 		op := s.Ops[i]
