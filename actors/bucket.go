@@ -328,7 +328,7 @@ func (b *bucket) enqueue(c *Call) {
 			wait, by = gw, BoundGlobal
 		}
 	}
-	b.stamp(c, now.Add(wait))
+	c.stamp(now.Add(wait))
 	if wait > 0 {
 		limit := b.sys.cfg.MaxWait
 		if c.MaxWait > 0 && (limit == 0 || c.MaxWait < limit) {
@@ -875,7 +875,7 @@ func (b *bucket) failed(l *lane, c *Call, err error, notSent bool) {
 func requeueFront(l *lane, c *Call, now time.Time) {
 	c.queuedAt = now
 	start, _, _ := l.slot(now, 0)
-	c.due.Store(start.UnixNano())
+	c.stamp(start)
 	l.queue = append([]*Call{c}, l.queue...)
 }
 
@@ -883,7 +883,7 @@ func requeueFront(l *lane, c *Call, now time.Time) {
 func (b *bucket) retryLater(l *lane, now time.Time, c *Call) {
 	c.notBefore = now.Add(b.sys.cfg.RetryBackoff.Delay(c.errAttempts, rand.Float64))
 	c.errAttempts++
-	b.stamp(c, c.notBefore)
+	c.stamp(c.notBefore)
 	l.retries = append(l.retries, c)
 }
 

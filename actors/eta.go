@@ -106,9 +106,9 @@ const (
 	dueNever = math.MinInt64 // on the wire, or sent outside the limits: it waits for no window
 )
 
-// stamp records when l's bucket and c's groups would let c go, for the
+// stamp records when c's bucket and groups would let it go, for the
 // global forecasts of the calls behind it.
-func (b *bucket) stamp(c *Call, at time.Time) { c.due.Store(at.UnixNano()) }
+func (c *Call) stamp(at time.Time) { c.due.Store(at.UnixNano()) }
 
 // restamp records again the due times of l's queue, after its count
 // changed shape (its limit became known or changed, a pause): the old
@@ -123,7 +123,7 @@ func (b *bucket) restamp(l *lane, now time.Time) {
 		if g, _, ok := b.sys.groups.estimate(c, now); ok && g.Start.After(start) {
 			start = g.Start
 		}
-		b.stamp(c, start)
+		c.stamp(start)
 		pos++
 	}
 }
@@ -430,8 +430,8 @@ func dominance[T any](items []T, key func(T) (id uint64, due int64)) []int {
 	return out
 }
 
-// Requests is the ETA of every call waiting in the actors' queues, for a
-// Snapshot, in submission order.
+// requests completes the ETAs of the calls waiting in the actors' queues,
+// for a Snapshot, in submission order.
 func (s *System) requests(parts []laneETA, now time.Time) []RequestETA {
 	out := s.finish(parts, now)
 	slices.SortFunc(out, func(a, b RequestETA) int { return cmp.Compare(a.ID, b.ID) })
