@@ -597,6 +597,9 @@ func (b *bucket) dispatch(ctx actor.Context, l *lane, c *Call, conn *transport.C
 		sr = &ratelimit.SharedRequest{Now: now, Route: c.Route.Key(), Template: template, Major: c.Route.Major, Hash: hash,
 			Global: global || !c.Route.GlobalExempt, Local: l.state, Window: l.window, Margin: l.state.Margin(now),
 			Serial: l.serial}
+		if sh := c.shared; sh != nil {
+			sr.Groups, sr.GroupID = sh.groups, sh.id
+		}
 	}
 	if !b.sys.goWork(func() { b.sys.work(conn, c, self, sr) }) {
 		b.release(ctx, c, now, ratelimit.Headers{}, true)
@@ -767,6 +770,9 @@ func (b *bucket) deferred(ctx actor.Context, c *Call, m *resultMsg) {
 		}
 		c.Complete(nil, e)
 		return
+	}
+	if g.Scope == "declared" && c.shared != nil {
+		c.shared.refused(now, g.Wait) // its window, as the store has it now
 	}
 	requeueFront(l, c, now)
 	if g.Notify && b.lastWake > m.wakeSeq {

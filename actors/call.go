@@ -66,6 +66,10 @@ type Call struct {
 	// direct is set for a call sent outside the limits (SubmitDirect).
 	// Set before submission.
 	direct bool
+	// shared is set when a shared store counts the call's declared groups
+	// (System.reserveShared, before the call reaches its actor); nil
+	// otherwise.
+	shared *sharedPlace
 
 	// Read by the outcome hook, which may run on another goroutine.
 	sends       atomic.Int64                // attempts put on the wire

@@ -1,7 +1,10 @@
 package actors
 
 import (
+	"context"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/ratelimit"
@@ -95,6 +98,9 @@ func (s *groupSet) reserve(c *Call, now time.Time) time.Duration {
 	if len(c.Limits) == 0 {
 		return 0
 	}
+	if sh := c.shared; sh != nil {
+		return max(0, sh.wait(now))
+	}
 	s.each(c, now, func(g *ratelimit.Group) bool {
 		wait = max(wait, g.Reserve(now, c.ID).Start.Sub(now))
 		return true
@@ -108,6 +114,11 @@ func (s *groupSet) ready(c *Call, now time.Time) (ok bool, wait time.Duration) {
 	if len(c.Limits) == 0 {
 		return true, 0
 	}
+	if sh := c.shared; sh != nil {
+		// The shared store takes the guard's slot with the bucket's.
+		w := sh.wait(now)
+		return w <= 0, max(0, w)
+	}
 	ok = true
 	s.each(c, now, func(g *ratelimit.Group) bool {
 		if r, w := g.Ready(now, c.ID); !r {
@@ -120,7 +131,7 @@ func (s *groupSet) ready(c *Call, now time.Time) (ok bool, wait time.Duration) {
 
 // take takes c's slot in every group, or in none.
 func (s *groupSet) take(c *Call, now time.Time) (ok bool, wait time.Duration) {
-	if len(c.Limits) == 0 {
+	if len(c.Limits) == 0 || c.shared != nil {
 		return true, 0
 	}
 	var taken []*ratelimit.Group
@@ -143,14 +154,14 @@ func (s *groupSet) take(c *Call, now time.Time) (ok bool, wait time.Duration) {
 
 // cancel gives back the slots c took and did not use; it keeps its place.
 func (s *groupSet) cancel(c *Call, now time.Time) {
-	if len(c.Limits) > 0 {
+	if len(c.Limits) > 0 && c.shared == nil {
 		s.each(c, now, func(g *ratelimit.Group) bool { g.Cancel(now, c.ID); return true })
 	}
 }
 
 // settle records the answer of c's attempt, sent at c.sentAt.
 func (s *groupSet) settle(c *Call, at time.Time) {
-	if len(c.Limits) > 0 {
+	if len(c.Limits) > 0 && c.shared == nil {
 		s.each(c, at, func(g *ratelimit.Group) bool { g.Settle(at, c.sentAt, c.ID); return true })
 	}
 }
@@ -158,6 +169,10 @@ func (s *groupSet) settle(c *Call, at time.Time) {
 // release drops c's places (it has its outcome); taken slots stay until
 // settled or cancelled. Safe from any goroutine.
 func (s *groupSet) release(c *Call, now time.Time) {
+	if sh := c.shared; sh != nil {
+		sh.release()
+		return
+	}
 	if len(c.Limits) > 0 {
 		s.each(c, now, func(g *ratelimit.Group) bool { g.Release(c.ID); return true })
 	}
@@ -165,7 +180,7 @@ func (s *groupSet) release(c *Call, now time.Time) {
 
 // block holds c's groups until until: the API still refused one of them.
 func (s *groupSet) block(c *Call, until, now time.Time) {
-	if len(c.Limits) > 0 {
+	if len(c.Limits) > 0 && c.shared == nil { // the shared store blocks its groups from the answer
 		s.each(c, now, func(g *ratelimit.Group) bool { g.Block(until); return true })
 	}
 }
@@ -174,6 +189,12 @@ func (s *groupSet) block(c *Call, until, now time.Time) {
 // last) and the limit it is, or false when c waits in no group.
 func (s *groupSet) estimate(c *Call, now time.Time) (slot ratelimit.Slot, limit string, ok bool) {
 	if len(c.Limits) == 0 {
+		return slot, "", false
+	}
+	if sh := c.shared; sh != nil {
+		if p := sh.place.Load(); p != nil {
+			return p.slot, p.limit, true
+		}
 		return slot, "", false
 	}
 	i := 0
@@ -210,4 +231,122 @@ func (s *groupSet) snapshot(now time.Time) []GroupSnapshot {
 			Waiting: g.Waiting(), Held: g.Held(now)})
 	}
 	return out
+}
+
+// sharedPlace is a call's part in the declared groups a shared store
+// counts (ratelimit.SharedGroups, the Redis store): every process's
+// requests reserve their (window, place) there, in the order they are
+// submitted, and the store's Reserve takes the guard's slot atomically
+// with the bucket's and the global one. The bucket actor holds the call
+// until the latest of its reserved windows begins; the store refuses it
+// ("declared") if it comes early or the guard is full, and says until
+// when.
+//
+// The groups and id are set before the call reaches its actor and never
+// change; place changes (a refusal moved the window, Future.ETA asked the
+// store again) and is read on any goroutine.
+type sharedPlace struct {
+	store    ratelimit.SharedGroups
+	groups   []ratelimit.SharedGroup // one per Call.Limits, in order
+	names    []string                // their limits' names
+	id       string
+	place    atomic.Pointer[groupPlace] // nil: not scheduled (the store was unreachable)
+	released atomic.Bool
+}
+
+// groupPlace is the latest window among a call's groups and the limit
+// whose window it is.
+type groupPlace struct {
+	slot  ratelimit.Slot
+	limit string
+}
+
+// wait returns how long until the latest of the reserved windows begins
+// (negative: it has); 0 when the call has none (the store decides).
+func (sh *sharedPlace) wait(now time.Time) time.Duration {
+	if p := sh.place.Load(); p != nil {
+		return p.slot.Start.Sub(now)
+	}
+	return 0
+}
+
+// set records the slots the store gave, one per group.
+func (sh *sharedPlace) set(slots []ratelimit.Slot) {
+	var p *groupPlace
+	for i, sl := range slots {
+		if p == nil || sl.Start.After(p.slot.Start) {
+			p = &groupPlace{slot: sl, limit: sh.names[i]}
+		}
+	}
+	if p != nil {
+		sh.place.Store(p)
+	}
+}
+
+// refused records that the store refused the call until now+wait
+// ("declared"): its window moved (it had missed it), or the guard is full.
+func (sh *sharedPlace) refused(now time.Time, wait time.Duration) {
+	start := now.Add(wait)
+	old := sh.place.Load()
+	if old != nil && !start.After(old.slot.Start) {
+		return
+	}
+	p := &groupPlace{slot: ratelimit.Slot{Start: start}}
+	if old != nil {
+		p.slot.End, p.slot.Position, p.limit = start.Add(old.slot.End.Sub(old.slot.Start)), old.slot.Position, old.limit
+	} else {
+		p.slot.End, p.limit = start.Add(sh.groups[0].Window), sh.names[0]
+	}
+	sh.place.Store(p)
+}
+
+// refresh asks the store for the call's slots now (Future.ETA): places
+// ahead that ended move it forward, a missed window is reserved again.
+func (sh *sharedPlace) refresh(ctx context.Context, now time.Time) {
+	slots, found, err := sh.store.EstimateGroups(ctx, now, sh.id, sh.groups)
+	if err != nil {
+		return
+	}
+	var kept []ratelimit.Slot
+	for i, f := range found {
+		if f {
+			kept = append(kept, slots[i])
+		} else {
+			kept = append(kept, ratelimit.Slot{Start: now, End: now.Add(sh.groups[i].Window)})
+		}
+	}
+	sh.set(kept)
+}
+
+// release drops the call's places (it has its outcome), once.
+func (sh *sharedPlace) release() {
+	if sh.released.CompareAndSwap(false, true) {
+		sh.store.ReleaseGroups(sh.id, sh.groups)
+	}
+}
+
+// reserveShared schedules c in its declared groups in the shared store of
+// its window, when that store counts groups: on the caller's goroutine,
+// before c reaches its actor, so places follow the order of submission
+// across processes. A store that cannot be reached leaves c unscheduled:
+// its Reserve still guards every send.
+func (s *System) reserveShared(c *Call) {
+	if len(c.Limits) == 0 {
+		return
+	}
+	store, ok := s.windows[c.window].shared.(ratelimit.SharedGroups)
+	if !ok {
+		return
+	}
+	sh := &sharedPlace{store: store, id: strconv.FormatUint(c.ID, 10),
+		groups: make([]ratelimit.SharedGroup, len(c.Limits)), names: make([]string, len(c.Limits))}
+	for i, ref := range c.Limits {
+		sh.groups[i] = ratelimit.SharedGroup{Key: ref.Limit.Name + "|" + ref.Group, Count: ref.Limit.Count, Window: ref.Limit.Window}
+		sh.names[i] = ref.Limit.Name
+	}
+	c.shared = sh
+	slots, err := store.ReserveGroups(c.Ctx, s.now(), sh.id, sh.groups)
+	if err == nil {
+		sh.set(slots)
+	}
 }

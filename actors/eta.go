@@ -248,6 +248,9 @@ func (s *System) ETA(ctx context.Context, c *Call) (ETA, error) {
 	case <-ctx.Done():
 		return ETA{}, ctx.Err()
 	}
+	if sh := c.shared; sh != nil {
+		sh.refresh(ctx, s.now()) // the places ahead in every process
+	}
 	now := s.now()
 	return s.finish([]laneETA{le}, now)[0].ETA, nil
 }

@@ -298,6 +298,7 @@ func (s *System) Submit(c *Call) {
 		c.Complete(nil, err)
 		return
 	}
+	s.reserveShared(c)
 	s.root.Send(s.sup, &submitMsg{calls: []*Call{c}})
 }
 

@@ -63,6 +63,50 @@ type SharedRequest struct {
 	// or a bucket that met a shared or sublimit 429. The shared store also
 	// remembers the latter for every process.
 	Serial bool
+	// Groups are the declared groups the request counts in, when the
+	// store counts them (SharedGroups), and GroupID its id there: the
+	// request goes only inside the window it reserved in each
+	// (SharedGroups.ReserveGroups; one is reserved now if it has none)
+	// and with a slot free in each group's guard, taken with the others.
+	Groups  []SharedGroup
+	GroupID string
+}
+
+// SharedGroup is one group of a declared limit (a Group) counted in a
+// shared store: Count requests per Window for every process together.
+type SharedGroup struct {
+	// Key names the group: the limit and its group key ("member_roles|
+	// guild_id=1"). Processes that share a limit name it alike.
+	Key    string
+	Count  int
+	Window time.Duration
+}
+
+// SharedGroups is implemented by a Shared store that also counts declared
+// group limits (Group) across processes: each group's schedule of windows
+// and its guard live in the store, so a request reserves its exact
+// (window, place) among every process's requests when it is submitted,
+// and Reserve takes its guard slot atomically with the bucket's and the
+// global one (SharedRequest.Groups). Report settles them (SharedGrant
+// carries the groups).
+//
+// The methods take the caller's clock; the store exchanges durations
+// only. ReserveGroups and EstimateGroups block for at most the store's
+// timeout and return an error when it cannot be reached (the caller then
+// treats the request as unscheduled: Reserve still guards it, from a local
+// share when the store is down). ReleaseGroups never blocks.
+type SharedGroups interface {
+	// ReserveGroups schedules request id in each group (keeping a
+	// reservation it has, unless its window is over) and returns its slot
+	// in each, in order.
+	ReserveGroups(ctx context.Context, now time.Time, id string, groups []SharedGroup) ([]Slot, error)
+	// EstimateGroups returns request id's slot in each group now (a
+	// window that is over is reserved again); ok is false for a group
+	// where it has no reservation.
+	EstimateGroups(ctx context.Context, now time.Time, id string, groups []SharedGroup) ([]Slot, []bool, error)
+	// ReleaseGroups drops request id's reservations that are not taken
+	// (the request has its outcome), in the background.
+	ReleaseGroups(id string, groups []SharedGroup)
 }
 
 // SharedGrant is the outcome of Reserve.
@@ -78,7 +122,9 @@ type SharedGrant struct {
 	Notify bool
 	// Scope names what refused: "bucket", "global" (a global 429's pause
 	// or the window full), "budget" (the shared invalid-request budget
-	// is spent). Empty when OK.
+	// is spent), "declared" (a group of SharedRequest.Groups: its window
+	// has not begun, or its guard is full; Wait is until it may be).
+	// Empty when OK.
 	Scope string
 	// Hash is the bucket hash the shared store knows for the request's
 	// template ("" if none): another process learned it.
@@ -97,6 +143,10 @@ type SharedGrant struct {
 	Key string
 	// Global reports that a global slot was taken.
 	Global bool
+	// Groups and GroupID are the request's (SharedRequest) when granted:
+	// a slot of each group's guard was taken.
+	Groups  []SharedGroup
+	GroupID string
 }
 
 // SharedAnswer is what a granted request met.

@@ -53,9 +53,11 @@ type fallback struct {
 	global  *ratelimit.SlidingWindow
 	mu      sync.Mutex
 	buckets map[string]*fbWindow
-	since   time.Time // the last switch to the fallback
+	groups  map[string]*ratelimit.SlidingWindow // declared groups' guards, by SharedGroup.Key
+	since   time.Time                           // the last switch to the fallback
 	period  time.Duration
 	seq     uint64 // grants so far, across buckets and switches
+	entered uint64 // seq at the last switch: older grants' group guards were cleared
 }
 
 // fbWindow is one bucket as this process paces it in fallback.
@@ -81,7 +83,7 @@ type fbWindow struct {
 
 func newFallback(limit int, period time.Duration, share func() float64) *fallback {
 	return &fallback{share: share, limit: limit, global: ratelimit.NewSlidingWindow(limit, period),
-		buckets: map[string]*fbWindow{}, period: period}
+		buckets: map[string]*fbWindow{}, groups: map[string]*ratelimit.SlidingWindow{}, period: period}
 }
 
 // enter starts counting locally at now: the windows under way are held.
@@ -89,8 +91,9 @@ func (f *fallback) enter(now time.Time) {
 	f.global.Block(now.Add(f.period))
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.since = now
+	f.since, f.entered = now, f.seq
 	clear(f.buckets)
+	clear(f.groups)
 }
 
 // portion returns floor(n × share), at least 1.
@@ -126,6 +129,13 @@ func (f *fallback) reserve(r ratelimit.SharedRequest) ratelimit.SharedGrant {
 		for k, w := range f.buckets {
 			if w.inflight == 0 && !r.Now.Before(later(later(w.next, w.held), w.ends)) {
 				delete(f.buckets, k)
+			}
+		}
+	}
+	if len(f.groups) > fallbackSweep {
+		for k, gw := range f.groups {
+			if gw.Count(r.Now) == 0 && gw.Blocked(r.Now) == 0 {
+				delete(f.groups, k)
 			}
 		}
 	}
@@ -168,12 +178,34 @@ func (f *fallback) reserve(r ratelimit.SharedRequest) ratelimit.SharedGrant {
 		}
 		return refuse("bucket", wait)
 	}
+	// The declared groups: a guard per group of floor(Count × share) per
+	// Window, held for a window at the switch like the buckets.
+	for i, gr := range r.Groups {
+		gw := f.groups[gr.Key]
+		if gw == nil {
+			gw = ratelimit.NewSlidingWindow(f.portion(gr.Count), gr.Window)
+			if r.Now.Before(f.since.Add(gr.Window)) {
+				gw.Block(f.since.Add(gr.Window))
+			}
+			f.groups[gr.Key] = gw
+		}
+		if ok, wait := gw.Reserve(r.Now); !ok {
+			for _, taken := range r.Groups[:i] {
+				f.groups[taken.Key].Cancel(r.Now)
+			}
+			if r.Global {
+				f.global.Cancel(r.Now)
+			}
+			return refuse("declared", max(wait, gw.Blocked(r.Now)))
+		}
+	}
 	f.seq++
 	w.last, w.prevNext = f.seq, w.next
 	w.next = r.Now.Add(w.window / time.Duration(k))
 	w.inflight++
 	gk := grantKey(key, f.seq)
-	return ratelimit.SharedGrant{OK: true, Local: true, Key: gk, Lease: joinLease("", gk), Global: r.Global}
+	return ratelimit.SharedGrant{OK: true, Local: true, Key: gk, Lease: joinLease("", gk), Global: r.Global,
+		Groups: r.Groups, GroupID: r.GroupID}
 }
 
 func later(a, b time.Time) time.Time {
@@ -198,6 +230,15 @@ func (f *fallback) report(g ratelimit.SharedGrant, a ratelimit.SharedAnswer) {
 	key, seq := parseGrantKey(g.Key)
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	for _, gr := range g.Groups {
+		if gw := f.groups[gr.Key]; gw != nil && seq > f.entered {
+			if a.Sent {
+				gw.Settle(a.Now)
+			} else {
+				gw.Cancel(a.Now)
+			}
+		}
+	}
 	w := f.buckets[key]
 	if w == nil || seq < w.first || seq > w.last {
 		return // granted before the last switch: its window was cleared

@@ -30,6 +30,7 @@ import "github.com/redis/go-redis/v9"
 //	P:i:<minute>  string invalid answers (401, 403, non-shared 429) that minute
 //	P:procs       zset   live processes: id -> heartbeat expiry (ms)
 //	P:pmax        string the most processes seen alive at once recently
+//	P:d:<group>:* a declared group's schedule and guard (groups.go)
 //	P:wake        pub/sub channel: "w|<major>" (an answer a process waits
 //	                     for came), "g|<ms>" (a global 429: pause for ms)
 //
@@ -46,12 +47,14 @@ import "github.com/redis/go-redis/v9"
 // none), 12 caller's longest Reset-After ms, 13 reopening margin ms, 14
 // invalid-request limit (0: none), 15 its window in minutes, 16 how long a
 // bucket is kept after its window ms, 17 the hash the caller knows for
-// the template ("" if none), 18 the caller sends one at a time here (0/1).
+// the template ("" if none), 18 the caller sends one at a time here (0/1),
+// 19 the request's id in its declared groups, 20 the number of groups,
+// then per group: key, count, window ms (groups.go).
 //
 // Returns {granted 0/1, wait ms, scope, hash, notify-or-pioneer 0/1, bucket
 // key used}. When granted, the 5th is 1 for a pioneer; when refused, 1 if
 // the wait ends with another process's answer (published on P:wake).
-var reserveScript = redis.NewScript(`
+var reserveScript = redis.NewScript(groupLua + `
 local P = KEYS[1]
 local lease, key, tpl, major = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local wantG = ARGV[5] == '1'
@@ -200,6 +203,29 @@ else
   used = used + 1
 end
 
+-- The declared groups: the request goes inside the window it reserved in
+-- each (reserved now if it has none, or again if that window is over),
+-- with a slot of each guard free.
+local gid, ng = ARGV[19] or '', tonumber(ARGV[20] or '0')
+local groups = {}
+for j = 0, ng - 1 do
+  local D = P .. ':d:' .. ARGV[21 + 3 * j]
+  local gn, gper = tonumber(ARGV[22 + 3 * j]), tonumber(ARGV[23 + 3 * j])
+  local gstart, gseq, glease = greserve(D, gn, gper, ttl, gid, now)
+  if glease ~= '' then
+    -- taken by an attempt whose answer is not reported yet: this attempt
+    -- needs a place of its own
+    redis.call('HDEL', D .. ':r', gid)
+    gstart, gseq, glease = greserve(D, gn, gper, ttl, gid, now)
+  end
+  local gw = math.max(gstart - now, gguard(D, gn, gper, now))
+  if gw > 0 then
+    gkeep(D, gper, now, ttl)
+    return {0, gw, 'declared', hash, 0, key}
+  end
+  groups[#groups + 1] = {D, gseq, gstart, gper}
+end
+
 redis.call('ZADD', F, now + ttl, lease)
 redis.call('PEXPIRE', F, ttl)
 if pioneer == 1 and hash == '' then
@@ -213,6 +239,13 @@ redis.call('PEXPIRE', B, math.max(reset - now, ttl) + keep)
 if wantG then
   redis.call('ZADD', G, now + ttl + gPer, lease)
   redis.call('PEXPIRE', G, ttl + gPer)
+end
+for _, g in ipairs(groups) do
+  local D, gseq, gstart, gper = g[1], g[2], g[3], g[4]
+  redis.call('HSET', D .. ':r', gid, S(gstart) .. '|' .. S(gseq) .. '|' .. lease)
+  redis.call('ZREM', D .. ':q', qm(gseq, gid))
+  redis.call('ZADD', D .. ':g', now + ttl, lease)
+  gkeep(D, gper, now, ttl)
 end
 return {1, 0, '', hash, pioneer, key}
 `)
@@ -230,10 +263,11 @@ return {1, 0, '', hash, pioneer, key}
 // window ms, 19 invalid-request window in minutes, 20 lease ttl ms (as
 // reserved: a lease's score less it is its reservation time), 21
 // X-RateLimit-Reset in Unix ms (0: none), which tells windows
-// apart.
+// apart, 22 the request's id in its declared groups, 23 the number of
+// groups, then per group: key, count, window ms.
 //
 // Returns the number of processes woken.
-var reportScript = redis.NewScript(`
+var reportScript = redis.NewScript(groupLua + `
 local P = KEYS[1]
 local lease, key = ARGV[1], ARGV[2]
 local sent, status, full = ARGV[3] == '1', tonumber(ARGV[4]), ARGV[5] == '1'
@@ -271,6 +305,36 @@ if global then
   else
     redis.call('ZREM', P .. ':g', lease)
   end
+end
+
+-- The declared groups: a sent request holds its guard slot one window
+-- after its answer, and its reservation ends; one never sent gives the
+-- slot back and keeps its place.
+local gid, ng = ARGV[22] or '', tonumber(ARGV[23] or '0')
+for j = 0, ng - 1 do
+  local D = P .. ':d:' .. ARGV[24 + 3 * j]
+  local gn, gper = tonumber(ARGV[25 + 3 * j]), tonumber(ARGV[26 + 3 * j])
+  local rec = redis.call('HGET', D .. ':r', gid)
+  local gstart, gseq, glease = 0, 0, ''
+  if rec then gstart, gseq, glease = gparse(rec) end
+  if sent then
+    redis.call('ZADD', D .. ':g', now + gper, lease)
+    if glease == lease then redis.call('HDEL', D .. ':r', gid) end
+    if rtt > 0 then
+      local old = tonumber(redis.call('HGET', D .. ':s', 'rtt') or '0')
+      redis.call('HSET', D .. ':s', 'rtt', math.max(rtt, old - math.floor(old / 8)))
+    end
+    if status == 429 and (scope == 'shared' or scope == 'sublimit') then
+      gblock(D, gn, gper, now + wait)
+    end
+  else
+    redis.call('ZREM', D .. ':g', lease)
+    if glease == lease then
+      redis.call('HSET', D .. ':r', gid, S(gstart) .. '|' .. S(gseq) .. '|')
+      redis.call('ZADD', D .. ':q', gstart, qm(gseq, gid))
+    end
+  end
+  gkeep(D, gper, now, ttl)
 end
 
 if not sent then

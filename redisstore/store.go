@@ -212,6 +212,10 @@ type Store struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	probe  chan struct{} // nudges the heartbeat to probe now
+	// relMu guards relClosed: no ReleaseGroups goroutine starts after
+	// Close began (its wg.Add would race with the Wait).
+	relMu     sync.Mutex
+	relClosed bool
 }
 
 var _ ratelimit.Shared = (*Store)(nil)
@@ -281,6 +285,9 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 // Close stops the store's goroutines and waits for them. The Redis client
 // stays open.
 func (s *Store) Close() error {
+	s.relMu.Lock()
+	s.relClosed = true
+	s.relMu.Unlock()
 	s.cancel()
 	s.wg.Wait()
 	return nil
@@ -393,11 +400,12 @@ func (s *Store) reserve(ctx context.Context, r ratelimit.SharedRequest) (ratelim
 		remaining = int64(min(r.Local.Limit, r.Local.Remaining+r.Local.InFlight()))
 		resetIn = ms(r.Local.ResetAt.Sub(r.Now))
 	}
-	res, err := reserveScript.Run(ctx, s.rdb, []string{s.ns},
-		lease, r.Route, r.Template, r.Major, b2i(r.Global),
+	args := []any{lease, r.Route, r.Template, r.Major, b2i(r.Global),
 		s.cfg.GlobalLimit, ms(s.cfg.GlobalPeriod), ms(s.cfg.LeaseTTL),
 		limit, remaining, resetIn, ms(r.Window), ms(r.Margin),
-		s.cfg.InvalidLimit, ms(s.cfg.InvalidWindow)/60000, ms(DefaultKeep), r.Hash, b2i(r.Serial)).Slice()
+		s.cfg.InvalidLimit, ms(s.cfg.InvalidWindow) / 60000, ms(DefaultKeep), r.Hash, b2i(r.Serial),
+		s.groupID(r.GroupID), len(r.Groups)}
+	res, err := reserveScript.Run(ctx, s.rdb, []string{s.ns}, groupArgs(args, r.Groups, true)...).Slice()
 	if err != nil {
 		return ratelimit.SharedGrant{}, err
 	}
@@ -414,6 +422,7 @@ func (s *Store) reserve(ctx context.Context, r ratelimit.SharedRequest) (ratelim
 	g := ratelimit.SharedGrant{OK: ok == 1, Scope: scope, Hash: hash, Key: key}
 	if g.OK {
 		g.Lease, g.Global, g.Pioneer = joinLease(lease, ""), r.Global, flag == 1
+		g.Groups, g.GroupID = r.Groups, r.GroupID
 		return g, nil
 	}
 	g.Wait = time.Duration(wait) * time.Millisecond
@@ -463,12 +472,12 @@ func (s *Store) report(ctx context.Context, lease string, g ratelimit.SharedGran
 	if h.Has.Reset {
 		resetMs = h.Reset.UnixMilli()
 	}
-	return reportScript.Run(ctx, s.rdb, []string{s.ns},
-		lease, g.Key, b2i(a.Sent), a.Status, b2i(full),
+	args := []any{lease, g.Key, b2i(a.Sent), a.Status, b2i(full),
 		h.Limit, h.Remaining, ms(max(resetIn, time.Millisecond)), hash, a.Template, a.Major,
 		scope, ms(a.Verdict.Wait), b2i(invalid), b2i(g.Global),
-		ms(s.cfg.GlobalPeriod), ms(a.RoundTrip), ms(DefaultKeep), ms(s.cfg.InvalidWindow)/60000,
-		ms(s.cfg.LeaseTTL), resetMs).Err()
+		ms(s.cfg.GlobalPeriod), ms(a.RoundTrip), ms(DefaultKeep), ms(s.cfg.InvalidWindow) / 60000,
+		ms(s.cfg.LeaseTTL), resetMs, s.groupID(g.GroupID), len(g.Groups)}
+	return reportScript.Run(ctx, s.rdb, []string{s.ns}, groupArgs(args, g.Groups, true)...).Err()
 }
 
 // failed records a failed Redis call and switches to the fallback at now

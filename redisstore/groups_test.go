@@ -1,0 +1,148 @@
+package redisstore
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/ratelimit"
+)
+
+// groupRequest is a request of its own bucket (a pioneer each, so only the
+// group binds) under group g, with id.
+func groupRequest(i int, id string, g ratelimit.SharedGroup) ratelimit.SharedRequest {
+	r := request()
+	r.Global = false
+	r.Route, r.Template, r.Hash = "GET /x/{id} id="+strconv.Itoa(i), "GET /x/{id}", "x"
+	r.Major = "id=" + strconv.Itoa(i)
+	r.Groups, r.GroupID = []ratelimit.SharedGroup{g}, id
+	return r
+}
+
+// Three processes reserve in one group of 3 per window: places follow the
+// order of reservation across processes, three per window, windows one
+// window apart; a released place goes to the next to reserve, and an
+// estimate tells a reservation as it was given.
+func TestGroupReservationsAcrossProcesses(t *testing.T) {
+	srv := redistest.Start(t)
+	ns := Namespace("tok-groups")
+	stores := []*Store{newStore(t, srv, Config{Namespace: ns}), newStore(t, srv, Config{Namespace: ns}), newStore(t, srv, Config{Namespace: ns})}
+	const window = 400 * time.Millisecond
+	g := []ratelimit.SharedGroup{{Key: "member_roles|guild_id=1", Count: 3, Window: window}}
+	ctx := context.Background()
+	now := time.Now()
+	var slots []ratelimit.Slot
+	for i := range 9 {
+		s, err := stores[i%3].ReserveGroups(ctx, now, strconv.Itoa(i), g)
+		require.NoError(t, err)
+		require.Len(t, s, 1)
+		slots = append(slots, s[0])
+	}
+	for i, s := range slots {
+		assert.Equal(t, i, s.Position, "place %d", i)
+		assert.Equal(t, window, s.End.Sub(s.Start))
+		w := i / 3 // its window
+		// Each slot is told in ms from Redis's now: ±1 ms from one call to the next.
+		assert.WithinDuration(t, slots[3*w].Start, s.Start, 2*time.Millisecond, "%d shares the window of %d", i, 3*w)
+		if w > 0 {
+			assert.GreaterOrEqual(t, s.Start.Sub(slots[3*(w-1)].Start), window-2*time.Millisecond, "windows one window apart")
+		}
+	}
+	assert.WithinDuration(t, now, slots[0].Start, 50*time.Millisecond, "the first window opens at once")
+
+	// Reserving again keeps the place; an estimate tells it.
+	again, err := stores[1].ReserveGroups(ctx, now, "4", g)
+	require.NoError(t, err)
+	assert.WithinDuration(t, slots[4].Start, again[0].Start, 20*time.Millisecond)
+	est, found, err := stores[1].EstimateGroups(ctx, now, "4", g)
+	require.NoError(t, err)
+	assert.True(t, found[0])
+	assert.Equal(t, 4, est[0].Position)
+	_, found, err = stores[2].EstimateGroups(ctx, now, "unknown", g)
+	require.NoError(t, err)
+	assert.False(t, found[0], "no reservation: nothing reserved by an estimate")
+
+	// A released place (the request was cancelled) goes to the next.
+	stores[1].ReleaseGroups("4", g)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		est, found, err := stores[2].EstimateGroups(ctx, now, "5", g) // its process's
+		assert.NoError(c, err)
+		assert.True(c, found[0])
+		assert.Equal(c, 4, est[0].Position, "one place ahead left")
+	}, 5*time.Second, 10*time.Millisecond)
+	n, err := stores[0].ReserveGroups(ctx, now, "9", g)
+	require.NoError(t, err)
+	assert.WithinDuration(t, slots[3].Start, n[0].Start, 20*time.Millisecond, "the freed place in the second window")
+}
+
+// Requests of three processes under one group go only in the windows they
+// reserved, and never more than Count in any window of the limit, however
+// they interleave.
+func TestGroupGuardAcrossProcesses(t *testing.T) {
+	srv := redistest.Start(t)
+	ns := Namespace("tok-guard")
+	stores := []*Store{newStore(t, srv, Config{Namespace: ns}), newStore(t, srv, Config{Namespace: ns}), newStore(t, srv, Config{Namespace: ns})}
+	const window, count, n = 300 * time.Millisecond, 3, 15
+	g := ratelimit.SharedGroup{Key: "dms|", Count: count, Window: window}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	type sent struct {
+		at   time.Time
+		slot ratelimit.Slot
+	}
+	var mu sync.Mutex
+	var out []sent
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st := stores[i%3]
+			id := strconv.Itoa(i)
+			slots, err := st.ReserveGroups(ctx, time.Now(), id, []ratelimit.SharedGroup{g})
+			if !assert.NoError(t, err) {
+				return
+			}
+			for {
+				gr := st.Reserve(ctx, groupRequest(i, id, g))
+				if gr.OK {
+					at := time.Now()
+					mu.Lock()
+					out = append(out, sent{at, slots[0]})
+					mu.Unlock()
+					a := answer(5, 4, time.Second, "")
+					a.Template, a.Major = "GET /x/{id}", "id="+strconv.Itoa(i)
+					st.Report(ctx, gr, a)
+					return
+				}
+				assert.Equal(t, "declared", gr.Scope)
+				select {
+				case <-time.After(gr.Wait): // the pace the group sets
+				case <-ctx.Done():
+					t.Error("not granted in time")
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	require.Len(t, out, n)
+	slices.SortFunc(out, func(a, b sent) int { return a.at.Compare(b.at) })
+	const slack = 15 * time.Millisecond // Redis's clock against ours, and scheduling
+	for i, s := range out {
+		// The guard: the request count+i went at least a window after i.
+		if i+count < len(out) {
+			assert.GreaterOrEqual(t, out[i+count].at.Sub(s.at), window-slack, "more than %d in a window at %d", count, i)
+		}
+		assert.False(t, s.at.Before(s.slot.Start.Add(-slack)), "sent %v before its window", s.slot.Start.Sub(s.at))
+		assert.False(t, s.at.After(s.slot.End.Add(slack)), "sent %v after its window", s.at.Sub(s.slot.End))
+	}
+}
