@@ -19,8 +19,9 @@ import (
 // role updates, a channel's renames), or a rule of your own ("at most 100
 // DMs a minute"). Sluice enforces it in the bucket actors, together with
 // the limits Discord announces (the stricter wins), so no 429 is needed to
-// learn it. With Options.Redis, each process counts its declared limits
-// alone for now: give each process its share of Count.
+// learn it. With Options.Redis, the processes sharing the token count each
+// limit together: each group's windows and places live in Redis
+// (docs/declared-limits.md).
 //
 // Requests under a limit are counted per group: all requests of its
 // routes whose Per parameter has the same value (one guild's role

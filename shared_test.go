@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"strconv"
@@ -48,6 +49,9 @@ type sharedScenario struct {
 	window time.Duration
 	// ip marks a load sent without the token: on the per-IP global limit.
 	ip bool
+	// limits are declared in every process; each child then reports
+	// every request's ETA, asked at once after its submission.
+	limits []sluice.Limit
 }
 
 func sharedRules(limit int, window time.Duration, rules ...sluicetest.Rule) sluicetest.RuleSet {
@@ -91,6 +95,17 @@ var sharedScenarios = map[string]sharedScenario{
 			sluicetest.Rule{Name: "messages", Method: "GET", Route: "/channels/{channel_id}/messages", Bucket: "msgs"}),
 		path: func(p, w int) string { return "/channels/" + strconv.Itoa(5000+w) + "/messages" },
 	},
+	// 400 role updates on one guild, under a hidden limit of 50 per
+	// 500 ms per guild (a shared 429 with no header) that every process
+	// declares: the group's schedule is shared through Redis.
+	"declared": {
+		rules: sharedRules(200, 500*time.Millisecond,
+			sluicetest.Rule{Name: "add_role", Method: "PUT", Route: roleRoute, Bucket: "roles",
+				Sublimits: []sluicetest.Sublimit{{Name: "member_roles", Per: "guild_id", Limit: 50, Window: sluicetest.Duration(500 * time.Millisecond)}}}),
+		path:   func(p, w int) string { return fmt.Sprintf("/guilds/1/members/%d/roles/9", p*sharedWorkers+w) },
+		limit:  50, window: 500 * time.Millisecond,
+		limits: []sluice.Limit{{Name: "member_roles", Routes: []string{"PUT " + roleRoute}, Per: "guild_id", Count: 50, Window: 500 * time.Millisecond}},
+	},
 	// 400 webhooks, one request each, sent without the token: only the
 	// per-IP global limit binds, which the processes behind one IP share
 	// (Options.RedisIPKey).
@@ -108,6 +123,9 @@ type childResult struct {
 	OK, Failed  int
 	Errors      []string
 	Shared      redisstore.Stats // at the end
+	// ETAs are the requests' ETAs asked right after submission, by path
+	// (scenarios with limits).
+	ETAs map[string]sluice.ETA
 }
 
 // TestSharedChild is the child process of the multi-process tests; it
@@ -125,7 +143,7 @@ func TestSharedChild(t *testing.T) {
 	// A token of its own per scenario: the scenarios share one Redis.
 	share, _ := strconv.ParseFloat(os.Getenv("SLUICE_SHARED_SHARE"), 64)
 	lim, err := sluice.New(sluice.Options{BaseURL: os.Getenv("SLUICE_SHARED_BASE"), H2C: true, Token: testToken + "-" + os.Getenv("SLUICE_SHARED_SCENARIO"),
-		GlobalLimit: sharedGlobal, IPGlobalLimit: sharedGlobal, Redis: rdb, RedisFallbackShare: share})
+		GlobalLimit: sharedGlobal, IPGlobalLimit: sharedGlobal, Redis: rdb, RedisFallbackShare: share, Limits: sc.limits})
 	require.NoError(t, err)
 
 	var mu sync.Mutex
@@ -137,15 +155,27 @@ func TestSharedChild(t *testing.T) {
 	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
 		t.Fatalf("no go from the parent: %v", err)
 	}
-	res := childResult{}
+	res := childResult{ETAs: map[string]sluice.ETA{}}
 	var wg sync.WaitGroup
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	method := "GET"
+	if sc.limits != nil {
+		method = "PUT"
+	}
 	for w := range sharedWorkers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			resp, err := lim.Do(ctx, req("GET", sc.path(p, w), ""))
+			f := lim.Send(ctx, req(method, sc.path(p, w), ""))
+			if sc.limits != nil {
+				e, err := f.ETA(ctx)
+				require.NoError(t, err)
+				mu.Lock()
+				res.ETAs[sc.path(p, w)] = e
+				mu.Unlock()
+			}
+			resp, err := f.Await(ctx)
 			now := time.Now().UnixNano()
 			mu.Lock()
 			defer mu.Unlock()
@@ -155,7 +185,7 @@ func TestSharedChild(t *testing.T) {
 				if len(res.Errors) < 5 {
 					res.Errors = append(res.Errors, err.Error())
 				}
-			case resp.StatusCode != http.StatusOK:
+			case resp.StatusCode/100 != 2:
 				res.Failed++
 				if len(res.Errors) < 5 {
 					res.Errors = append(res.Errors, resp.Status)
@@ -191,7 +221,7 @@ func TestSharedChild(t *testing.T) {
 // runShared starts the children on scenario name against srv and rdb, calls
 // progress with the number of outcomes so far as they come, and returns
 // their results.
-func runShared(t *testing.T, name string, srv *sluicetest.Server, redisURL string, share float64, progress func(n int)) []childResult {
+func runShared(t *testing.T, name, base string, redisURL string, share float64, progress func(n int)) []childResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -206,7 +236,7 @@ func runShared(t *testing.T, name string, srv *sluicetest.Server, redisURL strin
 	for p := range sharedProcesses {
 		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestSharedChild$", "-test.count=1")
 		cmd.Env = append(os.Environ(), "SLUICE_SHARED_CHILD=1", "SLUICE_SHARED_SCENARIO="+name,
-			"SLUICE_SHARED_PROCESS="+strconv.Itoa(p), "SLUICE_SHARED_REDIS="+redisURL, "SLUICE_SHARED_BASE="+srv.APIBase(),
+			"SLUICE_SHARED_PROCESS="+strconv.Itoa(p), "SLUICE_SHARED_REDIS="+redisURL, "SLUICE_SHARED_BASE="+base,
 			"SLUICE_SHARED_SHARE="+strconv.FormatFloat(share, 'g', -1, 64))
 		stdout, err := cmd.StdoutPipe()
 		require.NoError(t, err)
@@ -284,7 +314,7 @@ func TestSharedLimitsAcrossProcesses(t *testing.T) {
 			srv, err := sluicetest.NewServer(sluicetest.Options{H2C: true, Rules: sc.rules})
 			require.NoError(t, err)
 			defer srv.Close()
-			res := runShared(t, name, srv, rs.URL, 0, nil)
+			res := runShared(t, name, srv.APIBase(), rs.URL, 0, nil)
 			ok, first, last := 0, int64(0), int64(0)
 			for _, r := range res {
 				ok += r.OK
@@ -360,7 +390,7 @@ func TestSharedLimitsSurviveRedisDying(t *testing.T) {
 	// The share is set, as the processes of a test start too close
 	// together to have counted each other (redisstore's tests cover the
 	// count).
-	res := runShared(t, "saturated", srv, rs.URL, 1.0/sharedProcesses, func(n int) {
+	res := runShared(t, "saturated", srv.APIBase(), rs.URL, 1.0/sharedProcesses, func(n int) {
 		switch {
 		case n >= 100 && !killed:
 			killed = true
@@ -498,4 +528,110 @@ func TestSharedInvalidRequestBudget(t *testing.T) {
 	require.ErrorAs(t, err, &be, "the budget spent by two processes refuses a third's request")
 	assert.ErrorIs(t, err, sluice.ErrInvalidRequestBudget)
 	assert.Greater(t, be.RetryAfter, time.Duration(0))
+}
+
+// pathArrivals records when each request path reached the server, in front of
+// a simulator: the moment each request of every process ran.
+type pathArrivals struct {
+	mu sync.Mutex
+	at map[string]time.Time
+}
+
+func (a *pathArrivals) first() time.Time {
+	var f time.Time
+	for _, t := range a.at {
+		if f.IsZero() || t.Before(f) {
+			f = t
+		}
+	}
+	return f
+}
+
+// serve puts a recording HTTP/2 (h2c) server in front of srv and returns
+// its API base.
+func (a *pathArrivals) serve(t *testing.T, srv *sluicetest.Server) string {
+	t.Helper()
+	a.at = map[string]time.Time{}
+	hs := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		now := time.Now()
+		a.mu.Lock()
+		if _, ok := a.at[r.URL.Path]; !ok {
+			a.at[r.URL.Path] = now
+		}
+		a.mu.Unlock()
+		srv.ServeHTTP(w, r)
+	}))
+	hs.Config.Protocols = new(http.Protocols)
+	hs.Config.Protocols.SetUnencryptedHTTP2(true)
+	hs.Start()
+	t.Cleanup(hs.Close)
+	return hs.URL + "/api/v10"
+}
+
+// TestSharedDeclaredGroupAcrossProcesses: 4 processes × 100 role updates
+// on one guild, under a group limit the API does not announce (50 per
+// 500 ms) that each declares. The group's schedule lives in Redis: no
+// process ever meets the 429, the server never sees more than the limit in
+// a window, and each request runs in the window its ETA gave when it was
+// submitted, whichever process sent it.
+func TestSharedDeclaredGroupAcrossProcesses(t *testing.T) {
+	rs := redistest.Start(t)
+	sc := sharedScenarios["declared"]
+	srv, err := sluicetest.NewServer(sluicetest.Options{H2C: true, Rules: sc.rules})
+	require.NoError(t, err)
+	defer srv.Close()
+	var arr pathArrivals
+	res := runShared(t, "declared", arr.serve(t, srv), rs.URL, 0, nil)
+
+	srv.AssertNoViolations(t)
+	st := srv.Stats()
+	assert.Zero(t, st.RateLimited["shared"]+st.RateLimited["user"], "a declared limit never needs a 429")
+	require.Len(t, st.Sublimits, 1)
+	assert.Equal(t, sharedProcesses*sharedWorkers, st.Sublimits[0].Admitted)
+	assert.Zero(t, st.Sublimits[0].RateLimited)
+
+	// Each request's predicted window is the window it ran in. The slack
+	// is the clocks' (Redis's is read in ms) and the way to the server;
+	// under the race detector, the processes' own delays.
+	slack := 20 * time.Millisecond
+	if raceDetector {
+		slack = 60 * time.Millisecond
+	}
+	total, inWindow, declared, sent := 0, 0, 0, 0
+	var worst time.Duration
+	arr.mu.Lock()
+	defer arr.mu.Unlock()
+	for p, r := range res {
+		assert.Zero(t, r.Failed, "process %d: %v", p, r.Errors)
+		for path, e := range r.ETAs {
+			at, ok := arr.at["/api/v10"+path]
+			if !assert.True(t, ok, "%s never reached the server", path) {
+				continue
+			}
+			if e.Stage == sluice.StageSent {
+				sent++ // on its way already (a pioneer): nothing to predict
+				continue
+			}
+			total++
+			if e.Limit == sluice.LimitDeclared {
+				declared++
+			}
+			miss := max(e.Start.Sub(at), at.Sub(e.End), 0)
+			worst = max(worst, miss)
+			if miss <= slack {
+				inWindow++
+			} else if os.Getenv("DEBUGETA") != "" {
+				t.Logf("%s: window %v..%v ran %v (%s)", path, e.Start.Sub(arr.first()), e.End.Sub(arr.first()), at.Sub(arr.first()), e.Limit)
+			}
+		}
+	}
+	for p, r := range res {
+		t.Logf("process %d: %+v", p, r.Shared)
+	}
+	t.Logf("%d requests waiting when asked, %d sent already; %d with their ETA set by the declared limit; %d ran in their predicted window ±%v; worst miss %v",
+		total, sent, declared, inWindow, slack, worst)
+	assert.Equal(t, sharedProcesses*sharedWorkers, total+sent)
+	assert.LessOrEqual(t, sent, sharedProcesses, "only each process's first request (its pioneer) goes before its ETA is asked")
+	assert.Equal(t, total, declared, "the declared limit sets every waiting request's window")
+	assert.Equal(t, total, inWindow, "every request in the window its ETA gave")
 }

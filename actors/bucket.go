@@ -350,6 +350,7 @@ func (b *bucket) enqueue(c *Call) {
 	c.queuedAt = now
 	b.sys.tel.event(c, "queued", attribute.String("sluice.bucket", l.key))
 	l.queue = append(l.queue, c)
+	l.order(len(l.queue) - 1)
 }
 
 // ready reports whether l's head may go now as far as the buckets are
@@ -883,6 +884,7 @@ func requeueFront(l *lane, c *Call, now time.Time) {
 	start, _, _ := l.slot(now, 0)
 	c.stamp(start)
 	l.queue = append([]*Call{c}, l.queue...)
+	l.order(0)
 }
 
 // retryLater sends c again after a backoff, without holding the queue.

@@ -350,3 +350,47 @@ func (s *System) reserveShared(c *Call) {
 		sh.set(slots)
 	}
 }
+
+// order moves the call at l.queue[i] to its place among its neighbours in
+// the order of their shared groups' windows (sharedPlace): a call reserved
+// in a later window never holds the lane before one reserved earlier,
+// whatever order they reached the actor in (callers' goroutines reserve
+// concurrently), and a call whose window moved (it missed it) goes behind
+// the ones now due first. Calls without a shared place keep their FIFO
+// order: the scan stops at them.
+func (l *lane) order(i int) {
+	start, ok := placeStart(l.queue[i])
+	if !ok {
+		return
+	}
+	q := l.queue
+	for i > 0 { // earlier than the one before it: move forward
+		s, ok := placeStart(q[i-1])
+		if !ok || !s.After(start) {
+			break
+		}
+		q[i-1], q[i] = q[i], q[i-1]
+		i--
+	}
+	for i < len(q)-1 { // later than the one after it: move back
+		s, ok := placeStart(q[i+1])
+		if !ok || !start.After(s) {
+			break
+		}
+		q[i+1], q[i] = q[i], q[i+1]
+		i++
+	}
+}
+
+// placeStart returns the start of c's reserved window in its shared
+// groups, if it has one.
+func placeStart(c *Call) (time.Time, bool) {
+	if c.shared == nil {
+		return time.Time{}, false
+	}
+	p := c.shared.place.Load()
+	if p == nil {
+		return time.Time{}, false
+	}
+	return p.slot.Start, true
+}

@@ -136,6 +136,12 @@ func (b *bucket) restamp(l *lane, now time.Time) {
 func (l *lane) slot(now time.Time, pos int) (start, end time.Time, known bool) {
 	st := &l.state
 	if now.Before(l.sharedUntil) {
+		if l.sharedNotify {
+			// Until another process's pioneer is answered: its lease's
+			// expiry only bounds that, and the answer is usually a round
+			// trip away. Like an unknown bucket: a lower bound.
+			return now, now, false
+		}
 		now = l.sharedUntil // another process holds the bucket until then
 	}
 	if !st.Known || st.Limit <= 0 {
@@ -298,8 +304,12 @@ func (s *System) finish(parts []laneETA, now time.Time) []RequestETA {
 		if p.retry {
 			e.Limit = BoundRetry
 		}
-		if g, name, ok := s.groups.estimate(c, now); ok && g.Start.After(e.Start) {
-			e.Start, e.End, e.Limit, e.Declared = g.Start, later(g.End, g.Start), BoundDeclared, name
+		// The declared window when it is later, or when the bucket's
+		// limit is unknown (its window is only a lower bound, [now, now]):
+		// the request goes inside the group's window unless its bucket
+		// turns out to hold it longer.
+		if g, name, ok := s.groups.estimate(c, now); ok && (g.Start.After(e.Start) || !e.Known && g.End.After(e.Start)) {
+			e.Start, e.End, e.Limit, e.Declared = later(g.Start, e.Start), g.End, BoundDeclared, name
 		}
 		out[i].ETA = e
 		waiting = append(waiting, i)

@@ -146,3 +146,46 @@ func TestGroupGuardAcrossProcesses(t *testing.T) {
 		assert.False(t, s.at.After(s.slot.End.Add(slack)), "sent %v after its window", s.at.Sub(s.slot.End))
 	}
 }
+
+// With Redis unreachable, a group is guarded locally with the fallback
+// share of its Count, held for one window at the switch: what the other
+// processes sent through Redis before is unknown.
+func TestGroupFallbackShare(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, srv, Config{Namespace: Namespace("tok-gfb"), Share: 0.25})
+	srv.Kill()
+	g := ratelimit.SharedGroup{Key: "member_roles|guild_id=1", Count: 10, Window: time.Second}
+	ctx := context.Background()
+	_, err := s.ReserveGroups(ctx, time.Now(), "0", []ratelimit.SharedGroup{g})
+	require.Error(t, err, "no schedule without Redis")
+	assert.Equal(t, Fallback, s.Mode())
+
+	now := time.Now()
+	reserve := func(i int, at time.Time) ratelimit.SharedGrant {
+		r := groupRequest(i, strconv.Itoa(i), g)
+		r.Now = at
+		return s.Reserve(ctx, r)
+	}
+	first := reserve(0, now)
+	assert.False(t, first.OK, "the window under way at the switch is held")
+	assert.Equal(t, "declared", first.Scope)
+
+	// A window later: a quarter of 10 (2), held one window after their
+	// answers.
+	at := now.Add(time.Second)
+	var granted []ratelimit.SharedGrant
+	for i := 1; i <= 5; i++ {
+		if gr := reserve(i, at); gr.OK {
+			granted = append(granted, gr)
+		}
+	}
+	require.Len(t, granted, 2, "a quarter of 10")
+	for _, gr := range granted {
+		s.Report(ctx, gr, ratelimit.SharedAnswer{Now: at, Sent: true, Status: 204})
+	}
+	assert.False(t, reserve(6, at.Add(time.Second/2)).OK, "held a window after the answers")
+	gr := reserve(7, at.Add(time.Second+time.Millisecond))
+	assert.True(t, gr.OK, "free again a window after")
+	s.Report(ctx, gr, ratelimit.SharedAnswer{Now: at, Sent: false})
+	assert.True(t, reserve(8, at.Add(time.Second+2*time.Millisecond)).OK, "a slot never used is given back")
+}

@@ -433,7 +433,7 @@ func (s *Store) reserve(ctx context.Context, r ratelimit.SharedRequest) (ratelim
 // Report implements ratelimit.Shared.
 func (s *Store) Report(ctx context.Context, g ratelimit.SharedGrant, a ratelimit.SharedAnswer) {
 	if g.Local {
-		s.fb.report(ratelimit.SharedGrant{Key: fallbackKey(g.Lease), Global: g.Global}, a)
+		s.fb.report(ratelimit.SharedGrant{Key: fallbackKey(g.Lease), Global: g.Global, Groups: g.Groups}, a)
 	}
 	lease := splitLease(g.Lease)
 	if lease == "" || s.Mode() == Fallback {
