@@ -102,8 +102,8 @@ var sharedScenarios = map[string]sharedScenario{
 		rules: sharedRules(200, 500*time.Millisecond,
 			sluicetest.Rule{Name: "add_role", Method: "PUT", Route: roleRoute, Bucket: "roles",
 				Sublimits: []sluicetest.Sublimit{{Name: "member_roles", Per: "guild_id", Limit: 50, Window: sluicetest.Duration(500 * time.Millisecond)}}}),
-		path:   func(p, w int) string { return fmt.Sprintf("/guilds/1/members/%d/roles/9", p*sharedWorkers+w) },
-		limit:  50, window: 500 * time.Millisecond,
+		path:  func(p, w int) string { return fmt.Sprintf("/guilds/1/members/%d/roles/9", p*sharedWorkers+w) },
+		limit: 50, window: 500 * time.Millisecond,
 		limits: []sluice.Limit{{Name: "member_roles", Routes: []string{"PUT " + roleRoute}, Per: "guild_id", Count: 50, Window: 500 * time.Millisecond}},
 	},
 	// 400 webhooks, one request each, sent without the token: only the
