@@ -145,54 +145,30 @@ local function gblock(D, n, per, untilT)
 end
 `
 
-// groupReserveScript reserves a request's place in each of its groups.
+// groupPlaceScript reserves a request's place in each of its groups, or,
+// for an estimate, tells the place it has (a group where it has none
+// answers found 0 and reserves nothing).
 //
-// ARGV: 1 request id, 2 lease ttl ms, 3 number of groups, then per group:
-// key, count, window ms. Returns, per group, {start in ms from now (may be
-// negative: the window is under way), position}.
-var groupReserveScript = redis.NewScript(groupLua + `
-local P, id, ttl, ng = KEYS[1], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+// ARGV: 1 request id, 2 lease ttl ms, 3 estimate only (0/1), 4 number of
+// groups, then per group: key, count, window ms. Returns, per group,
+// {start in ms from now (negative: the window is under way), position,
+// found 0/1}.
+var groupPlaceScript = redis.NewScript(groupLua + `
+local P, id, ttl, estimate, ng = KEYS[1], ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1', tonumber(ARGV[4])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local out = {}
 for j = 0, ng - 1 do
-  local D = P .. ':d:' .. ARGV[4 + 3 * j]
-  local n, per = tonumber(ARGV[5 + 3 * j]), tonumber(ARGV[6 + 3 * j])
-  local start, seq, lease = greserve(D, n, per, ttl, id, now)
-  local pos = 0
-  if lease == '' then pos = redis.call('ZRANK', D .. ':q', qm(seq, id)) or 0 end
-  gkeep(D, per, now, ttl)
-  out[#out + 1] = start - now
-  out[#out + 1] = pos
-end
-return out
-`)
-
-// groupEstimateScript is groupReserveScript for a request that has
-// reservations: a group where it has none answers found 0 and reserves
-// nothing.
-//
-// Returns, per group, {start in ms from now, position, found 0/1}.
-var groupEstimateScript = redis.NewScript(groupLua + `
-local P, id, ttl, ng = KEYS[1], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local out = {}
-for j = 0, ng - 1 do
-  local D = P .. ':d:' .. ARGV[4 + 3 * j]
-  local n, per = tonumber(ARGV[5 + 3 * j]), tonumber(ARGV[6 + 3 * j])
-  if redis.call('HEXISTS', D .. ':r', id) == 1 then
+  local D = P .. ':d:' .. ARGV[5 + 3 * j]
+  local n, per = tonumber(ARGV[6 + 3 * j]), tonumber(ARGV[7 + 3 * j])
+  if estimate and redis.call('HEXISTS', D .. ':r', id) == 0 then
+    table.insert(out, 0); table.insert(out, 0); table.insert(out, 0)
+  else
     local start, seq, lease = greserve(D, n, per, ttl, id, now)
     local pos = 0
     if lease == '' then pos = redis.call('ZRANK', D .. ':q', qm(seq, id)) or 0 end
     gkeep(D, per, now, ttl)
-    out[#out + 1] = start - now
-    out[#out + 1] = pos
-    out[#out + 1] = 1
-  else
-    out[#out + 1] = 0
-    out[#out + 1] = 0
-    out[#out + 1] = 0
+    table.insert(out, start - now); table.insert(out, pos); table.insert(out, 1)
   end
 end
 return out
@@ -241,23 +217,31 @@ func groupArgs(args []any, gs []ratelimit.SharedGroup, withCount bool) []any {
 
 // ReserveGroups implements ratelimit.SharedGroups.
 func (s *Store) ReserveGroups(ctx context.Context, now time.Time, id string, gs []ratelimit.SharedGroup) ([]ratelimit.Slot, error) {
-	res, err := s.groupScript(ctx, now, groupReserveScript, id, gs, 2)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]ratelimit.Slot, len(gs))
-	for i, g := range gs {
-		start, _ := res[2*i].(int64)
-		pos, _ := res[2*i+1].(int64)
-		out[i] = slotAt(now, start, pos, g.Window)
-	}
-	return out, nil
+	out, _, err := s.placeGroups(ctx, now, id, gs, false)
+	return out, err
 }
 
 // EstimateGroups implements ratelimit.SharedGroups.
 func (s *Store) EstimateGroups(ctx context.Context, now time.Time, id string, gs []ratelimit.SharedGroup) ([]ratelimit.Slot, []bool, error) {
-	res, err := s.groupScript(ctx, now, groupEstimateScript, id, gs, 3)
+	return s.placeGroups(ctx, now, id, gs, true)
+}
+
+// placeGroups runs groupPlaceScript.
+func (s *Store) placeGroups(parent context.Context, now time.Time, id string, gs []ratelimit.SharedGroup, estimate bool) ([]ratelimit.Slot, []bool, error) {
+	if s.Mode() == Fallback {
+		return nil, nil, errGroupsLocal
+	}
+	ctx, cancel := context.WithTimeout(parent, s.cfg.Timeout)
+	defer cancel()
+	args := groupArgs([]any{s.groupID(id), ms(s.cfg.LeaseTTL), b2i(estimate), len(gs)}, gs, true)
+	res, err := groupPlaceScript.Run(ctx, s.rdb, []string{s.ns}, args...).Slice()
+	if err == nil && len(res) != 3*len(gs) {
+		err = fmt.Errorf("redisstore: group script: %d results for %d groups", len(res), len(gs))
+	}
 	if err != nil {
+		if parent.Err() == nil {
+			s.failed(err, now) // not the caller's context ending
+		}
 		return nil, nil, err
 	}
 	out, found := make([]ratelimit.Slot, len(gs)), make([]bool, len(gs))
@@ -266,37 +250,11 @@ func (s *Store) EstimateGroups(ctx context.Context, now time.Time, id string, gs
 		pos, _ := res[3*i+1].(int64)
 		f, _ := res[3*i+2].(int64)
 		if found[i] = f == 1; found[i] {
-			out[i] = slotAt(now, start, pos, g.Window)
+			start := now.Add(time.Duration(start) * time.Millisecond)
+			out[i] = ratelimit.Slot{Start: start, End: start.Add(g.Window), Position: int(pos)}
 		}
 	}
 	return out, found, nil
-}
-
-func slotAt(now time.Time, startMs, pos int64, window time.Duration) ratelimit.Slot {
-	start := now.Add(time.Duration(startMs) * time.Millisecond)
-	return ratelimit.Slot{Start: start, End: start.Add(window), Position: int(pos)}
-}
-
-// groupScript runs a reserve or estimate script, which answers per results
-// per group.
-func (s *Store) groupScript(parent context.Context, now time.Time, sc *redis.Script, id string, gs []ratelimit.SharedGroup, per int) ([]any, error) {
-	if s.Mode() == Fallback {
-		return nil, errGroupsLocal
-	}
-	ctx, cancel := context.WithTimeout(parent, s.cfg.Timeout)
-	defer cancel()
-	args := groupArgs([]any{s.groupID(id), ms(s.cfg.LeaseTTL), len(gs)}, gs, true)
-	res, err := sc.Run(ctx, s.rdb, []string{s.ns}, args...).Slice()
-	if err == nil && len(res) != per*len(gs) {
-		err = fmt.Errorf("redisstore: group script: %d results for %d groups", len(res), len(gs))
-	}
-	if err != nil {
-		if parent.Err() == nil {
-			s.failed(err, now) // not the caller's context ending
-		}
-		return nil, err
-	}
-	return res, nil
 }
 
 // ReleaseGroups implements ratelimit.SharedGroups: the script runs on a
