@@ -170,7 +170,9 @@ func (s *groupSet) settle(c *Call, at time.Time) {
 // settled or cancelled. Safe from any goroutine.
 func (s *groupSet) release(c *Call, now time.Time) {
 	if sh := c.shared; sh != nil {
-		sh.release()
+		if c.resp == nil || !sh.taken.Load() {
+			sh.release()
+		} // else answered after taking its place in Redis: the report ends it
 		return
 	}
 	if len(c.Limits) > 0 {
@@ -252,6 +254,10 @@ type sharedPlace struct {
 	id       string
 	place    atomic.Pointer[groupPlace] // nil: not scheduled (the store was unreachable)
 	released atomic.Bool
+	// taken is set while the latest attempt holds its places in the store
+	// (granted there, not from the local fallback): its report, not a
+	// release, ends them.
+	taken atomic.Bool
 }
 
 // groupPlace is the latest window among a call's groups and the limit

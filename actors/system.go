@@ -708,7 +708,11 @@ func (s *System) work(conn *transport.Conn, c *Call, bucket *actor.PID, sr *rate
 		// The shared count (other processes on the token) admits it too,
 		// or the bucket actor puts it back in line for the wait told.
 		seq := s.wakes.Load()
-		if grant = win.shared.Reserve(ctx, *sr); !grant.OK {
+		grant = win.shared.Reserve(ctx, *sr)
+		if sh := c.shared; sh != nil {
+			sh.taken.Store(grant.OK && !grant.Local)
+		}
+		if !grant.OK {
 			report(&resultMsg{call: c, at: s.now(), deferred: &grant, wakeSeq: seq})
 			return
 		}
