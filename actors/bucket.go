@@ -192,7 +192,7 @@ func (b *bucket) receive(ctx actor.Context, msg any) {
 		b.result(ctx, m)
 		b.pump(ctx)
 	case *grantMsg:
-		b.wanting = false
+		b.wanting = m.more // still in line for the rest
 		if m.err != nil {
 			b.failQueued(m.err, nil)
 		}
@@ -318,7 +318,7 @@ func (b *bucket) enqueue(c *Call) {
 	// (its pause included), the declared groups' reserved window and the
 	// global window's pause, not the global forecast, which counts other
 	// buckets' calls that admission may well serve later.
-	start, _, _ := l.slot(now, len(l.queue))
+	start, _, known := l.slot(now, len(l.queue))
 	wait, by := start.Sub(now), BoundBucket
 	if gw := b.sys.groups.reserve(c, now); gw > wait {
 		wait, by = gw, BoundDeclared
@@ -328,7 +328,7 @@ func (b *bucket) enqueue(c *Call) {
 			wait, by = gw, BoundGlobal
 		}
 	}
-	c.stamp(now.Add(wait))
+	c.stamp(now.Add(wait), known || by == BoundDeclared) // a declared window is a forecast too
 	if wait > 0 {
 		limit := b.sys.cfg.MaxWait
 		if c.MaxWait > 0 && (limit == 0 || c.MaxWait < limit) {
@@ -508,7 +508,7 @@ func (b *bucket) pump(ctx actor.Context) {
 // askAdmission tells the supervisor how many requests wait for admission
 // (once until its answer).
 func (b *bucket) askAdmission(ctx actor.Context, now time.Time) {
-	want, global, path, since := 0, false, time.Duration(0), now
+	want, global, path, since, first := 0, false, time.Duration(0), now, ^uint64(0)
 	for _, l := range b.lanes {
 		c := l.head()
 		if c == nil {
@@ -517,8 +517,8 @@ func (b *bucket) askAdmission(ctx actor.Context, now time.Time) {
 		if ok, _ := b.ready(l, now); !ok {
 			continue
 		}
-		if c.Submitted.Before(since) {
-			since = c.Submitted
+		if c.Submitted.Before(since) || c.Submitted.Equal(since) && c.ID < first {
+			since, first = c.Submitted, c.ID
 		}
 		n := 1
 		if l.state.Known && !l.serial && !l.state.Probing() {
@@ -535,7 +535,7 @@ func (b *bucket) askAdmission(ctx actor.Context, now time.Time) {
 		return // asked already; only a much longer backlog is worth telling
 	}
 	b.wanting, b.wantPath = true, path
-	ctx.Send(b.sys.sup, &wantMsg{key: b.key, want: want, global: global, path: path, since: since})
+	ctx.Send(b.sys.sup, &wantMsg{key: b.key, want: want, global: global, path: path, since: since, first: first})
 }
 
 // cancelGrants gives back global slots reserved for us that nothing can
@@ -678,6 +678,7 @@ func (b *bucket) result(ctx actor.Context, m *resultMsg) {
 	h := m.headers
 	answered := m.resp != nil || h.Has.RateLimit
 	if answered {
+		b.sys.observeRTT(m.at.Sub(c.sentAt))
 		b.sys.clock.Observe(m.wired, m.at, h)
 		b.sys.clock.Annotate(&h)
 	}
@@ -881,8 +882,8 @@ func (b *bucket) failed(l *lane, c *Call, err error, notSent bool) {
 // requeueFront puts c back at the head of l's queue: it was in line first.
 func requeueFront(l *lane, c *Call, now time.Time) {
 	c.queuedAt = now
-	start, _, _ := l.slot(now, 0)
-	c.stamp(start)
+	start, _, known := l.slot(now, 0)
+	c.stamp(start, known)
 	l.queue = append([]*Call{c}, l.queue...)
 	l.order(0)
 }
@@ -891,7 +892,7 @@ func requeueFront(l *lane, c *Call, now time.Time) {
 func (b *bucket) retryLater(l *lane, now time.Time, c *Call) {
 	c.notBefore = now.Add(b.sys.cfg.RetryBackoff.Delay(c.errAttempts, rand.Float64))
 	c.errAttempts++
-	c.stamp(c.notBefore)
+	c.stamp(c.notBefore, true)
 	l.retries = append(l.retries, c)
 }
 

@@ -63,6 +63,9 @@ type Call struct {
 	// outside the limits. Read by the global forecasts of other calls'
 	// ETAs (System.globalSlots), on any goroutine.
 	due atomic.Int64
+	// guess is set while due is only a lower bound: its bucket's limit is
+	// not known (it waits for its lane's pioneer). Stamped with due.
+	guess atomic.Bool
 	// direct is set for a call sent outside the limits (SubmitDirect).
 	// Set before submission.
 	direct bool

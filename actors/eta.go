@@ -107,8 +107,12 @@ const (
 )
 
 // stamp records when c's bucket and groups would let it go, for the
-// global forecasts of the calls behind it.
-func (c *Call) stamp(at time.Time) { c.due.Store(at.UnixNano()) }
+// global forecasts of the calls behind it; known is false when that is
+// only a lower bound (its bucket's limit is not known).
+func (c *Call) stamp(at time.Time, known bool) {
+	c.guess.Store(!known)
+	c.due.Store(at.UnixNano())
+}
 
 // restamp records again the due times of l's queue, after its count
 // changed shape (its limit became known or changed, a pause): the old
@@ -119,11 +123,11 @@ func (b *bucket) restamp(l *lane, now time.Time) {
 		if c.Finished() {
 			continue
 		}
-		start, _, _ := l.slot(now, pos)
-		if g, _, ok := b.sys.groups.estimate(c, now); ok && g.Start.After(start) {
-			start = g.Start
+		start, _, known := l.slot(now, pos)
+		if g, _, ok := b.sys.groups.estimate(c, now); ok && (g.Start.After(start) || !known) {
+			start, known = later(g.Start, start), true // a declared window is a forecast too
 		}
-		c.stamp(start)
+		c.stamp(start, known)
 		pos++
 	}
 }
@@ -319,128 +323,94 @@ func (s *System) finish(parts []laneETA, now time.Time) []RequestETA {
 }
 
 // globalSlots raises the ETAs of the waiting calls (indexes into out) to
-// their global window's forecast.
-//
-// The forecast: the global window serves the calls that wait for it in
-// submission order, counting for each call only those its own buckets let
-// go no later than it (Call.due), since a call held by its bucket for a
-// minute does not take a slot before one that may go now. Those ahead of
-// c take the window's next slots (ratelimit.SlidingWindow.Forecast), and
-// c the one after them. Counting them for every waiting call at once is a
-// dominance count (submission order and due time): one pass in ID order
-// with a Fenwick tree over the due times, O(n log n) in the calls waiting.
+// their global window's forecast: a replay of the supervisor's admission
+// over every call waiting for the window (admissionForecast), each from
+// the time its own limits let it go (Call.due; for the asked calls, their
+// ETA so far).
 func (s *System) globalSlots(out []RequestETA, parts []laneETA, waiting []int, now time.Time) {
-	type entry struct {
-		id     uint64
-		due    int64
-		window Window
-		target int // index into out, or -1 for a call that only counts
-	}
-	var entries []entry
-	asked := make(map[uint64]int, len(waiting))
+	var ws []waiter
+	asked := make(map[uint64]bool, len(waiting))
 	for _, i := range waiting {
 		c := parts[i].call
 		if c.Route.GlobalExempt || parts[i].granted {
 			continue // needs no global slot, or holds one already
 		}
-		asked[c.ID] = i
-		entries = append(entries, entry{id: c.ID, due: out[i].ETA.Start.UnixNano(), window: c.window, target: i})
+		asked[c.ID] = true
+		e := out[i].ETA
+		ws = append(ws, waiterOf(c, e.Start.UnixNano(), !e.Known && e.Limit != BoundDeclared, i))
 	}
-	if len(entries) == 0 {
+	if len(ws) == 0 {
 		return
 	}
+	var onWire map[string]bool
 	s.live.Range(func(_, v any) bool {
 		c := v.(*Call)
-		if _, ok := asked[c.ID]; ok || c.Route.GlobalExempt || c.Finished() {
+		if asked[c.ID] || c.Route.GlobalExempt || c.direct || c.Finished() {
 			return true
 		}
 		due := c.due.Load()
-		if due == dueNever {
+		switch due {
+		case dueNever:
+			if onWire == nil {
+				onWire = map[string]bool{}
+			}
+			onWire[c.Route.Major+"\x00"+c.Route.Method+" "+c.Route.Template] = true
 			return true
-		}
-		if due == dueUnset {
+		case dueUnset:
 			due = now.UnixNano()
 		}
-		entries = append(entries, entry{id: c.ID, due: due, window: c.window, target: -1})
+		ws = append(ws, waiterOf(c, due, c.guess.Load(), -1))
 		return true
 	})
+	rtt := time.Duration(s.rtt.Load())
 	for w := range Window(numWindows) {
-		forecast, ok := s.windows[w].limiter.(interface {
-			Forecast(now time.Time, k int) time.Time
-			Limit() (int, time.Duration)
-		})
-		var mine []entry
-		for _, e := range entries {
+		var mine []waiter
+		for _, e := range ws {
 			if e.window == w {
 				mine = append(mine, e)
 			}
 		}
-		if len(mine) == 0 {
+		if len(mine) == 0 || !slices.ContainsFunc(mine, func(e waiter) bool { return e.target >= 0 }) {
 			continue
 		}
+		src, ok := s.windows[w].limiter.(slotSource)
 		if !ok {
 			// A custom limiter tells only its wait for the next slot.
 			for _, e := range mine {
 				if e.target >= 0 {
-					raise(&out[e.target].ETA, now.Add(s.windows[w].limiter.Wait(now)), 0)
+					if start := now.Add(s.windows[w].limiter.Wait(now)); start.After(out[e.target].ETA.Start) {
+						raise(&out[e.target].ETA, start, start)
+					}
 				}
 			}
 			continue
 		}
-		_, per := forecast.Limit()
-		ahead := dominance(mine, func(e entry) (uint64, int64) { return e.id, e.due })
-		// The calls whose actors hold a granted slot are among those
-		// waiting, and their slots are already held in the window: count
-		// them once.
-		granted := int(s.windows[w].granted.Load())
+		_, per := src.Limit()
+		at := admissionForecast(mine, src, now, rtt, max(0, int(s.windows[w].granted.Load())), onWire)
 		for j, e := range mine {
-			if e.target >= 0 {
-				k := ahead[j] - min(ahead[j], max(0, granted))
-				raise(&out[e.target].ETA, forecast.Forecast(now, k), per)
+			if e.target >= 0 && at[j].at > e.due { // later than its own limits let it go
+				// From the earliest it may go to one period after the
+				// forecast: the slot's period, and the doubt of the
+				// round trips before it.
+				end := now.Add(time.Duration(at[j].at - now.UnixNano())).Add(per)
+				raise(&out[e.target].ETA, now.Add(time.Duration(at[j].early-now.UnixNano())), end)
 			}
 		}
 	}
 }
 
-// raise moves e's window to [start, start+width) when the global window
-// lets it go later than its other limits.
-func raise(e *ETA, start time.Time, width time.Duration) {
-	if start.After(e.Start) {
-		e.Start, e.End, e.Limit, e.Declared = start, start.Add(width), BoundGlobal, ""
+// waiterOf is c as the global forecast sees it, due at due (Unix ns).
+func waiterOf(c *Call, due int64, guess bool, target int) waiter {
+	return waiter{
+		id: c.ID, submitted: c.Submitted.UnixNano(), due: due, guess: guess, window: c.window,
+		actor: c.Route.Major, lane: c.Route.Method + " " + c.Route.Template, target: target,
 	}
 }
 
-// dominance returns, for each item, how many others come before it in id
-// and no later in due: a Fenwick tree over the ranks of the due times, fed
-// in id order.
-func dominance[T any](items []T, key func(T) (id uint64, due int64)) []int {
-	n := len(items)
-	order := make([]int, n)
-	dues := make([]int64, n)
-	for i := range items {
-		order[i] = i
-		_, dues[i] = key(items[i])
-	}
-	slices.SortFunc(order, func(a, b int) int {
-		ia, _ := key(items[a])
-		ib, _ := key(items[b])
-		return cmp.Compare(ia, ib)
-	})
-	ranks := slices.Clone(dues)
-	slices.Sort(ranks)
-	ranks = slices.Compact(ranks)
-	tree := make([]int, len(ranks)+1)
-	out := make([]int, n)
-	for _, i := range order {
-		r, _ := slices.BinarySearch(ranks, dues[i]) // 0-based rank of its due
-		for k := r + 1; k > 0; k -= k & -k {        // those so far with due <= its own
-			out[i] += tree[k]
-		}
-		for k := r + 1; k < len(tree); k += k & -k {
-			tree[k]++
-		}
-	}
-	return out
+// raise moves e's window to [start, end) (no earlier than it was) when
+// the global window lets it go later than its other limits.
+func raise(e *ETA, start, end time.Time) {
+	e.Start, e.End, e.Limit, e.Declared = later(start, e.Start), later(end, e.Start), BoundGlobal, ""
 }
 
 // requests completes the ETAs of the calls waiting in the actors' queues,

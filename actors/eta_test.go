@@ -2,38 +2,127 @@ package actors
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-// TestDominanceMatchesBruteForce checks the Fenwick count of the global
-// forecast against its definition: for each call, the others with a smaller
-// id and a due time no later.
-func TestDominanceMatchesBruteForce(t *testing.T) {
-	type item struct {
-		id  uint64
-		due int64
+// fixedSlots is a global window with n free slots per period from now.
+type fixedSlots struct {
+	n   int
+	per time.Duration
+}
+
+func (f fixedSlots) Limit() (int, time.Duration) { return f.n, f.per }
+func (f fixedSlots) Forecast(now time.Time, k int) time.Time {
+	return now.Add(time.Duration(k/f.n) * f.per)
+}
+
+// forecastAt is admissionForecast's forecast times.
+func forecastAt(ws []waiter, src slotSource, now time.Time, rtt time.Duration, held int, onWire map[string]bool) []int64 {
+	var out []int64
+	for _, s := range admissionForecast(ws, src, now, rtt, held, onWire) {
+		out = append(out, s.at)
 	}
+	return out
+}
+
+// The replay serves actors, not calls: a channel's ready calls go
+// together, ahead of other channels' calls submitted between them; a long
+// backlog goes first; an unknown lane's queue waits for its pioneer.
+func TestAdmissionForecast(t *testing.T) {
+	now := time.Unix(1000, 0)
+	ns := func(d time.Duration) int64 { return now.Add(d).UnixNano() }
+	w := func(id uint64, actor string, due time.Duration, guess bool) waiter {
+		return waiter{id: id, submitted: ns(time.Duration(id) * time.Microsecond), due: ns(due), guess: guess, actor: actor, lane: "POST /m", target: int(id)}
+	}
+	src := fixedSlots{n: 2, per: time.Second}
+	rtt := 10 * time.Millisecond
+
+	t.Run("one grant per channel", func(t *testing.T) {
+		// Submitted a1 b1 c1 a2 b2 c2: each channel's two go together.
+		ws := []waiter{w(0, "a", 0, false), w(1, "b", 0, false), w(2, "c", 0, false), w(3, "a", 0, false), w(4, "b", 0, false), w(5, "c", 0, false)}
+		at := forecastAt(ws, src, now, rtt, 0, nil)
+		step := rtt + time.Second
+		assert.Equal(t, []int64{ns(0), ns(step), ns(2 * step), ns(0), ns(step), ns(2 * step)}, at)
+	})
+	t.Run("the longest backlog first", func(t *testing.T) {
+		// h was submitted last, but its bucket holds its queue for 2 s.
+		ws := []waiter{w(0, "a", 0, false), w(1, "b", 0, false), w(2, "h", 0, false), w(3, "h", 2*time.Second, false)}
+		at := forecastAt(ws, src, now, rtt, 0, nil)
+		assert.Equal(t, ns(0), at[2], "the hot channel's ready call goes first")
+		assert.Equal(t, ns(0), at[0])
+		assert.Equal(t, ns(rtt+time.Second), at[1], "then the cold one behind it")
+		assert.Equal(t, ns(2*time.Second), at[3], "not before its bucket lets it")
+	})
+	t.Run("an unknown bucket's queue waits for its pioneer", func(t *testing.T) {
+		ws := []waiter{w(0, "u", 0, true), w(1, "u", 0, true), w(2, "b", 0, false), w(3, "c", 0, false)}
+		at := forecastAt(ws, src, now, rtt, 0, nil)
+		assert.Equal(t, ns(0), at[0], "the pioneer")
+		assert.Equal(t, ns(0), at[2], "b takes the other free slot")
+		assert.Equal(t, ns(rtt+time.Second), at[3])
+		assert.Equal(t, ns(rtt+time.Second), at[1], "after its pioneer's answer, behind c (submitted first)")
+		at = forecastAt(ws, src, now, rtt, 0, map[string]bool{"u\x00POST /m": true})
+		assert.Equal(t, ns(0), at[0], "with its pioneer out, the queue goes as it may")
+	})
+	t.Run("held slots go first", func(t *testing.T) {
+		ws := []waiter{w(0, "a", 0, false), w(1, "b", 0, false), w(2, "c", 0, false)}
+		at := forecastAt(ws, src, now, rtt, 1, nil)
+		assert.Equal(t, []int64{ns(0), ns(0), ns(0)}, at, "one granted slot and two free ones")
+	})
+}
+
+// Whatever the calls, the replay keeps its window: no more than n calls
+// start in any period (a slot is held a round trip and a period), none
+// before it is due, every asked call gets a time.
+func TestAdmissionForecastKeepsTheWindow(t *testing.T) {
+	now := time.Unix(1000, 0)
 	rng := rand.New(rand.NewPCG(3, 9))
-	for round := range 200 {
-		n := rng.IntN(60)
-		items := make([]item, n)
-		ids := rng.Perm(n)
-		for i := range items {
-			items[i] = item{id: uint64(ids[i]), due: int64(rng.IntN(8))} // ties in due on purpose
-		}
-		got := dominance(items, func(x item) (uint64, int64) { return x.id, x.due })
-		require.Len(t, got, n)
-		for i, a := range items {
-			want := 0
-			for _, b := range items {
-				if b.id < a.id && b.due <= a.due {
-					want++
-				}
+	for round := range 300 {
+		n := 1 + rng.IntN(5)
+		src := fixedSlots{n: n, per: 100 * time.Millisecond}
+		rtt := time.Duration(rng.IntN(20)) * time.Millisecond
+		count := rng.IntN(40)
+		ws := make([]waiter, count)
+		for i := range ws {
+			ws[i] = waiter{
+				id: uint64(i), submitted: now.Add(-time.Duration(rng.IntN(1000)) * time.Millisecond).UnixNano(),
+				due: now.Add(time.Duration(rng.IntN(8)*50) * time.Millisecond).UnixNano(), guess: rng.IntN(4) == 0,
+				actor: string(rune('a' + rng.IntN(5))), lane: "POST /m", target: -1,
 			}
-			assert.Equal(t, want, got[i], "round %d, item %d", round, i)
+			if rng.IntN(2) == 0 {
+				ws[i].target = i
+			}
+		}
+		in := slices.Clone(ws)
+		got := admissionForecast(ws, src, now, rtt, 0, nil)
+		at := make([]int64, len(got))
+		for i, g := range got {
+			at[i] = g.at
+			if g.at != 0 {
+				require.LessOrEqual(t, g.early, g.at, "round %d: call %d: earliest first", round, i)
+				require.GreaterOrEqual(t, g.early, in[i].due, "round %d: call %d: not before it is due, even at the earliest", round, i)
+			}
+		}
+		var starts []int64
+		for i, a := range at {
+			if in[i].target >= 0 {
+				require.NotZero(t, a, "round %d: call %d has a time", round, i)
+			}
+			if a != 0 {
+				require.GreaterOrEqual(t, a, in[i].due, "round %d: call %d not before it is due", round, i)
+				starts = append(starts, a)
+			}
+		}
+		slices.Sort(starts)
+		hold := int64(rtt + src.per)
+		for i := range starts {
+			if i+n < len(starts) {
+				require.GreaterOrEqual(t, starts[i+n], starts[i]+hold, "round %d: %d calls within one hold", round, n+1)
+			}
 		}
 	}
 }

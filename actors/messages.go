@@ -66,6 +66,9 @@ type wantMsg struct {
 	// window serves buckets in the order of their requests (see
 	// supervisor.want).
 	since time.Time
+	// first is that request's id: it orders buckets whose deadlines tie
+	// (requests submitted in one batch), as submission order would.
+	first uint64
 }
 
 // grantMsg: supervisor -> bucket, answering wantMsg. slots global-window
@@ -77,6 +80,9 @@ type grantMsg struct {
 	slots int
 	probe bool
 	err   error
+	// more: the bucket was served in part and stays in line for the rest
+	// of its want (it does not ask again).
+	more bool
 }
 
 // freedMsg: bucket -> supervisor. Global slots were given back unused

@@ -83,7 +83,8 @@ type child struct {
 	want      int    // requests the bucket reported ready (while waiting)
 	global    bool   // they need global slots
 	deadline  time.Time
-	index     int // in its window's ring
+	first     uint64 // the id of the request its deadline came from: breaks ties
+	index     int    // in its window's ring
 }
 
 // gate is what the supervisor publishes for the bucket actors: the
@@ -443,10 +444,10 @@ func (s *supervisor) want(ctx actor.Context, m *wantMsg) {
 
 	if !ch.waiting {
 		ch.waiting = true
-		ch.deadline = deadline
+		ch.deadline, ch.first = deadline, m.first
 		heap.Push(&a.ring, ch)
 	} else if deadline.Before(ch.deadline) {
-		ch.deadline = deadline
+		ch.deadline, ch.first = deadline, m.first
 		heap.Fix(&a.ring, ch.index)
 	}
 	a.store()
@@ -539,6 +540,15 @@ func (s *supervisor) admitWindow(ctx actor.Context, a *windowAdmission, now time
 				break
 			}
 			slots++
+		}
+		if slots > 0 && slots < ch.want {
+			// Served in part: it keeps its place in line for the rest,
+			// which goes as the window's next slots free (asking again
+			// would put it behind every bucket ready since).
+			ch.want -= slots
+			ctx.Send(ch.pid, &grantMsg{slots: slots, more: true})
+			held = append(held, ch)
+			continue
 		}
 		if slots > 0 {
 			ch.waiting = false
@@ -660,7 +670,10 @@ type admissionQueue []*child
 
 func (q admissionQueue) Len() int { return len(q) }
 func (q admissionQueue) Less(i, j int) bool {
-	return q[i].deadline.Before(q[j].deadline)
+	if !q[i].deadline.Equal(q[j].deadline) {
+		return q[i].deadline.Before(q[j].deadline)
+	}
+	return q[i].first < q[j].first
 }
 func (q admissionQueue) Swap(i, j int) {
 	q[i], q[j] = q[j], q[i]

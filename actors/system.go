@@ -176,6 +176,10 @@ type System struct {
 	// clock, Unix nanoseconds): a connection that dies before answering
 	// counts as a failed one only while the API answers nothing at all.
 	lastAnswer atomic.Int64
+	// rtt is the round trip of the answers so far (ns, see observeRTT),
+	// for the global forecast: how long a pioneer's answer takes, and a
+	// global slot stays held after a send.
+	rtt atomic.Int64
 	// wakes numbers the shared store's wake-ups (SharedWake), so that a
 	// bucket actor can tell one that came before a refusal it hears of
 	// later (see bucket.deferred).
