@@ -328,7 +328,7 @@ func (b *bucket) enqueue(c *Call) {
 			wait, by = gw, BoundGlobal
 		}
 	}
-	c.stamp(now.Add(wait), known || by == BoundDeclared) // a declared window is a forecast too
+	c.stamp(now.Add(wait), known || by == BoundDeclared, l, now) // a declared window is a forecast too
 	if wait > 0 {
 		limit := b.sys.cfg.MaxWait
 		if c.MaxWait > 0 && (limit == 0 || c.MaxWait < limit) {
@@ -883,7 +883,7 @@ func (b *bucket) failed(l *lane, c *Call, err error, notSent bool) {
 func requeueFront(l *lane, c *Call, now time.Time) {
 	c.queuedAt = now
 	start, _, known := l.slot(now, 0)
-	c.stamp(start, known)
+	c.stamp(start, known, l, now)
 	l.queue = append([]*Call{c}, l.queue...)
 	l.order(0)
 }
@@ -892,7 +892,7 @@ func requeueFront(l *lane, c *Call, now time.Time) {
 func (b *bucket) retryLater(l *lane, now time.Time, c *Call) {
 	c.notBefore = now.Add(b.sys.cfg.RetryBackoff.Delay(c.errAttempts, rand.Float64))
 	c.errAttempts++
-	c.stamp(c.notBefore, true)
+	c.stamp(c.notBefore, true, l, now)
 	l.retries = append(l.retries, c)
 }
 

@@ -108,8 +108,11 @@ const (
 
 // stamp records when c's bucket and groups would let it go, for the
 // global forecasts of the calls behind it; known is false when that is
-// only a lower bound (its bucket's limit is not known).
-func (c *Call) stamp(at time.Time, known bool) {
+// only a lower bound (its bucket's limit is not known). It records l's
+// window too (its pace; 0 while unknown).
+func (c *Call) stamp(at time.Time, known bool, l *lane, now time.Time) {
+	_, _, window, _ := l.plan(now)
+	c.pace.Store(int64(window))
 	c.guess.Store(!known)
 	c.due.Store(at.UnixNano())
 }
@@ -127,7 +130,7 @@ func (b *bucket) restamp(l *lane, now time.Time) {
 		if g, _, ok := b.sys.groups.estimate(c, now); ok && (g.Start.After(start) || !known) {
 			start, known = later(g.Start, start), true // a declared window is a forecast too
 		}
-		c.stamp(start, known)
+		c.stamp(start, known, l, now)
 		pos++
 	}
 }
@@ -138,7 +141,6 @@ func (b *bucket) restamp(l *lane, now time.Time) {
 // known is false while the bucket's limit is unknown: then the window is
 // [now, now], a lower bound.
 func (l *lane) slot(now time.Time, pos int) (start, end time.Time, known bool) {
-	st := &l.state
 	if now.Before(l.sharedUntil) {
 		if l.sharedNotify {
 			// Until another process's pioneer is answered: its lease's
@@ -148,27 +150,48 @@ func (l *lane) slot(now time.Time, pos int) (start, end time.Time, known bool) {
 		}
 		now = l.sharedUntil // another process holds the bucket until then
 	}
-	if !st.Known || st.Limit <= 0 {
+	avail, next, window, ok := l.plan(now)
+	if !ok {
 		return now, now, false
 	}
-	window := l.window + st.Margin(now)
-	// avail requests may go now; the next refill (a full Limit) comes in
-	// next, and one every window after it.
-	avail, next := st.Remaining, st.ResetAt.Sub(now)
+	if pos < avail {
+		return now, now.Add(next), true
+	}
+	start = now.Add(next + time.Duration((pos-avail)/l.state.Limit)*window)
+	return start, start.Add(window), true
+}
+
+// refills is how many times the bucket must refill before the request at
+// queue position pos may go (0: it may go in the current window), and the
+// window between refills. ok is false while the limit is unknown.
+func (l *lane) refills(now time.Time, pos int) (n int, window time.Duration, ok bool) {
+	avail, _, window, ok := l.plan(now)
+	if !ok || pos < avail {
+		return 0, window, ok
+	}
+	return 1 + (pos-avail)/l.state.Limit, window, true
+}
+
+// plan is how the bucket lets requests go from now: avail of them at
+// once, the next refill (a full Limit) in next, and one every window after
+// it. ok is false while the limit is unknown.
+func (l *lane) plan(now time.Time) (avail int, next, window time.Duration, ok bool) {
+	st := &l.state
+	if !st.Known || st.Limit <= 0 {
+		return 0, 0, 0, false
+	}
+	window = l.window + st.Margin(now)
+	avail, next = st.Remaining, st.ResetAt.Sub(now)
 	if next <= 0 {
 		avail, next = st.Limit, window // a fresh window opens now
 	}
 	if pause := st.PausedUntil.Sub(now); pause > 0 {
 		avail, next = 0, pause
 	}
-	if pos < avail {
-		return now, now.Add(next), true
-	}
 	if window <= 0 {
 		window = next
 	}
-	start = now.Add(next + time.Duration((pos-avail)/st.Limit)*window)
-	return start, start.Add(window), true
+	return avail, next, window, true
 }
 
 // eta answers an etaMsg: c's stage, its place in its bucket's queue and its
@@ -402,7 +425,7 @@ func (s *System) globalSlots(out []RequestETA, parts []laneETA, waiting []int, n
 // waiterOf is c as the global forecast sees it, due at due (Unix ns).
 func waiterOf(c *Call, due int64, guess bool, target int) waiter {
 	return waiter{
-		id: c.ID, submitted: c.Submitted.UnixNano(), due: due, guess: guess, window: c.window,
+		id: c.ID, submitted: c.Submitted.UnixNano(), due: due, guess: guess, pace: c.pace.Load(), window: c.window,
 		actor: c.Route.Major, lane: c.Route.Method + " " + c.Route.Template, target: target,
 	}
 }

@@ -37,7 +37,11 @@ func TestAdmissionForecast(t *testing.T) {
 	now := time.Unix(1000, 0)
 	ns := func(d time.Duration) int64 { return now.Add(d).UnixNano() }
 	w := func(id uint64, actor string, due time.Duration, guess bool) waiter {
-		return waiter{id: id, submitted: ns(time.Duration(id) * time.Microsecond), due: ns(due), guess: guess, actor: actor, lane: "POST /m", target: int(id)}
+		pace := int64(2 * time.Second) // each bucket: windows 2 s apart
+		if guess {
+			pace = 0
+		}
+		return waiter{id: id, submitted: ns(time.Duration(id) * time.Microsecond), due: ns(due), guess: guess, pace: pace, actor: actor, lane: "POST /m", target: int(id)}
 	}
 	src := fixedSlots{n: 2, per: time.Second}
 	rtt := 10 * time.Millisecond
@@ -50,7 +54,7 @@ func TestAdmissionForecast(t *testing.T) {
 		assert.Equal(t, []int64{ns(0), ns(step), ns(2 * step), ns(0), ns(step), ns(2 * step)}, at)
 	})
 	t.Run("the longest backlog first", func(t *testing.T) {
-		// h was submitted last, but its bucket holds its queue for 2 s.
+		// h was submitted last, but its bucket holds its queue for a window.
 		ws := []waiter{w(0, "a", 0, false), w(1, "b", 0, false), w(2, "h", 0, false), w(3, "h", 2*time.Second, false)}
 		at := forecastAt(ws, src, now, rtt, 0, nil)
 		assert.Equal(t, ns(0), at[2], "the hot channel's ready call goes first")
@@ -91,7 +95,7 @@ func TestAdmissionForecastKeepsTheWindow(t *testing.T) {
 			ws[i] = waiter{
 				id: uint64(i), submitted: now.Add(-time.Duration(rng.IntN(1000)) * time.Millisecond).UnixNano(),
 				due: now.Add(time.Duration(rng.IntN(8)*50) * time.Millisecond).UnixNano(), guess: rng.IntN(4) == 0,
-				actor: string(rune('a' + rng.IntN(5))), lane: "POST /m", target: -1,
+				actor: string(rune('a' + rng.IntN(5))), lane: "POST /m", target: -1, pace: int64(rng.IntN(3)) * int64(50*time.Millisecond),
 			}
 			if rng.IntN(2) == 0 {
 				ws[i].target = i

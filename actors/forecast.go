@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"container/heap"
 	"slices"
+	"sort"
 	"time"
 )
 
@@ -37,6 +38,7 @@ type waiter struct {
 	submitted int64  // Unix ns
 	due       int64  // when its bucket and groups let it go, Unix ns
 	guess     bool   // its bucket's limit is unknown: due is a lower bound
+	pace      int64  // its bucket's window with the margin (ns), 0: unknown
 	actor     string // its bucket actor's key (Route.Major)
 	lane      string // its route family within the actor
 	window    Window // the global window it counts on
@@ -78,7 +80,8 @@ func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt time.Dura
 	// queue needs at its bucket's pace), and for an unknown lane with no
 	// pioneer out, its pioneer (the first), whose slot releases the rest.
 	type laneInfo struct {
-		end     int64
+		dues    []int64 // its waiters' due times
+		pace    int64   // its bucket's window (with the margin), 0: unknown
 		count   int
 		guess   bool
 		pioneer int // index into ws, -1: none waiting
@@ -105,17 +108,38 @@ func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt time.Dura
 			w.follows = true
 			li.rest = append(li.rest, i)
 		}
-		li.end = max(li.end, w.due)
+		li.dues = append(li.dues, max(w.due, nowNs))
+		li.pace = max(li.pace, w.pace)
 		li.count++
 		li.guess = li.guess || w.guess
 		laneOf[i] = li
 	}
-	// path is how long an actor's lane still needs at t (lane.backlog).
-	path := func(li *laneInfo, t int64) int64 {
+	// path is how long a lane still needs after its calls due at due, in
+	// whole windows (lane.backlog): the windows its later calls are due
+	// in, each counted once.
+	for _, li := range lanes {
+		slices.Sort(li.dues)
+		if li.pace <= 0 {
+			continue
+		}
+		windows := li.dues[:0]
+		for _, d := range li.dues {
+			if len(windows) == 0 || d-windows[len(windows)-1] > int64(sameWindow) {
+				windows = append(windows, d)
+			}
+		}
+		li.dues = windows
+	}
+	path := func(li *laneInfo, due int64) int64 {
 		if li.guess {
 			return int64(li.count) * int64(unknownPace)
 		}
-		return max(0, li.end-t)
+		if li.pace <= 0 {
+			return 0
+		}
+		due = max(due, nowNs)
+		later := len(li.dues) - sort.Search(len(li.dues), func(k int) bool { return li.dues[k] > due+int64(sameWindow) })
+		return int64(later) * li.pace
 	}
 
 	pending := &waiterHeap{ws: ws, less: func(a, b *waiter) bool {
@@ -158,7 +182,7 @@ func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt time.Dura
 				if w.submitted < since {
 					since, first = w.submitted, int64(w.id)
 				}
-				long = max(long, path(laneOf[batch[hi]], t))
+				long = max(long, path(laneOf[batch[hi]], w.due))
 			}
 			key := min(since, t) - int64(pathWeight)*long
 			for _, i := range batch[lo:hi] {
@@ -221,12 +245,17 @@ func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt time.Dura
 				ws[j].follows = false
 				heap.Push(pending, j)
 			}
-			li.guess, li.rest = false, nil
-			li.end = t + int64(rtt)
+			li.guess, li.rest, li.dues = false, nil, nil
 		}
 	}
 	return out
 }
+
+// sameWindow is how close two due times of a lane are for the forecast
+// to take them for one window of its bucket: those of a later window come
+// from one reset time, apart only by rounding; those of the current one
+// are counted from now.
+const sameWindow = time.Millisecond
 
 // slotTime is when a global slot is forecast to be taken (at), and the
 // earliest it may be (early), in Unix ns.

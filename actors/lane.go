@@ -210,13 +210,22 @@ func peek(st ratelimit.Bucket, now time.Time) (bool, time.Duration) {
 // supervisor.admit): about Discord's most common route limits.
 const unknownPace = 100 * time.Millisecond
 
-// backlog is how long the lane's queue needs at its bucket's own pace.
+// backlog is how long the lane's queue needs at its bucket's own pace, in
+// whole windows: the refills its last request waits for, times the window.
+// Not the time to the last one's window: that counts when the current
+// window happens to end, so two buckets of one shape, queues of one
+// length, would tell apart by noise and be served in its order rather
+// than in their requests' (supervisor.want); the global forecast
+// reckons the same way (admissionForecast).
 func (l *lane) backlog(now time.Time) time.Duration {
 	if !l.state.Known {
 		return time.Duration(len(l.queue)) * unknownPace
 	}
-	start, _, _ := l.slot(now, len(l.queue))
-	return start.Sub(now)
+	if len(l.queue) == 0 {
+		return 0
+	}
+	n, window, _ := l.refills(now, len(l.queue)-1)
+	return time.Duration(n) * window
 }
 
 // mergeQueues merges two queues in submission order (call ids).
