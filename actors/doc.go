@@ -63,8 +63,11 @@
 // the window is free. Otherwise it sends want with the number of requests
 // it has ready and its backlog, and stops asking; the supervisor queues
 // each waiting actor once (ring) and serves the earliest virtual deadline
-// first (join time less eight times the backlog), answering each with one
-// grant of reserved slots, paced while a long backlog waits. While any
+// first (the oldest ready request's submission less eight times the
+// backlog, in whole bucket windows), answering each with one grant of
+// reserved slots (an actor served in part keeps its place for the rest),
+// paced while a long backlog waits; the global part of an ETA replays
+// that order (forecast.go). While any
 // actor waits, none reserves on its own, so a hot channel is served before
 // cold ones with little to send, and waiting for the global window never
 // spends a bucket window: the bucket slot is taken only when the global

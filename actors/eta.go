@@ -17,9 +17,9 @@ import (
 //     nextWindowStart + floor(waiting/perWindow) × window, from its place
 //     in the bucket's queue, the bucket's count and its pause;
 //   - its declared groups (ratelimit.Group.Estimate): its reserved window;
-//   - its global window (System.globalSlot): the window serves the calls
-//     that wait for it in submission order, among those their own buckets
-//     let go no later, n per period (ratelimit.SlidingWindow.Forecast).
+//   - its global window (System.globalSlots): a replay of the
+//     supervisor's admission over the calls waiting for the window
+//     (admissionForecast in forecast.go).
 //
 // The bucket actor that holds the call tells the first (an etaMsg, routed
 // through the supervisor so it arrives after the call's enqueueMsg); the

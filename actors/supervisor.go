@@ -428,10 +428,12 @@ func (s *supervisor) want(ctx actor.Context, m *wantMsg) {
 	a.pacer.long(s.sys.now(), m.path)
 	// The virtual deadline: when the earliest of the bucket's ready
 	// requests was submitted, less pathWeight times how long its queue
-	// still needs at its own pace. Among buckets with short backlogs the
-	// window serves requests in the order they were submitted (what the
-	// global part of an ETA assumes, see System.globalSlots), not in the
-	// order their actors happened to ask. The bucket whose backlog is
+	// still needs at its own pace (in whole windows, lane.backlog); ties
+	// go to that request's id. Among buckets with equal backlogs the
+	// window serves requests in the order they were submitted, not in the
+	// order their actors happened to ask. The global part of an ETA
+	// replays this rule (admissionForecast): a change here is a change
+	// there. The bucket whose backlog is
 	// longest (a hot channel) goes first, so its bucket windows are not
 	// wasted while cold channels, each with little to send, take the rest
 	// of the global window; a bucket that keeps waiting gains on later
