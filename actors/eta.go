@@ -377,7 +377,7 @@ func (s *System) globalSlots(out []RequestETA, parts []laneETA, waiting []int, n
 			if onWire == nil {
 				onWire = map[string]bool{}
 			}
-			onWire[c.Route.Major+"\x00"+c.Route.Method+" "+c.Route.Template] = true
+			onWire[forecastLane(c)] = true
 			return true
 		case dueUnset:
 			due = now.UnixNano()
@@ -426,7 +426,7 @@ func (s *System) globalSlots(out []RequestETA, parts []laneETA, waiting []int, n
 func waiterOf(c *Call, due int64, guess bool, target int) waiter {
 	return waiter{
 		id: c.ID, submitted: c.Submitted.UnixNano(), due: due, guess: guess, pace: c.pace.Load(), window: c.window,
-		actor: c.Route.Major, lane: c.Route.Method + " " + c.Route.Template, target: target,
+		actor: c.Route.Major, lane: forecastLane(c), target: target,
 	}
 }
 

@@ -41,7 +41,7 @@ func TestAdmissionForecast(t *testing.T) {
 		if guess {
 			pace = 0
 		}
-		return waiter{id: id, submitted: ns(time.Duration(id) * time.Microsecond), due: ns(due), guess: guess, pace: pace, actor: actor, lane: "POST /m", target: int(id)}
+		return waiter{id: id, submitted: ns(time.Duration(id) * time.Microsecond), due: ns(due), guess: guess, pace: pace, actor: actor, lane: actor + "\x00POST /m", target: int(id)}
 	}
 	src := fixedSlots{n: 2, per: time.Second}
 	rtt := 10 * time.Millisecond
@@ -95,8 +95,9 @@ func TestAdmissionForecastKeepsTheWindow(t *testing.T) {
 			ws[i] = waiter{
 				id: uint64(i), submitted: now.Add(-time.Duration(rng.IntN(1000)) * time.Millisecond).UnixNano(),
 				due: now.Add(time.Duration(rng.IntN(8)*50) * time.Millisecond).UnixNano(), guess: rng.IntN(4) == 0,
-				actor: string(rune('a' + rng.IntN(5))), lane: "POST /m", target: -1, pace: int64(rng.IntN(3)) * int64(50*time.Millisecond),
+				actor: string(rune('a' + rng.IntN(5))), target: -1, pace: int64(rng.IntN(3)) * int64(50*time.Millisecond),
 			}
+			ws[i].lane = ws[i].actor + "\x00POST /m"
 			if rng.IntN(2) == 0 {
 				ws[i].target = i
 			}

@@ -40,7 +40,7 @@ type waiter struct {
 	guess     bool   // its bucket's limit is unknown: due is a lower bound
 	pace      int64  // its bucket's window with the margin (ns), 0: unknown
 	actor     string // its bucket actor's key (Route.Major)
-	lane      string // its route family within the actor
+	lane      string // its lane: forecastLane
 	window    Window // the global window it counts on
 	target    int    // index of the asked ETA it answers, -1: it only counts
 
@@ -59,8 +59,8 @@ type slotSource interface {
 // expected to let it take a global slot, and the earliest it may (zero
 // for those not reached: only counting waiters may be left so). held is how many slots the
 // window has already granted to actors that have not used them: the first
-// calls served use those. onWire holds the lanes (actor + "\x00" + lane)
-// with a call on the wire: an unknown lane's pioneer is out, its other
+// calls served use those. onWire holds the lanes (forecastLane) with a
+// call on the wire: an unknown lane's pioneer is out, its other
 // calls wait for its answer.
 func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt time.Duration, held int, onWire map[string]bool) []slotTime {
 	out := make([]slotTime, len(ws))
@@ -76,7 +76,7 @@ func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt time.Dura
 	}
 	nowNs := now.UnixNano()
 
-	// Each lane in submission order: its end (the last due: how long its
+	// Each lane in submission order: its calls' due times (the windows its
 	// queue needs at its bucket's pace), and for an unknown lane with no
 	// pioneer out, its pioneer (the first), whose slot releases the rest.
 	type laneInfo struct {
@@ -96,12 +96,11 @@ func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt time.Dura
 	laneOf := make([]*laneInfo, len(ws))
 	for _, i := range order {
 		w := &ws[i]
-		k := w.actor + "\x00" + w.lane
-		li := lanes[k]
+		li := lanes[w.lane]
 		if li == nil {
 			li = &laneInfo{pioneer: -1}
-			lanes[k] = li
-			if w.guess && !onWire[k] {
+			lanes[w.lane] = li
+			if w.guess && !onWire[w.lane] {
 				li.pioneer = i
 			}
 		} else if li.pioneer >= 0 && w.guess {
@@ -249,6 +248,13 @@ func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt time.Dura
 		}
 	}
 	return out
+}
+
+// forecastLane names c's lane for the forecast: its actor and its route
+// family (method, template), which is immutable, unlike the lane a bucket
+// actor keeps it in.
+func forecastLane(c *Call) string {
+	return c.Route.Major + "\x00" + c.Route.Method + " " + c.Route.Template
 }
 
 // sameWindow is how close two due times of a lane are for the forecast
