@@ -125,6 +125,9 @@ func (opts Options) config() (actors.Config, error) {
 	if opts.MaxBufferedBytes < 0 {
 		return bad("MaxBufferedBytes", opts.MaxBufferedBytes, "must not be negative")
 	}
+	if opts.RedisTimeout < 0 {
+		return bad("RedisTimeout", opts.RedisTimeout, "must not be negative (0: 250 ms)")
+	}
 	if f := opts.RedisFallbackShare; f < 0 || f > 1 || f != f {
 		return bad("RedisFallbackShare", f, "must be a fraction in (0, 1] (0: 1/N of the processes seen)")
 	}

@@ -285,7 +285,7 @@ func TestInvalidOptionsAreErrorsNotPanics(t *testing.T) {
 		{GlobalLimit: 2_000_000}, {GlobalLimit: -1}, {GlobalWindow: -time.Second}, {GlobalWindow: 2 * time.Hour},
 		{MaxWait: -1}, {MaxRetries: 1000}, {InvalidRequestWarn: 2}, {InvalidRequestWarn: -0.5},
 		{MaxResponseBytes: -1}, {BanBackoff: -1}, {BaseURL: "ftp://x"}, {BaseURL: "https://u:p@x"},
-		{Token: "abc\ndef"}, {UserAgent: "x\r\ny"}, {DialTimeout: -1}, {MaxBufferedBytes: -5},
+		{Token: "abc\ndef"}, {UserAgent: "x\r\ny"}, {DialTimeout: -1}, {MaxBufferedBytes: -5}, {RedisTimeout: -time.Millisecond},
 	} {
 		lim, err := sluice.New(o)
 		var oe *sluice.OptionError

@@ -95,6 +95,7 @@ func newShared(opts Options, cfg actors.Config, sysp *atomic.Pointer[actors.Syst
 		GlobalPeriod: cmpOr(opts.GlobalWindow, DefaultGlobalWindow),
 		LeaseTTL:     cfg.AttemptTimeout + 10*time.Second,
 		Share:        opts.RedisFallbackShare,
+		Timeout:      opts.RedisTimeout,
 		Logger:       cfg.Logger,
 		Clock:        cfg.Clock,
 		Wake: func(major string) {

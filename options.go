@@ -239,8 +239,17 @@ type Options struct {
 	// is taken to be behind one IP, which can only be slower than needed,
 	// never over Discord's limit.
 	RedisIPKey string
+	// RedisTimeout bounds each call to Redis (the wait for a connection of
+	// the client's pool included): one that fails or takes longer counts
+	// as Redis being unreachable (RedisFallbackShare), until Redis answers
+	// again. Raise it for a Redis far away or heavily loaded; a call that
+	// waits longer holds its request that long. go-redis ends a command
+	// already sent at the deadline only on a client with
+	// ContextTimeoutEnabled; otherwise its ReadTimeout does. Default 0:
+	// 250 ms (redisstore.DefaultTimeout).
+	RedisTimeout time.Duration
 	// RedisFallbackShare is the fraction of every limit this process uses
-	// while Redis is unreachable (or slower than 250 ms), in (0, 1]: the
+	// while Redis is unreachable (or slower than RedisTimeout), in (0, 1]: the
 	// limiter never fails open. Default 0: 1/N, N the number of processes
 	// last seen sharing the token in Redis (1/4 if none was ever seen).
 	RedisFallbackShare float64

@@ -37,6 +37,18 @@ const (
 	sharedGlobal    = 200 // per second, in the simulator and every limiter
 )
 
+// sharedRedisTimeout is the children's Options.RedisTimeout: under the
+// race detector, four processes starting their load at once are slowed so
+// much that a Redis call may take longer than the default 250 ms, and the
+// tests are of the shared counting, not of an outage (those that are kill
+// Redis: its calls fail at once).
+func sharedRedisTimeout() time.Duration {
+	if raceDetector {
+		return 2 * time.Second
+	}
+	return 0
+}
+
 // sharedScenario is a load the children run and the rules it meets.
 type sharedScenario struct {
 	name  string
@@ -143,7 +155,8 @@ func TestSharedChild(t *testing.T) {
 	// A token of its own per scenario: the scenarios share one Redis.
 	share, _ := strconv.ParseFloat(os.Getenv("SLUICE_SHARED_SHARE"), 64)
 	lim, err := sluice.New(sluice.Options{BaseURL: os.Getenv("SLUICE_SHARED_BASE"), H2C: true, Token: testToken + "-" + os.Getenv("SLUICE_SHARED_SCENARIO"),
-		GlobalLimit: sharedGlobal, IPGlobalLimit: sharedGlobal, Redis: rdb, RedisFallbackShare: share, Limits: sc.limits})
+		GlobalLimit: sharedGlobal, IPGlobalLimit: sharedGlobal, Redis: rdb, RedisFallbackShare: share, Limits: sc.limits,
+		RedisTimeout: sharedRedisTimeout()})
 	require.NoError(t, err)
 
 	var mu sync.Mutex
@@ -634,4 +647,43 @@ func TestSharedDeclaredGroupAcrossProcesses(t *testing.T) {
 	assert.LessOrEqual(t, sent, sharedProcesses, "only each process's first request (its pioneer) goes before its ETA is asked")
 	assert.Equal(t, total, declared, "the declared limit sets every waiting request's window")
 	assert.Equal(t, total, inWindow, "every request in the window its ETA gave")
+}
+
+// TestRedisTimeout: a Redis that answers later than Options.RedisTimeout
+// counts as unreachable (the limiter counts locally, with its share of
+// each limit), one within it does not; either way the request is answered.
+func TestRedisTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		timeout time.Duration
+		outages int64
+	}{{50 * time.Millisecond, 1}, {10 * time.Second, 0}} {
+		t.Run(tc.timeout.String(), func(t *testing.T) {
+			rs := redistest.Start(t)
+			opt, err := redis.ParseURL(rs.URL)
+			require.NoError(t, err)
+			opt.ContextTimeoutEnabled = true // a command on the wire ends at its deadline too
+			rdb := redis.NewClient(opt)
+			defer rdb.Close()
+			h := newHarness(t, sluicetest.Options{Rules: rules(5, time.Second, [2]string{"GET", "/channels/{channel_id}"})},
+				sluice.Options{Redis: rdb, RedisTimeout: tc.timeout, RedisFallbackShare: 1})
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			send := func(path string) {
+				resp, err := h.lim.Do(ctx, req("GET", path, ""))
+				require.NoError(t, err)
+				resp.Body.Close()
+				assert.Equal(t, http.StatusOK, resp.StatusCode)
+			}
+			send("/channels/1")
+			// Redis holds every command for 400 ms: longer than the short
+			// timeout, well within the long one.
+			require.NoError(t, rs.Client(t).Do(ctx, "CLIENT", "PAUSE", 400, "ALL").Err())
+			send("/channels/2")
+			snap, err := h.lim.Snapshot(ctx)
+			require.NoError(t, err)
+			st := snap.Shared
+			require.NotNil(t, st)
+			assert.Equal(t, tc.outages, st.Outages)
+		})
+	}
 }

@@ -773,12 +773,16 @@ func (b *bucket) deferred(ctx actor.Context, c *Call, m *resultMsg) {
 		c.Complete(nil, e)
 		return
 	}
+	own := false // the wait is c's alone
 	if g.Scope == "declared" && c.shared != nil {
-		c.shared.refused(now, g.Wait) // its window, as the store has it now
+		// Its window, as the store has it now. A window that moved (c
+		// came after its end and was placed again, behind the others)
+		// holds c, not the lane: the calls behind it are due sooner.
+		own = c.shared.refused(now, g.Wait)
 	}
 	requeueFront(l, c, now)
-	if g.Notify && b.lastWake > m.wakeSeq {
-		return // the answer it waits for came while it was being refused
+	if own || g.Notify && b.lastWake > m.wakeSeq {
+		return // or the answer it waits for came while it was being refused
 	}
 	if until := now.Add(g.Wait); until.After(l.sharedUntil) {
 		l.sharedUntil = until

@@ -290,13 +290,17 @@ func (sh *sharedPlace) set(slots []ratelimit.Slot) {
 }
 
 // refused records that the store refused the call until now+wait
-// ("declared"): its window moved (it had missed it), or the guard is full.
-func (sh *sharedPlace) refused(now time.Time, wait time.Duration) {
+// ("declared"): its window moved (it had missed it), or the guard is full
+// (or it came before its window). moved reports the first: the wait ends
+// past the end of the window it had, so it is the call's own, not the
+// group's.
+func (sh *sharedPlace) refused(now time.Time, wait time.Duration) (moved bool) {
 	start := now.Add(wait)
 	old := sh.place.Load()
 	if old != nil && !start.After(old.slot.Start) {
-		return
+		return false
 	}
+	moved = old != nil && !start.Before(old.slot.End)
 	p := &groupPlace{slot: ratelimit.Slot{Start: start}}
 	if old != nil {
 		p.slot.End, p.slot.Position, p.limit = start.Add(old.slot.End.Sub(old.slot.Start)), old.slot.Position, old.limit
@@ -304,6 +308,7 @@ func (sh *sharedPlace) refused(now time.Time, wait time.Duration) {
 		p.slot.End, p.limit = start.Add(sh.groups[0].Window), sh.names[0]
 	}
 	sh.place.Store(p)
+	return moved
 }
 
 // refresh asks the store for the call's slots now (Future.ETA): places

@@ -244,13 +244,23 @@ func (s *Store) placeGroups(parent context.Context, now time.Time, id string, gs
 		}
 		return nil, nil, err
 	}
+	// The script tells each start in ms from Redis's now, which is when
+	// the script ran: after the wait for a connection and the queue ahead
+	// of it, not at now. Counted from the reply's arrival instead, a start
+	// is late by the reply's way back at most, never early by the wait
+	// before the script (a request sent early is refused, and its lane
+	// held, a round trip for nothing).
+	base := now
+	if at := s.cfg.Clock(); at.After(base) {
+		base = at
+	}
 	out, found := make([]ratelimit.Slot, len(gs)), make([]bool, len(gs))
 	for i, g := range gs {
 		start, _ := res[3*i].(int64)
 		pos, _ := res[3*i+1].(int64)
 		f, _ := res[3*i+2].(int64)
 		if found[i] = f == 1; found[i] {
-			start := now.Add(time.Duration(start) * time.Millisecond)
+			start := base.Add(time.Duration(start) * time.Millisecond)
 			out[i] = ratelimit.Slot{Start: start, End: start.Add(g.Window), Position: int(pos)}
 		}
 	}

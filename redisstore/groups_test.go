@@ -189,3 +189,24 @@ func TestGroupFallbackShare(t *testing.T) {
 	s.Report(ctx, gr, ratelimit.SharedAnswer{Now: at, Sent: false})
 	assert.True(t, reserve(8, at.Add(time.Second+2*time.Millisecond)).OK, "a slot never used is given back")
 }
+
+// A window's start is counted from when the script ran, not from the now
+// the caller read before its call waited (for a connection, behind other
+// commands): a caller whose now is a second old still gets the first
+// window opening now, not a second ago, so its request is not sent early.
+func TestGroupWindowsCountFromTheReply(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, srv, Config{})
+	g := []ratelimit.SharedGroup{{Key: "member_roles|guild_id=1", Count: 1, Window: 300 * time.Millisecond}}
+	stale := time.Now().Add(-time.Second)
+	slots, err := s.ReserveGroups(context.Background(), stale, "1", g)
+	require.NoError(t, err)
+	assert.WithinDuration(t, time.Now(), slots[0].Start, 50*time.Millisecond)
+	second, err := s.ReserveGroups(context.Background(), stale, "2", g)
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, second[0].Start.Sub(time.Now()), 250*time.Millisecond, "the next window, one window on")
+	est, found, err := s.EstimateGroups(context.Background(), stale, "2", g)
+	require.NoError(t, err)
+	require.True(t, found[0])
+	assert.WithinDuration(t, second[0].Start, est[0].Start, 5*time.Millisecond)
+}
