@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/ratelimit"
+	"github.com/sluicehq/sluice/redisstore"
 	"github.com/sluicehq/sluice/supervision"
 	"github.com/sluicehq/sluice/transport"
 )
@@ -126,7 +127,7 @@ func (opts Options) config() (actors.Config, error) {
 		return bad("MaxBufferedBytes", opts.MaxBufferedBytes, "must not be negative")
 	}
 	if opts.RedisTimeout < 0 {
-		return bad("RedisTimeout", opts.RedisTimeout, "must not be negative (0: 250 ms)")
+		return bad("RedisTimeout", opts.RedisTimeout, fmt.Sprintf("must not be negative (0: %v)", redisstore.DefaultTimeout))
 	}
 	if f := opts.RedisFallbackShare; f < 0 || f > 1 || f != f {
 		return bad("RedisFallbackShare", f, "must be a fraction in (0, 1] (0: 1/N of the processes seen)")
