@@ -60,6 +60,12 @@ SLUICE_TOKEN, only from the environment (a command line shows in ps), is the
 bot token of requests that come without an Authorization header ("Bot " is
 added if it has no scheme). It is never printed or logged.
 
+Declared limits, limits Discord enforces without announcing them (a guild's
+member role updates, a channel's renames) or rules of your own, are applied
+to every token: a default set, and those of the YAML or JSON file -limits
+(see docs/declared-limits.md for its format); -no-default-limits leaves the
+defaults out. A bad file stops the proxy before it starts.
+
 Its own endpoints: /healthz (200 while it runs), /readyz (200, 503 once it
 is shutting down) and /metrics (Prometheus). It logs to stderr.
 
@@ -82,7 +88,12 @@ type proxyFlags struct {
 	idleTimeout, grace            time.Duration
 	drainDelay                    time.Duration
 	cache404, cache401            time.Duration
+	limitsFile                    string
+	noDefaultLimits               bool   // -no-default-limits, or the file's no_default_limits
 	token                         string // from SLUICE_TOKEN; never printed
+
+	// limits are the declared limits of -limits, checked.
+	limits []sluice.Limit
 
 	level slog.Level
 	// from says where each flag's value came from: its flag ("-listen")
@@ -123,6 +134,8 @@ func parseProxyFlags(args []string, getenv func(string) (string, bool), stdout i
 	fs.StringVar(&f.maxWaitHeader, "max-wait-header", proxy.DefaultMaxWaitHeader, "request `header` in which a caller gives the longest wait it accepts (\"2.5\" seconds or \"2500ms\"); a longer predicted wait is answered 429 at once")
 	fs.DurationVar(&f.cache404, "cache-404", proxy.DefaultCacheTTL()[http.StatusNotFound], "replay a 404 to the same token for the same method, path and query for this long (0: never)")
 	fs.DurationVar(&f.cache401, "cache-401", proxy.DefaultCacheTTL()[http.StatusUnauthorized], "replay a 401 likewise for this long (0: never)")
+	fs.StringVar(&f.limitsFile, "limits", "", "YAML or JSON `file` (.yaml, .yml, .json) of declared limits: limits Discord enforces without announcing them, or rules of your own, added to the default ones (one with a default's name replaces it); see docs/declared-limits.md")
+	fs.BoolVar(&f.noDefaultLimits, "no-default-limits", false, "leave out the default declared limits (member role updates, channel renames): only those of -limits apply (also no_default_limits: true in that file)")
 	fs.BoolVar(&f.webhookAuth, "webhook-auth", false, "send webhook and interaction-token routes with the caller's token, on its global limit (default: without, on the per-IP limit)")
 	fs.DurationVar(&f.grace, "grace", 30*time.Second, "on SIGTERM or SIGINT, how long accepted requests may still be served before the process exits")
 	fs.DurationVar(&f.drainDelay, "drain-delay", 0, "on SIGTERM or SIGINT, keep accepting requests this long while /readyz answers 503, so a load balancer (a Kubernetes Service) stops sending new ones before the listener closes; -grace starts after it")
@@ -226,7 +239,39 @@ func (f *proxyFlags) check() error {
 	if strings.ContainsFunc(f.token, func(r rune) bool { return r < ' ' || r == 0x7f }) {
 		return usageErrorf("proxy", "%s contains control characters", proxyTokenEnv) // and is not repeated
 	}
+	return f.checkLimits()
+}
+
+// checkLimits reads -limits, if given, and checks its limits as every
+// token's limiter will, so that a bad one is a usage error before anything
+// starts.
+func (f *proxyFlags) checkLimits() error {
+	if f.limitsFile == "" {
+		return nil
+	}
+	limits, noDefaults, err := readLimitsFile(f.limitsFile)
+	if err != nil {
+		return usageErrorf("proxy", "%s: %v", f.name("limits"), err)
+	}
+	f.limits, f.noDefaultLimits = limits, f.noDefaultLimits || noDefaults
+	if err := checkLimits(f.limits, f.noDefaultLimits); err != nil {
+		return f.limitsError(err)
+	}
 	return nil
+}
+
+// limitsError names -limits and its file in the *sluice.OptionError that
+// sluice.New returns for a bad declared limit; other errors are returned
+// as they are.
+func (f *proxyFlags) limitsError(err error) error {
+	var oe *sluice.OptionError
+	if !errors.As(err, &oe) || oe.Option != "Limits" {
+		return err
+	}
+	if oe.Value == "" {
+		return usageErrorf("proxy", "%s %s: %s", f.name("limits"), f.limitsFile, oe.Reason)
+	}
+	return usageErrorf("proxy", "%s %s: limit %s: %s", f.name("limits"), f.limitsFile, oe.Value, oe.Reason)
 }
 
 // validHeaderName reports whether s is an HTTP field name (RFC 9110 token).
@@ -287,6 +332,15 @@ func (f *proxyFlags) cacheTTL() map[int]time.Duration {
 	return ttl
 }
 
+// limiterOptions is Config.Limiter, the template of every token's
+// limiter.
+func (f *proxyFlags) limiterOptions(tlsConfig *tls.Config) sluice.Options {
+	return sluice.Options{
+		TLSConfig: tlsConfig, H2C: f.h2c, RedisIPKey: f.redisIPKey,
+		Limits: f.limits, NoDefaultLimits: f.noDefaultLimits,
+	}
+}
+
 // redisLogger sends go-redis's own lines (failed dials while Redis is
 // down, which the limiters count and report) to the log at debug level.
 type redisLogger struct{ l *slog.Logger }
@@ -311,7 +365,7 @@ func proxyCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		Upstream:       f.upstream,
 		DefaultToken:   f.token,
 		WebhookAuth:    f.webhookAuth,
-		Limiter:        sluice.Options{TLSConfig: tlsConfig, H2C: f.h2c, RedisIPKey: f.redisIPKey},
+		Limiter:        f.limiterOptions(tlsConfig),
 		MaxTokens:      f.maxTokens,
 		IdleTimeout:    f.idleTimeout,
 		MaxQueue:       f.maxQueue,
@@ -373,6 +427,7 @@ func proxyCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		slog.Int("max_queue", f.maxQueue), slog.Int("overflow_status", f.overflow),
 		slog.String("max_wait_header", http.CanonicalHeaderKey(f.maxWaitHeader)),
 		slog.Duration("cache_404", f.cache404), slog.Duration("cache_401", f.cache401),
+		slog.String("limits_file", f.limitsFile), slog.Int("limits", len(f.limits)), slog.Bool("no_default_limits", f.noDefaultLimits),
 		slog.Bool("webhook_auth", f.webhookAuth), slog.Duration("grace", f.grace), slog.Duration("drain_delay", f.drainDelay),
 		slog.Bool("default_token", f.token != ""), slog.String("version", sluice.Version))
 	return serveProxy(ctx, srv, ln, p, f.drainDelay, f.grace, log)
@@ -394,6 +449,9 @@ func proxyConfigError(f *proxyFlags, err error) error {
 	var oe *sluice.OptionError
 	if errors.As(err, &oe) && oe.Option == "Token" {
 		return usageErrorf("proxy", "%s: %s", proxyTokenEnv, oe.Reason)
+	}
+	if errors.As(err, &oe) && oe.Option == "Limits" {
+		return f.limitsError(err)
 	}
 	return err
 }
