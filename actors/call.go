@@ -66,9 +66,14 @@ type Call struct {
 	// guess is set while due is only a lower bound: its bucket's limit is
 	// not known (it waits for its lane's pioneer). Stamped with due.
 	guess atomic.Bool
+	// reprobe is set when its bucket's next window holds for a probe
+	// (ratelimit.Bucket.ProbesReopening). Stamped with due.
+	reprobe atomic.Bool
 	// pace is its bucket's window with the margin (ns; 0 while unknown),
-	// stamped with due.
-	pace atomic.Int64
+	// and limit its bucket's count per window (0 while unknown), stamped
+	// with due.
+	pace  atomic.Int64
+	limit atomic.Int32
 	// direct is set for a call sent outside the limits (SubmitDirect).
 	// Set before submission.
 	direct bool

@@ -98,7 +98,23 @@ type laneETA struct {
 type etaMsg struct {
 	call  *Call
 	reply chan laneETA // buffered: a sender never blocks
+	// ring is the admission queues' order when the supervisor forwarded
+	// the message (set before, read by the asker after the reply).
+	ring ringKeys
 }
+
+// ringKey is a bucket actor's place in a window's admission queue: the
+// virtual deadline (Unix ns) and tie-break it waits with (supervisor.want).
+type ringKey struct {
+	deadline int64
+	first    uint64
+}
+
+// ringKeys maps each actor waiting in a window's admission queue (by its
+// key, Route.Major) to its place, for each window. A bucket served in part
+// keeps its place for the rest of its requests: the forecast starts from
+// these places rather than from what the actors would be given afresh.
+type ringKeys [numWindows]map[string]ringKey
 
 // Values of Call.due that are not a time.
 const (
@@ -111,8 +127,14 @@ const (
 // only a lower bound (its bucket's limit is not known). It records l's
 // window too (its pace; 0 while unknown).
 func (c *Call) stamp(at time.Time, known bool, l *lane, now time.Time) {
-	_, _, window, _ := l.plan(now)
+	_, _, window, ok := l.plan(now)
 	c.pace.Store(int64(window))
+	limit := int32(0)
+	if ok {
+		limit = int32(min(l.state.Limit, math.MaxInt32))
+	}
+	c.limit.Store(limit)
+	c.reprobe.Store(ok && l.state.ProbesReopening())
 	c.guess.Store(!known)
 	c.due.Store(at.UnixNano())
 }
@@ -270,7 +292,8 @@ func (s *System) ETA(ctx context.Context, c *Call) (ETA, error) {
 		return ETA{Stage: StageSent, Start: c.Submitted, End: c.Submitted, Known: true}, nil
 	}
 	reply := make(chan laneETA, 1)
-	s.root.Send(s.sup, &etaMsg{call: c, reply: reply})
+	m := &etaMsg{call: c, reply: reply}
+	s.root.Send(s.sup, m)
 	var le laneETA
 	select {
 	case le = <-reply:
@@ -285,13 +308,14 @@ func (s *System) ETA(ctx context.Context, c *Call) (ETA, error) {
 		sh.refresh(ctx, s.now()) // the places ahead in every process
 	}
 	now := s.now()
-	return s.finish([]laneETA{le}, now)[0].ETA, nil
+	return s.finish([]laneETA{le}, now, &m.ring)[0].ETA, nil
 }
 
 // answerETA is the supervisor's part of an etaMsg: forward it to the
 // call's bucket actor, or answer it when there is none.
 func (s *supervisor) answerETA(ctx actor.Context, m *etaMsg) {
 	c := m.call
+	m.ring = s.ringKeys()
 	if ch := s.children[c.Route.Major]; ch != nil && !c.Finished() {
 		ctx.Send(ch.pid, m)
 		return
@@ -304,8 +328,9 @@ func (s *supervisor) answerETA(ctx actor.Context, m *etaMsg) {
 }
 
 // finish completes the actors' parts of ETAs with what the declared groups
-// and the global windows tell, at now.
-func (s *System) finish(parts []laneETA, now time.Time) []RequestETA {
+// and the global windows tell, at now; ring is the admission queues' order
+// (nil: none known).
+func (s *System) finish(parts []laneETA, now time.Time, ring *ringKeys) []RequestETA {
 	out := make([]RequestETA, len(parts))
 	var waiting []int // the parts that wait for a send
 	for i, p := range parts {
@@ -341,7 +366,7 @@ func (s *System) finish(parts []laneETA, now time.Time) []RequestETA {
 		out[i].ETA = e
 		waiting = append(waiting, i)
 	}
-	s.globalSlots(out, parts, waiting, now)
+	s.globalSlots(out, parts, waiting, now, ring)
 	return out
 }
 
@@ -350,7 +375,7 @@ func (s *System) finish(parts []laneETA, now time.Time) []RequestETA {
 // over every call waiting for the window (admissionForecast), each from
 // the time its own limits let it go (Call.due; for the asked calls, their
 // ETA so far).
-func (s *System) globalSlots(out []RequestETA, parts []laneETA, waiting []int, now time.Time) {
+func (s *System) globalSlots(out []RequestETA, parts []laneETA, waiting []int, now time.Time, ring *ringKeys) {
 	var ws []waiter
 	asked := make(map[uint64]bool, len(waiting))
 	for _, i := range waiting {
@@ -409,7 +434,11 @@ func (s *System) globalSlots(out []RequestETA, parts []laneETA, waiting []int, n
 			continue
 		}
 		_, per := src.Limit()
-		at := admissionForecast(mine, src, now, rtt, max(0, int(s.windows[w].granted.Load())), onWire)
+		var places map[string]ringKey
+		if ring != nil {
+			places = ring[w]
+		}
+		at := admissionForecast(mine, src, now, rtt, max(0, int(s.windows[w].granted.Load())), onWire, places)
 		for j, e := range mine {
 			if e.target >= 0 && at[j].at > e.due { // later than its own limits let it go
 				// From the earliest it may go to one period after the
@@ -425,7 +454,7 @@ func (s *System) globalSlots(out []RequestETA, parts []laneETA, waiting []int, n
 // waiterOf is c as the global forecast sees it, due at due (Unix ns).
 func waiterOf(c *Call, due int64, guess bool, target int) waiter {
 	return waiter{
-		id: c.ID, submitted: c.Submitted.UnixNano(), due: due, guess: guess, pace: c.pace.Load(), window: c.window,
+		id: c.ID, submitted: c.Submitted.UnixNano(), due: due, guess: guess, pace: c.pace.Load(), limit: int(c.limit.Load()), probe: c.reprobe.Load(), window: c.window,
 		actor: c.Route.Major, lane: forecastLane(c), target: target,
 	}
 }
@@ -438,8 +467,8 @@ func raise(e *ETA, start, end time.Time) {
 
 // requests completes the ETAs of the calls waiting in the actors' queues,
 // for a Snapshot, in submission order.
-func (s *System) requests(parts []laneETA, now time.Time) []RequestETA {
-	out := s.finish(parts, now)
+func (s *System) requests(parts []laneETA, now time.Time, ring *ringKeys) []RequestETA {
+	out := s.finish(parts, now, ring)
 	slices.SortFunc(out, func(a, b RequestETA) int { return cmp.Compare(a.ID, b.ID) })
 	return out
 }

@@ -24,7 +24,7 @@ func (f fixedSlots) Forecast(now time.Time, k int) time.Time {
 // forecastAt is admissionForecast's forecast times.
 func forecastAt(ws []waiter, src slotSource, now time.Time, rtt time.Duration, held int, onWire map[string]bool) []int64 {
 	var out []int64
-	for _, s := range admissionForecast(ws, src, now, rtt, held, onWire) {
+	for _, s := range admissionForecast(ws, src, now, rtt, held, onWire, nil) {
 		out = append(out, s.at)
 	}
 	return out
@@ -79,6 +79,66 @@ func TestAdmissionForecast(t *testing.T) {
 	})
 }
 
+// A bucket's calls become ready window by window: a window whose calls
+// the global limit holds past the bucket's reset opens only when its
+// first call goes, a window that holds for a probe lets one call go and
+// the rest a round trip after it, and an actor served in part keeps its
+// place in the admission queue.
+func TestAdmissionForecastFollowsTheBucket(t *testing.T) {
+	now := time.Unix(1000, 0)
+	ns := func(d time.Duration) int64 { return now.Add(d).UnixNano() }
+	const pace = 500 * time.Millisecond
+	// A bucket of 2 per 500 ms with a fresh window: its calls due by
+	// window, as its actor stamps them.
+	lane := func(actor string, first uint64, count int, probe bool) []waiter {
+		var ws []waiter
+		for k := range count {
+			id := first + uint64(k)
+			ws = append(ws, waiter{id: id, submitted: ns(time.Duration(id) * time.Microsecond),
+				due: ns(time.Duration(k/2) * pace), pace: int64(pace), limit: 2, probe: probe,
+				actor: actor, lane: actor + "\x00POST /m", target: int(id)})
+		}
+		return ws
+	}
+	rtt := 10 * time.Millisecond
+
+	t.Run("a window held past its reset opens late", func(t *testing.T) {
+		// One global slot per second: b's first window's calls go at 0
+		// and 1.01 s, so its second window opens at 1.01 s + pace, not at
+		// 500 ms as stamped; its third a window after that.
+		ws := lane("b", 0, 5, false)
+		at := forecastAt(ws, fixedSlots{n: 1, per: time.Second}, now, rtt, 0, nil)
+		step := rtt + time.Second
+		assert.Equal(t, ns(0), at[0])
+		assert.Equal(t, ns(step), at[1], "held by the global limit past the reset")
+		assert.Equal(t, ns(2*step), at[2], "the next window: the next free slot")
+		assert.Equal(t, ns(3*step), at[3])
+		assert.Equal(t, ns(4*step), at[4])
+
+		// With room in the global window, the second window opens one
+		// pace (and half a round trip) after its first call went.
+		at = forecastAt(lane("b", 0, 5, false), fixedSlots{n: 10, per: 100 * time.Millisecond}, now, rtt, 0, nil)
+		assert.Equal(t, []int64{ns(0), ns(0), ns(pace), ns(pace), ns(2*pace + rtt/2)}, at,
+			"the third window starts from the second's first call, pace + rtt/2 after it")
+	})
+	t.Run("a window that holds for a probe", func(t *testing.T) {
+		at := forecastAt(lane("b", 0, 4, true), fixedSlots{n: 10, per: 100 * time.Millisecond}, now, rtt, 0, nil)
+		assert.Equal(t, []int64{ns(0), ns(0), ns(pace), ns(pace + rtt)}, at,
+			"the second window's probe goes alone, the rest after its answer")
+	})
+	t.Run("a place in the queue stands", func(t *testing.T) {
+		// a was submitted after b, but waits in the queue with an
+		// earlier deadline (served in part before): it goes first.
+		ws := append(lane("b", 0, 1, false), lane("a", 5, 1, false)...)
+		src := fixedSlots{n: 1, per: time.Second}
+		at := forecastAt(ws, src, now, rtt, 0, nil)
+		assert.Equal(t, []int64{ns(0), ns(rtt + time.Second)}, at, "in submission order")
+		got := admissionForecast(ws, src, now, rtt, 0, nil, map[string]ringKey{"a": {deadline: ns(-time.Second), first: 1}})
+		assert.Equal(t, ns(0), got[1].at, "a keeps its place")
+		assert.Equal(t, ns(rtt+time.Second), got[0].at)
+	})
+}
+
 // Whatever the calls, the replay keeps its window: no more than n calls
 // start in any period (a slot is held a round trip and a period), none
 // before it is due, every asked call gets a time.
@@ -96,6 +156,7 @@ func TestAdmissionForecastKeepsTheWindow(t *testing.T) {
 				id: uint64(i), submitted: now.Add(-time.Duration(rng.IntN(1000)) * time.Millisecond).UnixNano(),
 				due: now.Add(time.Duration(rng.IntN(8)*50) * time.Millisecond).UnixNano(), guess: rng.IntN(4) == 0,
 				actor: string(rune('a' + rng.IntN(5))), target: -1, pace: int64(rng.IntN(3)) * int64(50*time.Millisecond),
+				limit: rng.IntN(3), probe: rng.IntN(3) == 0,
 			}
 			ws[i].lane = ws[i].actor + "\x00POST /m"
 			if rng.IntN(2) == 0 {
@@ -103,7 +164,11 @@ func TestAdmissionForecastKeepsTheWindow(t *testing.T) {
 			}
 		}
 		in := slices.Clone(ws)
-		got := admissionForecast(ws, src, now, rtt, 0, nil)
+		var places map[string]ringKey
+		if rng.IntN(2) == 0 {
+			places = map[string]ringKey{string(rune('a' + rng.IntN(5))): {deadline: now.Add(-time.Duration(rng.IntN(2000)) * time.Millisecond).UnixNano(), first: uint64(rng.IntN(40))}}
+		}
+		got := admissionForecast(ws, src, now, rtt, 0, nil, places)
 		at := make([]int64, len(got))
 		for i, g := range got {
 			at[i] = g.at

@@ -3,6 +3,7 @@ package actors
 import (
 	"cmp"
 	"container/heap"
+	"math"
 	"slices"
 	"sort"
 	"time"
@@ -23,13 +24,18 @@ import (
 // of its queue a round trip after it.
 //
 // The forecast replays that, from what every waiting call publishes
-// (Call.due and Call.guess, the bucket actor's stamps; its route; its
-// submission): time advances from one free global slot to the next (the
-// window's own forecast, ratelimit.SlidingWindow.Forecast, for the slots
-// it holds; a slot taken at t frees again at t + round trip + period); at
-// each, the ready calls (due no later) of the actor with the earliest
-// deadline take it. O(n log n) in the calls waiting for the window; it
-// stops once every asked call has its slot.
+// (Call.due, Call.guess, Call.pace, Call.limit and Call.reprobe, the bucket
+// actor's stamps; its route; its submission) and the actors' places in
+// the admission queue now (ringKeys: an actor served in part keeps its
+// place for the rest): time advances from one free global slot to the
+// next (the window's own forecast, ratelimit.SlidingWindow.Forecast, for
+// the slots it holds; a slot taken at t frees again at t + round trip +
+// period); at each, the ready calls of the actor with the earliest
+// deadline take it. A bucket's calls become ready window by window, as its
+// bucket lets them (forecastLaneState): the global limit may hold a
+// window's calls past its reset, and then the next window opens late. O(n
+// log n) in the calls waiting for the window; it stops once every asked
+// call has its slot.
 
 // waiter is a call waiting for a global window's slot, as the forecast
 // sees it.
@@ -39,13 +45,14 @@ type waiter struct {
 	due       int64  // when its bucket and groups let it go, Unix ns
 	guess     bool   // its bucket's limit is unknown: due is a lower bound
 	pace      int64  // its bucket's window with the margin (ns), 0: unknown
+	limit     int    // its bucket's count per window, 0: unknown
+	probe     bool   // its bucket's next window holds for a probe
 	actor     string // its bucket actor's key (Route.Major)
 	lane      string // its lane: forecastLane
 	window    Window // the global window it counts on
 	target    int    // index of the asked ETA it answers, -1: it only counts
 
 	key, first int64 // the virtual deadline of the grant it is forecast in, and its tie-break
-	follows    bool  // waits for its lane's pioneer's answer
 	early      int64 // the earliest it may go (Unix ns): due, or its pioneer's earliest answer
 }
 
@@ -55,14 +62,47 @@ type slotSource interface {
 	Limit() (int, time.Duration)
 }
 
+// forecastLaneState is one lane in the replay.
+//
+// A lane whose limit is known releases its calls window by window, as its
+// bucket actor does: the calls its current window has room for at once
+// (those its actor stamped due by now), then, at each window's end, as
+// many as the new window has room for, less those released before and
+// still waiting for a global slot (they will count in the new window).
+// A window ends one pace (and half a round trip: the server starts it
+// when it decides the first call) after its first call takes its slot.
+// So a bucket whose calls the global limit holds past its reset loses no
+// window, and its later calls are not forecast a window early. A window
+// that holds for a probe (the bucket's first reopening, Bucket.Probing)
+// lets one call go, and the rest of its room a round trip after it.
+// A lane whose limit is not known sends its pioneer (the first) alone;
+// the rest is released a round trip after it, at the times stamped.
+type forecastLaneState struct {
+	limit   int     // its bucket's count per window; 0: not replayed window by window
+	pace    int64   // its bucket's window with the margin (ns), 0: unknown
+	guess   bool    // its limit is unknown
+	pioneer int     // index into ws, -1: none waiting
+	queue   []int   // indexes into ws not yet released, in submission order
+	dues    []int64 // a static lane's windows: its calls' due times, one per window
+	out     int     // released calls still waiting for a slot
+	end     int64   // the current window's end (Unix ns)
+	started bool    // a call of the current window has taken its slot
+	probe   bool    // its next window holds for a probe
+	probing bool    // the current window holds for its probe
+	room    int     // the current window's room when it opened
+	answer  int64   // while probing: its probe's answer (Unix ns), 0: not sent
+	soonest int64   // while probing: the probe's earliest answer
+}
+
 // admissionForecast returns, for each waiter, when the supervisor is
 // expected to let it take a global slot, and the earliest it may (zero
-// for those not reached: only counting waiters may be left so). held is how many slots the
-// window has already granted to actors that have not used them: the first
-// calls served use those. onWire holds the lanes (forecastLane) with a
-// call on the wire: an unknown lane's pioneer is out, its other
-// calls wait for its answer.
-func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt time.Duration, held int, onWire map[string]bool) []slotTime {
+// for those not reached: only counting waiters may be left so). held is
+// how many slots the window has already granted to actors that have not
+// used them: the first calls served use those. onWire holds the lanes
+// (forecastLane) with a call on the wire: an unknown lane's pioneer is
+// out, its other calls wait for its answer. places are the places of the
+// actors waiting in the admission queue now (nil: none known).
+func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt time.Duration, held int, onWire map[string]bool, places map[string]ringKey) []slotTime {
 	out := make([]slotTime, len(ws))
 	if len(ws) == 0 {
 		return out
@@ -76,71 +116,6 @@ func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt time.Dura
 	}
 	nowNs := now.UnixNano()
 
-	// Each lane in submission order: its calls' due times (the windows its
-	// queue needs at its bucket's pace), and for an unknown lane with no
-	// pioneer out, its pioneer (the first), whose slot releases the rest.
-	type laneInfo struct {
-		dues    []int64 // its waiters' due times
-		pace    int64   // its bucket's window (with the margin), 0: unknown
-		count   int
-		guess   bool
-		pioneer int // index into ws, -1: none waiting
-		rest    []int
-	}
-	lanes := map[string]*laneInfo{}
-	order := make([]int, len(ws))
-	for i := range ws {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(ws[a].id, ws[b].id) })
-	laneOf := make([]*laneInfo, len(ws))
-	for _, i := range order {
-		w := &ws[i]
-		li := lanes[w.lane]
-		if li == nil {
-			li = &laneInfo{pioneer: -1}
-			lanes[w.lane] = li
-			if w.guess && !onWire[w.lane] {
-				li.pioneer = i
-			}
-		} else if li.pioneer >= 0 && w.guess {
-			w.follows = true
-			li.rest = append(li.rest, i)
-		}
-		li.dues = append(li.dues, max(w.due, nowNs))
-		li.pace = max(li.pace, w.pace)
-		li.count++
-		li.guess = li.guess || w.guess
-		laneOf[i] = li
-	}
-	// path is how long a lane still needs after its calls due at due, in
-	// whole windows (lane.backlog): the windows its later calls are due
-	// in, each counted once.
-	for _, li := range lanes {
-		slices.Sort(li.dues)
-		if li.pace <= 0 {
-			continue
-		}
-		windows := li.dues[:0]
-		for _, d := range li.dues {
-			if len(windows) == 0 || d-windows[len(windows)-1] > int64(sameWindow) {
-				windows = append(windows, d)
-			}
-		}
-		li.dues = windows
-	}
-	path := func(li *laneInfo, due int64) int64 {
-		if li.guess {
-			return int64(li.count) * int64(unknownPace)
-		}
-		if li.pace <= 0 {
-			return 0
-		}
-		due = max(due, nowNs)
-		later := len(li.dues) - sort.Search(len(li.dues), func(k int) bool { return li.dues[k] > due+int64(sameWindow) })
-		return int64(later) * li.pace
-	}
-
 	pending := &waiterHeap{ws: ws, less: func(a, b *waiter) bool {
 		return a.due < b.due || a.due == b.due && a.id < b.id
 	}}
@@ -153,17 +128,131 @@ func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt time.Dura
 		}
 		return a.id < b.id
 	}}
-	for i := range ws {
-		if !ws[i].follows {
-			pending.idx = append(pending.idx, i)
-		}
-	}
-	heap.Init(pending)
+	var wakes wakeHeap // lanes' window ends
 
-	// admit moves the waiters due by t to ready, one grant per actor: the
-	// actor's earliest submission less pathWeight times its longest path.
+	// Each lane in submission order.
+	lanes := map[string]*forecastLaneState{}
+	order := make([]int, len(ws))
+	for i := range ws {
+		order[i] = i
+		ws[i].early = ws[i].due
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(ws[a].id, ws[b].id) })
+	laneOf := make([]*forecastLaneState, len(ws))
+	for _, i := range order {
+		w := &ws[i]
+		li := lanes[w.lane]
+		if li == nil {
+			li = &forecastLaneState{pioneer: -1, limit: w.limit, probe: w.probe}
+			lanes[w.lane] = li
+			if w.guess && !onWire[w.lane] {
+				li.pioneer = i
+			}
+		}
+		if w.guess || w.limit <= 0 || w.pace <= 0 || w.limit != li.limit {
+			li.limit = 0
+		}
+		li.pace = max(li.pace, w.pace)
+		li.guess = li.guess || w.guess
+		li.queue = append(li.queue, i)
+		laneOf[i] = li
+	}
+	// release makes call i due at (and not before earliest, had every
+	// answer come back in half the round trip).
+	release := func(i int, at, earliest int64) {
+		ws[i].due = max(ws[i].due, at)
+		ws[i].early = max(ws[i].early, earliest)
+		laneOf[i].out++
+		heap.Push(pending, i)
+	}
+	for _, li := range lanes {
+		switch {
+		case li.pioneer >= 0:
+			// The pioneer goes alone; its answer releases the rest.
+			release(li.queue[0], nowNs, nowNs)
+			li.queue = li.queue[1:]
+			li.limit = 0
+		case li.limit > 0:
+			// Its current window: the calls stamped due by now; it ends
+			// when the first call stamped later is due.
+			k := 0
+			for k < len(li.queue) && ws[li.queue[k]].due <= nowNs+int64(sameWindow) {
+				k++
+			}
+			li.end, li.started = math.MaxInt64, true
+			if k < len(li.queue) {
+				li.end = ws[li.queue[k]].due
+				heap.Push(&wakes, wake{at: li.end, lane: li})
+			}
+			for _, i := range li.queue[:k] {
+				release(i, nowNs, nowNs)
+			}
+			li.queue = li.queue[k:]
+		default:
+			for _, i := range li.queue {
+				ws[i].due = max(ws[i].due, nowNs)
+				li.dues = append(li.dues, ws[i].due)
+				release(i, nowNs, nowNs)
+			}
+			li.queue = nil
+		}
+		// A static lane's windows: its due times, each counted once.
+		slices.Sort(li.dues)
+		windows := li.dues[:0]
+		for _, d := range li.dues {
+			if len(windows) == 0 || d-windows[len(windows)-1] > int64(sameWindow) {
+				windows = append(windows, d)
+			}
+		}
+		li.dues = windows
+	}
+	// open starts a replayed lane's next window at t: it releases as many
+	// calls as the window has room for beside those still waiting.
+	// A window that holds for a probe releases one call (none when one
+	// released before still waits: the first to take a slot is the probe).
+	open := func(li *forecastLaneState, t int64) {
+		li.started, li.end = false, math.MaxInt64
+		li.room = max(0, li.limit-li.out)
+		k := min(li.room, len(li.queue))
+		if li.probe {
+			li.probe, li.probing, li.answer = false, true, 0
+			k = min(k, max(0, 1-li.out))
+		}
+		for _, i := range li.queue[:k] {
+			release(i, t, t)
+		}
+		li.queue = li.queue[k:]
+	}
+
+	// path is how long a lane still needs after the calls it releases by
+	// t, at its bucket's pace (lane.backlog: the refills its last call
+	// waits for).
+	path := func(li *forecastLaneState, t int64) int64 {
+		switch {
+		case li.guess:
+			return int64(li.out+len(li.queue)) * int64(unknownPace)
+		case li.pace <= 0:
+			return 0
+		case li.limit > 0:
+			if len(li.queue) == 0 {
+				return 0
+			}
+			return int64(1+(len(li.queue)-1)/li.limit) * li.pace
+		}
+		later := len(li.dues) - sort.Search(len(li.dues), func(k int) bool { return li.dues[k] > t+int64(sameWindow) })
+		return int64(later) * li.pace
+	}
+
+	// admit opens the windows that end by t and moves the calls due by t
+	// to ready, one grant per actor: the actor's earliest submission less
+	// pathWeight times its longest path, or its place in the queue now.
 	var batch []int
+	placed := map[string]bool{} // the actors whose place in places was taken
 	admit := func(t int64) {
+		for wakes.Len() > 0 && wakes[0].at <= t {
+			wk := heap.Pop(&wakes).(wake)
+			open(wk.lane, wk.at)
+		}
 		batch = batch[:0]
 		for pending.Len() > 0 && ws[pending.idx[0]].due <= t {
 			batch = append(batch, heap.Pop(pending).(int))
@@ -184,6 +273,14 @@ func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt time.Dura
 				long = max(long, path(laneOf[batch[hi]], w.due))
 			}
 			key := min(since, t) - int64(pathWeight)*long
+			if p, ok := places[ws[batch[lo]].actor]; ok && !placed[ws[batch[lo]].actor] {
+				// Waiting in the queue already: its place there stands
+				// (a deadline only moves earlier while it waits).
+				placed[ws[batch[lo]].actor] = true
+				if p.deadline < key || p.deadline == key && p.first < uint64(first) {
+					key, first = p.deadline, int64(p.first)
+				}
+			}
 			for _, i := range batch[lo:hi] {
 				ws[i].key, ws[i].first = key, first
 				heap.Push(ready, i)
@@ -204,9 +301,6 @@ func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt time.Dura
 	}
 	heap.Init(&slots)
 	recycle, quick := int64(rtt+per), int64(rtt/2+per)
-	for i := range ws {
-		ws[i].early = ws[i].due
-	}
 
 	clock := nowNs // the replay's time: it never goes back
 	for served := 0; targets > 0; {
@@ -216,14 +310,33 @@ func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt time.Dura
 		}
 		admit(t)
 		if ready.Len() == 0 {
-			if pending.Len() == 0 {
-				break // only pioneers' followers would be left: none here
+			next := int64(math.MaxInt64)
+			if pending.Len() > 0 {
+				next = ws[pending.idx[0]].due
 			}
-			t = max(t, ws[pending.idx[0]].due)
-			admit(t)
+			if wakes.Len() > 0 {
+				next = min(next, wakes[0].at)
+			}
+			if next == math.MaxInt64 {
+				break // only held calls would be left: none here
+			}
+			t = max(t, next)
+			clock = t
+			continue
 		}
 		clock = t
 		i := heap.Pop(ready).(int)
+		li := laneOf[i]
+		if li.probing && li.answer != 0 {
+			if t < li.answer {
+				// Its window holds for the probe's answer.
+				ws[i].due = max(ws[i].due, li.answer)
+				ws[i].early = max(ws[i].early, li.soonest)
+				heap.Push(pending, i)
+				continue
+			}
+			li.probing = false
+		}
 		early := ws[i].early
 		if served >= held {
 			early = max(early, slots[0].early)
@@ -235,19 +348,54 @@ func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt time.Dura
 			targets--
 		}
 		served++
-		if li := laneOf[i]; li.pioneer == i {
+		li.out--
+		switch {
+		case li.pioneer == i:
 			// Its answer, a round trip later, makes the bucket known: the
 			// rest of its queue goes then, as its bucket allows.
-			for _, j := range li.rest {
-				ws[j].due = max(ws[j].due, t+int64(rtt))
-				ws[j].early = max(ws[j].early, early+int64(rtt/2))
-				ws[j].follows = false
-				heap.Push(pending, j)
+			for _, j := range li.queue {
+				release(j, t+int64(rtt), early+int64(rtt/2))
 			}
-			li.guess, li.rest, li.dues = false, nil, nil
+			li.queue, li.guess, li.pioneer = nil, false, -1
+		case li.limit > 0 && !li.started:
+			// The first call of its window: the window ends one pace
+			// after the server decides it.
+			li.started, li.end = true, t+li.pace+int64(rtt/2)
+			if len(li.queue) > 0 {
+				heap.Push(&wakes, wake{at: li.end, lane: li})
+			}
+			if li.probing {
+				// The probe: the rest of the window's room goes after
+				// its answer.
+				li.answer, li.soonest = t+int64(rtt), early+int64(rtt/2)
+				k := min(max(0, li.room-1-li.out), len(li.queue))
+				for _, j := range li.queue[:k] {
+					release(j, li.answer, li.soonest)
+				}
+				li.queue = li.queue[k:]
+			}
 		}
 	}
 	return out
+}
+
+// wake is a replayed lane's window end.
+type wake struct {
+	at   int64
+	lane *forecastLaneState
+}
+
+// wakeHeap is a min-heap of window ends.
+type wakeHeap []wake
+
+func (h wakeHeap) Len() int           { return len(h) }
+func (h wakeHeap) Less(i, j int) bool { return h[i].at < h[j].at }
+func (h wakeHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *wakeHeap) Push(x any)        { *h = append(*h, x.(wake)) }
+func (h *wakeHeap) Pop() any {
+	x := (*h)[len(*h)-1]
+	*h = (*h)[:len(*h)-1]
+	return x
 }
 
 // forecastLane names c's lane for the forecast: its actor and its route

@@ -173,6 +173,7 @@ type snapshotMsg struct{ reply chan supervisorSnapshot }
 type supervisorSnapshot struct {
 	snap    Snapshot
 	buckets []*actor.PID
+	ring    ringKeys // the admission queues' order, for the ETAs
 }
 
 // bucketSnapshotMsg asks a bucket actor for the BucketSnapshots of its

@@ -319,6 +319,7 @@ func (s *supervisor) receive(ctx actor.Context) {
 				Limit: n, Used: a.g.used(now), PausedFor: max(0, a.until.Sub(now))})
 		}
 		snap.snap.GlobalUsed = snap.snap.Windows[BotWindow].Used
+		snap.ring = s.ringKeys()
 		for _, ch := range s.children {
 			snap.buckets = append(snap.buckets, ch.pid)
 		}
@@ -578,6 +579,22 @@ func (s *supervisor) admitExempt(ctx actor.Context, a *windowAdmission) {
 		s.unring(ch)
 		ctx.Send(ch.pid, &grantMsg{})
 	}
+}
+
+// ringKeys is every waiting actor's place in its window's admission
+// queue, for the global forecasts (nil maps for empty queues).
+func (s *supervisor) ringKeys() ringKeys {
+	var out ringKeys
+	for w, a := range s.windows {
+		if len(a.ring) == 0 {
+			continue
+		}
+		out[w] = make(map[string]ringKey, len(a.ring))
+		for _, ch := range a.ring {
+			out[w][ch.key] = ringKey{deadline: ch.deadline.UnixNano(), first: ch.first}
+		}
+	}
+	return out
 }
 
 // unring removes ch from its window's admission queue.

@@ -487,7 +487,7 @@ func (s *System) Snapshot(ctx context.Context) (Snapshot, error) {
 	var queued []laneETA
 	done := func(err error) (Snapshot, error) {
 		slices.SortFunc(snap.Buckets, func(a, b BucketSnapshot) int { return strings.Compare(a.Key, b.Key) })
-		snap.Requests = s.requests(queued, s.now())
+		snap.Requests = s.requests(queued, s.now(), &sup.ring)
 		return snap, err
 	}
 	for range sup.buckets {

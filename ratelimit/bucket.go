@@ -729,6 +729,13 @@ func (b *Bucket) lateMargin(now time.Time) time.Duration {
 // though Remaining is positive.
 func (b *Bucket) Probing() bool { return b.Known && b.probing }
 
+// ProbesReopening reports whether a refill at ResetAt would hold the new
+// window for a probe (see Late reopening): no probe has found a reopening
+// that early on time. Forecasts use it; Take decides again when it refills.
+func (b *Bucket) ProbesReopening() bool {
+	return b.Known && !b.estRejected && (!b.trustSet || b.ResetAt.Sub(b.est)+probeSlack < b.trusted)
+}
+
 // Pause makes Take admit nothing before until (a 429's wait). An earlier
 // until than the current pause does nothing.
 func (b *Bucket) Pause(until time.Time) {
