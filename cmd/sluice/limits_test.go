@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -249,22 +248,9 @@ func TestProxyLimitsBadValuesExit2(t *testing.T) {
 	} {
 		t.Run(strings.Join(append(append([]string{}, tc.env...), tc.args...), " "), func(t *testing.T) {
 			t.Parallel()
-			var stdout, stderr strings.Builder
-			cmd := proxyCmd(t, tc.env, tc.args...)
-			cmd.Stdout, cmd.Stderr = &stdout, &stderr
-			require.NoError(t, cmd.Start())
-			kill := time.AfterFunc(proxyStopTimeout, func() {
-				t.Errorf("still running %s later: killed", proxyStopTimeout)
-				_ = cmd.Process.Kill()
-			})
-			err := cmd.Wait()
-			kill.Stop()
-			var exit *exec.ExitError
-			require.ErrorAs(t, err, &exit, "stdout: %s\nstderr: %s", stdout.String(), stderr.String())
-			assert.Equal(t, 2, exit.ExitCode(), "stderr: %s", stderr.String())
-			assert.Contains(t, stderr.String(), tc.want)
-			assert.Equal(t, 2, strings.Count(stderr.String(), "\n"), "one message: %s", stderr.String())
-			assert.Empty(t, stdout.String(), "a rejected proxy must not start")
+			stderr := runRejectedProxy(t, tc.env, tc.args...)
+			assert.Contains(t, stderr, tc.want)
+			assert.Equal(t, 2, strings.Count(stderr, "\n"), "one message: %s", stderr)
 		})
 	}
 }

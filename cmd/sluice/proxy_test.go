@@ -592,6 +592,28 @@ func TestProxyEnvironmentAndFlags(t *testing.T) {
 	assert.Greater(t, lines, 10)
 }
 
+// runRejectedProxy runs `sluice proxy` with env and args as a process,
+// which must refuse them: exit code 2, nothing on stdout. It returns
+// stderr.
+func runRejectedProxy(t *testing.T, env []string, args ...string) string {
+	t.Helper()
+	var stdout, stderr strings.Builder
+	cmd := proxyCmd(t, env, args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Start())
+	kill := time.AfterFunc(proxyStopTimeout, func() {
+		t.Errorf("still running %s later: killed", proxyStopTimeout)
+		_ = cmd.Process.Kill()
+	})
+	err := cmd.Wait()
+	kill.Stop()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "stdout: %s\nstderr: %s", stdout.String(), stderr.String())
+	assert.Equal(t, 2, exit.ExitCode(), "stderr: %s", stderr.String())
+	assert.Empty(t, stdout.String(), "a rejected proxy must not start")
+	return stderr.String()
+}
+
 // TestProxyBadValuesExit2: a value the proxy cannot take, from a flag or
 // a variable, is a usage error naming it: exit status 2, one message on
 // stderr, nothing on stdout, nothing started.
@@ -643,23 +665,10 @@ func TestProxyBadValuesExit2(t *testing.T) {
 	} {
 		t.Run(strings.Join(append(append([]string{}, tc.env...), tc.args...), " "), func(t *testing.T) {
 			t.Parallel()
-			var stdout, stderr strings.Builder
-			cmd := proxyCmd(t, tc.env, tc.args...)
-			cmd.Stdout, cmd.Stderr = &stdout, &stderr
-			require.NoError(t, cmd.Start())
-			kill := time.AfterFunc(proxyStopTimeout, func() {
-				t.Errorf("still running %s later: killed", proxyStopTimeout)
-				_ = cmd.Process.Kill()
-			})
-			err := cmd.Wait()
-			kill.Stop()
-			var exit *exec.ExitError
-			require.ErrorAs(t, err, &exit, "stdout: %s\nstderr: %s", stdout.String(), stderr.String())
-			assert.Equal(t, 2, exit.ExitCode(), "stderr: %s", stderr.String())
-			assert.Contains(t, stderr.String(), tc.want)
-			assert.NotContains(t, stderr.String(), "pw@")
-			assert.NotContains(t, stderr.String(), "bad\x01token")
-			assert.Empty(t, stdout.String(), "a rejected proxy must not start")
+			stderr := runRejectedProxy(t, tc.env, tc.args...)
+			assert.Contains(t, stderr, tc.want)
+			assert.NotContains(t, stderr, "pw@")
+			assert.NotContains(t, stderr, "bad\x01token")
 		})
 	}
 }
