@@ -98,8 +98,9 @@ type laneETA struct {
 type etaMsg struct {
 	call  *Call
 	reply chan laneETA // buffered: a sender never blocks
-	// ring is the admission queues' order when the supervisor forwarded
-	// the message (set before, read by the asker after the reply).
+	// ring holds the order of the admission queue of the call's window
+	// when the supervisor forwarded the message (set before, read by the
+	// asker after the reply).
 	ring ringKeys
 }
 
@@ -315,7 +316,9 @@ func (s *System) ETA(ctx context.Context, c *Call) (ETA, error) {
 // call's bucket actor, or answer it when there is none.
 func (s *supervisor) answerETA(ctx actor.Context, m *etaMsg) {
 	c := m.call
-	m.ring = s.ringKeys()
+	if !c.Route.GlobalExempt && !c.Finished() {
+		m.ring[c.window] = s.ringOf(c.window) // the one queue its forecast replays
+	}
 	if ch := s.children[c.Route.Major]; ch != nil && !c.Finished() {
 		ctx.Send(ch.pid, m)
 		return

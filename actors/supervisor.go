@@ -319,7 +319,9 @@ func (s *supervisor) receive(ctx actor.Context) {
 				Limit: n, Used: a.g.used(now), PausedFor: max(0, a.until.Sub(now))})
 		}
 		snap.snap.GlobalUsed = snap.snap.Windows[BotWindow].Used
-		snap.ring = s.ringKeys()
+		for w := range snap.ring {
+			snap.ring[w] = s.ringOf(Window(w))
+		}
 		for _, ch := range s.children {
 			snap.buckets = append(snap.buckets, ch.pid)
 		}
@@ -581,18 +583,16 @@ func (s *supervisor) admitExempt(ctx actor.Context, a *windowAdmission) {
 	}
 }
 
-// ringKeys is every waiting actor's place in its window's admission
-// queue, for the global forecasts (nil maps for empty queues).
-func (s *supervisor) ringKeys() ringKeys {
-	var out ringKeys
-	for w, a := range s.windows {
-		if len(a.ring) == 0 {
-			continue
-		}
-		out[w] = make(map[string]ringKey, len(a.ring))
-		for _, ch := range a.ring {
-			out[w][ch.key] = ringKey{deadline: ch.deadline.UnixNano(), first: ch.first}
-		}
+// ringOf is every waiting actor's place in w's admission queue, for the
+// global forecasts (nil for an empty queue). O(the queue).
+func (s *supervisor) ringOf(w Window) map[string]ringKey {
+	a := s.windows[w]
+	if len(a.ring) == 0 {
+		return nil
+	}
+	out := make(map[string]ringKey, len(a.ring))
+	for _, ch := range a.ring {
+		out[ch.key] = ringKey{deadline: ch.deadline.UnixNano(), first: ch.first}
 	}
 	return out
 }
