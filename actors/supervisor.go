@@ -65,7 +65,7 @@ type supervisor struct {
 	tbuf    traceBuf
 	current any // the message being handled; still set after a panic (see Receive)
 	timers  timers
-	spawned uint64
+	names   namer // bucket actors' names
 }
 
 // pooled is a live connection and when it came up.
@@ -391,14 +391,13 @@ func (s *supervisor) submit(ctx actor.Context, c *Call) {
 	key := c.Route.Major
 	ch := s.children[key]
 	if ch == nil {
-		s.spawned++
 		// The producer returns the same instance on every restart, so the
 		// bucket's state outlives a crash of its Receive.
 		b := newBucket(s.sys, key, c.Route.PerToken, c.window)
 		props := actor.PropsFromProducer(func() actor.Actor { return b },
 			actor.WithReceiverMiddleware(s.sys.receiveMiddleware()...),
 			actor.WithSenderMiddleware(s.sys.senderMiddleware()...))
-		pid, err := ctx.SpawnNamed(props, "b"+itoa(s.spawned))
+		pid, err := ctx.SpawnNamed(props, s.names.next(ctx.Self().Id))
 		if err != nil {
 			c.Complete(nil, err)
 			return
