@@ -436,7 +436,26 @@ type Snapshot struct {
 	// Buckets are the live buckets, sorted by key.
 	Buckets []BucketSnapshot
 	// Limits are the live groups of the declared limits (Options.Limits),
-	// sorted by limit and group.
+	// sorted by limit and group: those with a request waiting or a slot
+	// held (see LimitSnapshot).
+	//
+	// With Options.Redis the groups live in Redis, and Limits lists the
+	// live ones among the groups this process reserved in lately: each
+	// while one of its requests has a place there and for the group's
+	// Window plus a minute after the last ended, 256 at most (the least
+	// recently used are forgotten first). A group only other processes
+	// use is not listed. The counts of all are read from Redis in one
+	// round trip (one per Redis namespace: a group whose requests went
+	// both with and without the token is counted in two, and listed once
+	// with their sum), bounded by Options.RedisTimeout and ctx.
+	//
+	// If that read fails or times out, Snapshot still succeeds, and
+	// Limits is the local view: the groups counted in this process's
+	// memory, which with Redis are none, so Limits is empty. A failure
+	// other than ctx's end counts in Shared.Errors and changes nothing
+	// else (the requests' own calls decide when Redis is unreachable);
+	// while Shared.Mode is "fallback", Redis is not asked and Limits is
+	// empty too.
 	Limits []LimitSnapshot
 	// Requests are the requests waiting in a bucket's queue or for a
 	// retry, in submission order, each with its ETA (see Future.ETA);
@@ -546,7 +565,13 @@ func (l *Limiter) Snapshot(ctx context.Context) (Snapshot, error) {
 	for i, b := range s.Buckets {
 		out.Buckets[i] = BucketSnapshot(b)
 	}
-	for _, g := range s.Groups {
+	groups := s.Groups
+	if l.shared != nil && err == nil {
+		// On a failed read, the local view (see Snapshot.Limits); the
+		// failure shows in Shared.Errors.
+		groups, _ = l.sys.SharedGroups(ctx, groups)
+	}
+	for _, g := range groups {
 		out.Limits = append(out.Limits, LimitSnapshot(g))
 	}
 	if len(s.Requests) > 0 {

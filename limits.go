@@ -307,6 +307,13 @@ func majorValue(major, name string) string {
 
 // LimitSnapshot is one live group of a declared limit (Options.Limits)
 // in a Snapshot.
+//
+// Without Options.Redis, Waiting and Held count this process's requests,
+// the only ones in the group. With it, the group is counted in Redis, and
+// both count the requests of every process sharing it there (one token,
+// one Redis), as Redis holds them when Snapshot reads it; Snapshot.Limits
+// says which groups are listed then, and what it holds when Redis cannot
+// be read.
 type LimitSnapshot struct {
 	// Limit is the limit's Name; Group the group's key ("guild_id=9", or
 	// what Limit.Group returned; "" for a limit with one group).
@@ -315,9 +322,14 @@ type LimitSnapshot struct {
 	Count  int
 	Window time.Duration
 	// Waiting requests have a place in the group's schedule and have not
-	// been sent.
+	// been sent (with Redis: have not taken a slot of the group's guard;
+	// a place whose window was missed counts until it is placed again,
+	// or, its process gone, until Options.AttemptTimeout plus 10 s after
+	// that window).
 	Waiting int
 	// Held is the number of the group's places taken now: requests in
-	// flight, and answered within the last Window.
+	// flight, and answered within the last Window (with Redis: the
+	// guard's slots, every process's; a request whose process died in
+	// flight holds its slot for Options.AttemptTimeout plus 10 s).
 	Held int
 }

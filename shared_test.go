@@ -455,9 +455,15 @@ func TestSharedLimitsSurviveRedisDying(t *testing.T) {
 // would be (each its own Store, its own Redis connections).
 func sharedPair(t *testing.T, srv *sluicetest.Server, rs *redistest.Server, opts sluice.Options, traceA func(sluice.TraceEvent)) (a, b *sluice.Limiter) {
 	t.Helper()
+	return sharedPairAt(t, srv.APIBase(), rs, opts, traceA)
+}
+
+// sharedPairAt is sharedPair on the (h2c) API at base.
+func sharedPairAt(t *testing.T, base string, rs *redistest.Server, opts sluice.Options, traceA func(sluice.TraceEvent)) (a, b *sluice.Limiter) {
+	t.Helper()
 	mk := func(trace func(sluice.TraceEvent)) *sluice.Limiter {
 		o := opts
-		o.BaseURL, o.H2C, o.Token, o.Redis, o.Trace = srv.APIBase(), true, testToken+"-"+t.Name(), rs.Client(t), trace
+		o.BaseURL, o.H2C, o.Token, o.Redis, o.Trace = base, true, testToken+"-"+t.Name(), rs.Client(t), trace
 		lim, err := sluice.New(o)
 		require.NoError(t, err)
 		t.Cleanup(func() {
@@ -690,4 +696,130 @@ func TestRedisTimeout(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSharedDeclaredGroupInSnapshot: with Redis, Snapshot.Limits of each
+// of two limiters (two processes) shows the group both use as Redis
+// counts it: Waiting the requests of both that wait for their windows,
+// Held the slots taken. The first window's two requests are held at the
+// server, so the group's guard stays full and nothing else can go while
+// the snapshots are taken. Once all are answered and their slots freed,
+// the group leaves the snapshots.
+func TestSharedDeclaredGroupInSnapshot(t *testing.T) {
+	rs := redistest.Start(t)
+	// A bucket of 20 per second, no hidden limit: only the declared one binds.
+	srv, err := sluicetest.NewServer(sluicetest.Options{H2C: true, Rules: rules(20, time.Second, [2]string{"PUT", roleRoute})})
+	require.NoError(t, err)
+	defer srv.Close()
+
+	// The server holds the first window's requests (members 0 and 1)
+	// until release is closed, and tells each arrival.
+	arrived, release := make(chan string, 2), make(chan struct{})
+	var releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	defer unblock()
+	hs := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == "PUT" && (strings.Contains(r.URL.Path, "/members/0/") || strings.Contains(r.URL.Path, "/members/1/")) {
+			arrived <- r.URL.Path
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		srv.ServeHTTP(w, r)
+	}))
+	hs.Config.Protocols = new(http.Protocols)
+	hs.Config.Protocols.SetUnencryptedHTTP2(true)
+	hs.Start()
+	defer hs.Close()
+
+	const window = 300 * time.Millisecond
+	// Member 999's role updates are outside the group: each limiter's
+	// first request learns the bucket, so the group's requests are no
+	// pioneers and the first window's two go together.
+	limits := []sluice.Limit{{Name: "member_roles", Routes: []string{"PUT " + roleRoute}, Count: 2, Window: window,
+		Group: func(r *http.Request) string {
+			if strings.Contains(r.URL.Path, "/members/999/") {
+				return ""
+			}
+			return "guild 1"
+		}}}
+	a, b := sharedPairAt(t, hs.URL+"/api/v10", rs, sluice.Options{Limits: limits, NoDefaultLimits: true, RedisTimeout: sharedRedisTimeout()}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, lim := range []*sluice.Limiter{a, b} {
+		resp, err := lim.Do(ctx, req("PUT", "/guilds/1/members/999/roles/9", ""))
+		require.NoError(t, err)
+		resp.Body.Close()
+	}
+
+	send := func(lim *sluice.Limiter, member int) *sluice.Future {
+		return lim.Send(ctx, req("PUT", fmt.Sprintf("/guilds/1/members/%d/roles/9", member), ""))
+	}
+	// Places in the order of submission: A's 0 and 1 in the first
+	// window, B's 2 and 3 in the second, A's 4 and B's 5 in the third.
+	futures := []*sluice.Future{send(a, 0), send(a, 1), send(b, 2), send(b, 3), send(a, 4), send(b, 5)}
+	for range 2 {
+		select {
+		case <-arrived:
+		case <-ctx.Done():
+			t.Fatal("the first window's requests never reached the server")
+		}
+	}
+	// Both in flight: the guard (2) is full until one window after their
+	// answers, so the four others wait, whatever the time.
+	want := []sluice.LimitSnapshot{{Limit: "member_roles", Group: "guild 1", Count: 2, Window: window, Waiting: 4, Held: 2}}
+	for name, lim := range map[string]*sluice.Limiter{"A": a, "B": b} {
+		snap, err := lim.Snapshot(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, want, snap.Limits, "limiter %s", name)
+		require.NotNil(t, snap.Shared)
+		assert.Equal(t, redisstore.Shared, snap.Shared.Mode, "limiter %s", name)
+	}
+
+	unblock()
+	for i, f := range futures {
+		resp, err := f.Await(ctx)
+		require.NoError(t, err, "request %d", i)
+		assert.Less(t, resp.StatusCode, 300, "request %d", i)
+		resp.Body.Close()
+	}
+	// Nothing waits now, and the slots free one window after the last
+	// answer: Redis's clock tells when, no event does.
+	for name, lim := range map[string]*sluice.Limiter{"A": a, "B": b} {
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			snap, err := lim.Snapshot(ctx)
+			require.NoError(c, err)
+			assert.Empty(c, snap.Limits)
+		}, 10*time.Second, 10*time.Millisecond, "limiter %s", name)
+	}
+	srv.AssertNoViolations(t)
+}
+
+// TestSharedDeclaredGroupSnapshotWithoutRedis: when Redis cannot be read,
+// Snapshot still succeeds, with the local view of the groups (none: with
+// Redis they are counted there), and the failure shows in Shared.
+func TestSharedDeclaredGroupSnapshotWithoutRedis(t *testing.T) {
+	rs := redistest.Start(t)
+	srv, err := sluicetest.NewServer(sluicetest.Options{H2C: true, Rules: roleRules()})
+	require.NoError(t, err)
+	defer srv.Close()
+	limits := []sluice.Limit{{Name: "member_roles", Routes: []string{"PUT " + roleRoute}, Per: "guild_id", Count: 1, Window: time.Minute}}
+	a, _ := sharedPair(t, srv, rs, sluice.Options{Limits: limits, NoDefaultLimits: true, RedisTimeout: sharedRedisTimeout()}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := a.Do(ctx, req("PUT", "/guilds/1/members/1/roles/9", ""))
+	require.NoError(t, err)
+	resp.Body.Close()
+	snap, err := a.Snapshot(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []sluice.LimitSnapshot{{Limit: "member_roles", Group: "guild_id=1", Count: 1, Window: time.Minute, Held: 1}}, snap.Limits)
+
+	rs.Kill()
+	snap, err = a.Snapshot(ctx)
+	require.NoError(t, err, "a failed read of the groups does not fail the snapshot")
+	assert.Empty(t, snap.Limits, "the local view: nothing counted in memory")
+	require.NotNil(t, snap.Shared)
+	assert.Positive(t, snap.Shared.Errors)
 }

@@ -26,6 +26,13 @@ type LimitRef struct {
 	Group string
 }
 
+// shared is the group in a shared store (ratelimit.SharedGroups): its key
+// there is the limit's name and the group's key, which every process
+// names alike.
+func (r LimitRef) shared() ratelimit.SharedGroup {
+	return ratelimit.SharedGroup{Key: r.Limit.Name + "|" + r.Group, Count: r.Limit.Count, Window: r.Limit.Window}
+}
+
 // groupSet holds the live ratelimit.Group of every group of the declared
 // limits, made on first use and dropped once idle. Bucket actors of every
 // major use it: a declared group may span majors (a bot's "100 DMs a
@@ -42,6 +49,9 @@ type groupSet struct {
 	mu  sync.Mutex
 	m   map[groupKey]*ratelimit.Group
 	ops int // since the last sweep
+	// recent are the groups of the shared stores this process reserved
+	// in lately, for the snapshot (sharedgroups.go).
+	recent recentGroups
 }
 
 type groupKey struct {
@@ -170,6 +180,9 @@ func (s *groupSet) settle(c *Call, at time.Time) {
 // settled or cancelled. Safe from any goroutine.
 func (s *groupSet) release(c *Call, now time.Time) {
 	if sh := c.shared; sh != nil {
+		if sh.tracked.CompareAndSwap(true, false) {
+			s.recent.done(c.window, c.Limits, now)
+		}
 		if c.resp == nil || !sh.taken.Load() {
 			sh.release()
 		} // else answered after taking its place in Redis: the report ends it
@@ -258,6 +271,8 @@ type sharedPlace struct {
 	// (granted there, not from the local fallback): its report, not a
 	// release, ends them.
 	taken atomic.Bool
+	// tracked is set while the call counts in groupSet.recent.
+	tracked atomic.Bool
 }
 
 // groupPlace is the latest window among a call's groups and the limit
@@ -352,11 +367,14 @@ func (s *System) reserveShared(c *Call) {
 	sh := &sharedPlace{store: store, id: strconv.FormatUint(c.ID, 10),
 		groups: make([]ratelimit.SharedGroup, len(c.Limits)), names: make([]string, len(c.Limits))}
 	for i, ref := range c.Limits {
-		sh.groups[i] = ratelimit.SharedGroup{Key: ref.Limit.Name + "|" + ref.Group, Count: ref.Limit.Count, Window: ref.Limit.Window}
+		sh.groups[i] = ref.shared()
 		sh.names[i] = ref.Limit.Name
 	}
 	c.shared = sh
-	slots, err := store.ReserveGroups(c.Ctx, s.now(), sh.id, sh.groups)
+	now := s.now()
+	s.groups.recent.add(c.window, c.Limits, now)
+	sh.tracked.Store(true)
+	slots, err := store.ReserveGroups(c.Ctx, now, sh.id, sh.groups)
 	if err == nil {
 		sh.set(slots)
 	}

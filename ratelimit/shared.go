@@ -109,6 +109,29 @@ type SharedGroups interface {
 	ReleaseGroups(id string, groups []SharedGroup)
 }
 
+// SharedGroupStates is implemented by a SharedGroups store that can also
+// tell how busy its groups are, every process's requests together (a
+// limiter's Snapshot reads it). It is optional: a store without it leaves
+// its groups out of the snapshot.
+type SharedGroupStates interface {
+	// GroupStates reads the state of each group, in order, in one round
+	// trip and without changing any. It blocks for at most the store's
+	// timeout (or until ctx ends) and returns an error when the store
+	// cannot be read.
+	GroupStates(ctx context.Context, groups []SharedGroup) ([]SharedGroupState, error)
+}
+
+// SharedGroupState is a group's state in a shared store, every process's
+// requests together.
+type SharedGroupState struct {
+	// Waiting is the number of requests with a place in the group's
+	// schedule that have not taken a slot of its guard yet.
+	Waiting int
+	// Held is the number of the guard's slots held now: requests in
+	// flight, and answered within the last Window.
+	Held int
+}
+
 // SharedGrant is the outcome of Reserve.
 type SharedGrant struct {
 	// OK reports that the request may be sent.

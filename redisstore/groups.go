@@ -39,6 +39,13 @@ import (
 const groupLua = `
 local function S(x) return string.format('%.0f', x) end
 local function qm(seq, id) return string.format('%012x', seq) .. '|' .. id end
+-- gkey is the prefix of a group's keys, D = P:d:<group key>: the only
+-- place that names them (every script takes its groups' keys through it).
+local function gkey(P, key) return P .. ':d:' .. key end
+-- gstale is the time at or before which a waiting reservation's window
+-- start makes it stale: missed for longer than a lease lives, its process
+-- is gone (gdrop forgets it; a snapshot no longer counts it).
+local function gstale(per, ttl, now) return now - per - ttl end
 local function gparse(rec)
   local a, b, c = string.match(rec, '^(%d+)|(%d+)|(.*)$')
   return tonumber(a), tonumber(b), c
@@ -56,6 +63,11 @@ local function gkeep(D, per, now, ttl)
   for _, k in ipairs({':s', ':w', ':c', ':r', ':q', ':g'}) do
     redis.call('PEXPIRE', D .. k, ms)
   end
+end
+-- gheld counts the guard's slots held at now: a lease holds its slot
+-- until its score.
+local function gheld(D, now)
+  return redis.call('ZCOUNT', D .. ':g', '(' .. S(now), '+inf')
 end
 -- gguard returns how long until the guard has a free slot (0: now).
 local function gguard(D, n, per, now)
@@ -76,9 +88,10 @@ local function gdrop(D, per, ttl, now)
   for _, s in ipairs(over) do redis.call('HDEL', D .. ':c', s) end
   if #over > 0 then redis.call('ZREMRANGEBYSCORE', W, '-inf', now - per) end
   local Q = D .. ':q'
-  local stale = redis.call('ZRANGEBYSCORE', Q, '-inf', now - per - ttl)
+  local cut = gstale(per, ttl, now)
+  local stale = redis.call('ZRANGEBYSCORE', Q, '-inf', cut)
   for _, m in ipairs(stale) do redis.call('HDEL', D .. ':r', string.sub(m, 14)) end
-  if #stale > 0 then redis.call('ZREMRANGEBYSCORE', Q, '-inf', now - per - ttl) end
+  if #stale > 0 then redis.call('ZREMRANGEBYSCORE', Q, '-inf', cut) end
 end
 -- gplace counts one more reservation in the first window with room, or
 -- opens one: one window plus the round trip after the last, or when the
@@ -159,7 +172,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local out = {}
 for j = 0, ng - 1 do
-  local D = P .. ':d:' .. ARGV[5 + 3 * j]
+  local D = gkey(P, ARGV[5 + 3 * j])
   local n, per = tonumber(ARGV[6 + 3 * j]), tonumber(ARGV[7 + 3 * j])
   if estimate and redis.call('HEXISTS', D .. ':r', id) == 0 then
     table.insert(out, 0); table.insert(out, 0); table.insert(out, 0)
@@ -181,7 +194,7 @@ return out
 var groupReleaseScript = redis.NewScript(groupLua + `
 local P, id, ng = KEYS[1], ARGV[1], tonumber(ARGV[2])
 for j = 0, ng - 1 do
-  local D = P .. ':d:' .. ARGV[3 + j]
+  local D = gkey(P, ARGV[3 + j])
   local rec = redis.call('HGET', D .. ':r', id)
   if rec then
     local start, seq, lease = gparse(rec)
@@ -195,6 +208,26 @@ for j = 0, ng - 1 do
   end
 end
 return 0
+`)
+
+// groupStateScript reads groups' states without changing them: per
+// group, the waiting reservations (D:q, those gdrop would keep) and the
+// guard's slots held (gheld).
+//
+// ARGV: 1 lease ttl ms, 2 number of groups, then per group: key, count,
+// window ms (groupArgs). Returns, per group, {waiting, held}.
+var groupStateScript = redis.NewScript(groupLua + `
+local P, ttl, ng = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local out = {}
+for j = 0, ng - 1 do
+  local D = gkey(P, ARGV[3 + 3 * j])
+  local per = tonumber(ARGV[5 + 3 * j])
+  table.insert(out, redis.call('ZCOUNT', D .. ':q', '(' .. S(gstale(per, ttl, now)), '+inf'))
+  table.insert(out, gheld(D, now))
+end
+return out
 `)
 
 // errGroupsLocal is returned by ReserveGroups and EstimateGroups while the
@@ -265,6 +298,42 @@ func (s *Store) placeGroups(parent context.Context, now time.Time, id string, gs
 		}
 	}
 	return out, found, nil
+}
+
+var _ ratelimit.SharedGroupStates = (*Store)(nil)
+
+// GroupStates implements ratelimit.SharedGroupStates: one script reads
+// every group, each process's requests counted. It waits at most
+// Config.Timeout (and no longer than ctx). A failure other than ctx's end
+// counts in Stats.Errors but switches nothing: a snapshot is an
+// observation, and the next reservation finds out whether Redis answers.
+// While the store counts locally it does not ask Redis and returns an
+// error.
+func (s *Store) GroupStates(parent context.Context, gs []ratelimit.SharedGroup) ([]ratelimit.SharedGroupState, error) {
+	if len(gs) == 0 {
+		return nil, nil
+	}
+	if s.Mode() == Fallback {
+		return nil, errGroupsLocal
+	}
+	ctx, cancel := context.WithTimeout(parent, s.cfg.Timeout)
+	defer cancel()
+	args := groupArgs([]any{ms(s.cfg.LeaseTTL), len(gs)}, gs, true)
+	res, err := groupStateScript.Run(ctx, s.rdb, []string{s.ns}, args...).Int64Slice()
+	if err == nil && len(res) != 2*len(gs) {
+		err = fmt.Errorf("redisstore: group state script: %d results for %d groups", len(res), len(gs))
+	}
+	if err != nil {
+		if parent.Err() == nil {
+			s.errs.Add(1) // not the caller's context ending
+		}
+		return nil, err
+	}
+	out := make([]ratelimit.SharedGroupState, len(gs))
+	for i := range out {
+		out[i] = ratelimit.SharedGroupState{Waiting: int(res[2*i]), Held: int(res[2*i+1])}
+	}
+	return out, nil
 }
 
 // ReleaseGroups implements ratelimit.SharedGroups: the script runs on a

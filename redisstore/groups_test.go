@@ -5,9 +5,11 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -209,4 +211,224 @@ func TestGroupWindowsCountFromTheReply(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, found[0])
 	assert.WithinDuration(t, second[0].Start, est[0].Start, 5*time.Millisecond)
+}
+
+// GroupStates reads, in one round trip and without changing them, each
+// group's waiting reservations and held guard slots, every process's
+// requests together: a place released stops waiting, a slot taken is
+// held until one window after its answer, a group never used is empty.
+// An ended ctx is no outage; while the store counts locally, Redis is
+// not asked.
+func TestGroupStates(t *testing.T) {
+	srv := redistest.Start(t)
+	ns := Namespace("tok-states")
+	rdb := srv.Client(t)
+	calls := &scriptCalls{sha: groupStateScript.Hash()}
+	rdb.AddHook(calls)
+	a, err := New(rdb, Config{Namespace: ns, Heartbeat: time.Hour}) // no heartbeat notices the kill below
+	require.NoError(t, err)
+	defer a.Close()
+	b := newStore(t, srv, Config{Namespace: ns})
+	const window = 300 * time.Millisecond
+	g := ratelimit.SharedGroup{Key: "member_roles|guild_id=1", Count: 2, Window: window}
+	other := ratelimit.SharedGroup{Key: "member_roles|guild_id=2", Count: 2, Window: window}
+	ctx := context.Background()
+	states := func() []ratelimit.SharedGroupState {
+		t.Helper()
+		before := calls.n.Load()
+		st, err := a.GroupStates(ctx, []ratelimit.SharedGroup{g, other})
+		require.NoError(t, err)
+		assert.Equal(t, int64(1), calls.n.Load()-before, "one round trip for every group")
+		return st
+	}
+	_, err = a.GroupStates(ctx, []ratelimit.SharedGroup{g}) // loads the script (EVAL after EVALSHA)
+	require.NoError(t, err)
+
+	// Five places, in two processes: three windows.
+	for i := range 5 {
+		st := []*Store{a, b}[i%2]
+		_, err := st.ReserveGroups(ctx, time.Now(), strconv.Itoa(i), []ratelimit.SharedGroup{g})
+		require.NoError(t, err)
+	}
+	assert.Equal(t, []ratelimit.SharedGroupState{{Waiting: 5}, {}}, states())
+
+	// The first window's two take their slots (one in each process): no
+	// longer waiting, held while in flight and one window after the answer.
+	var granted []ratelimit.SharedGrant
+	for i := range 2 {
+		st := []*Store{a, b}[i%2]
+		gr := st.Reserve(ctx, groupRequest(i, strconv.Itoa(i), g))
+		require.True(t, gr.OK, "%d: %+v", i, gr)
+		granted = append(granted, gr)
+	}
+	assert.Equal(t, []ratelimit.SharedGroupState{{Waiting: 3, Held: 2}, {}}, states())
+	ans := answer(5, 4, time.Second, "")
+	ans.Template, ans.Major = "GET /x/{id}", "id=0"
+	a.Report(ctx, granted[0], ans)
+	answered := time.Now()
+	assert.Equal(t, []ratelimit.SharedGroupState{{Waiting: 3, Held: 2}, {}}, states(), "held after its answer")
+
+	// A released place stops waiting (released in the background: Close
+	// waits for it).
+	rb := newStore(t, srv, Config{Namespace: ns})
+	_, err = rb.ReserveGroups(ctx, time.Now(), "r", []ratelimit.SharedGroup{other})
+	require.NoError(t, err)
+	assert.Equal(t, []ratelimit.SharedGroupState{{Waiting: 3, Held: 2}, {Waiting: 1}}, states())
+	rb.ReleaseGroups("r", []ratelimit.SharedGroup{other})
+	require.NoError(t, rb.Close())
+	assert.Equal(t, []ratelimit.SharedGroupState{{Waiting: 3, Held: 2}, {}}, states())
+
+	// The answered slot frees one window after its answer; the one in
+	// flight stays held. Redis's clock decides: read after the window.
+	<-time.After(time.Until(answered.Add(window + 20*time.Millisecond)))
+	assert.Equal(t, []ratelimit.SharedGroupState{{Waiting: 3, Held: 1}, {}}, states())
+
+	// A ctx that ended fails the read, and is no outage.
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = a.GroupStates(done, []ratelimit.SharedGroup{g})
+	require.Error(t, err)
+	assert.Equal(t, Shared, a.Mode())
+	assert.Zero(t, a.Stats().Outages)
+
+	// Redis gone: the failed read is counted, and switches nothing (a
+	// snapshot only observes); once a request's call has switched the
+	// store to counting locally, Redis is not asked.
+	srv.Kill()
+	errs := a.Stats().Errors
+	_, err = a.GroupStates(ctx, []ratelimit.SharedGroup{g})
+	require.Error(t, err)
+	assert.Equal(t, errs+1, a.Stats().Errors)
+	assert.Zero(t, a.Stats().Outages, "a failed read is no outage")
+	_, err = a.ReserveGroups(ctx, time.Now(), "9", []ratelimit.SharedGroup{g})
+	require.Error(t, err)
+	require.Equal(t, Fallback, a.Mode())
+	before := calls.n.Load()
+	_, err = a.GroupStates(ctx, []ratelimit.SharedGroup{g})
+	require.ErrorIs(t, err, errGroupsLocal)
+	assert.Equal(t, before, calls.n.Load(), "no call to Redis while counting locally")
+}
+
+// scriptCalls counts the calls of one script (by its SHA), whatever
+// else the client sends (heartbeats, other scripts).
+type scriptCalls struct {
+	sha string
+	n   atomic.Int64
+}
+
+func (c *scriptCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *scriptCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if args := cmd.Args(); cmd.Name() == "evalsha" && len(args) > 1 && args[1] == c.sha {
+			c.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (c *scriptCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// BenchmarkGroupReservation measures what a declared group in Redis costs
+// one request on a real redis-server over a unix socket: its place
+// reserved when it is submitted (ReserveGroups, on the caller's path),
+// and with the estimate Future.ETA asks (EstimateGroups) and the release
+// of a place never taken (ReleaseGroups, in the background: waited for
+// here, so its round trip is in the figure). One group, one request
+// waiting at a time. It counts the round trips.
+func BenchmarkGroupReservation(b *testing.B) {
+	srv := redistest.Start(b)
+	rdb := srv.Client(b)
+	s, err := New(rdb, Config{Namespace: Namespace("bench-groups"), Heartbeat: time.Hour})
+	require.NoError(b, err)
+	defer s.Close()
+	ctx := context.Background()
+	g := []ratelimit.SharedGroup{{Key: "member_roles|guild_id=1", Count: 10, Window: time.Hour}}
+	calls := &countCalls{ends: make(chan struct{}, 1)}
+	rdb.AddHook(calls)
+	// release drops id's place and waits for the script's answer.
+	release := func(id string) {
+		want := calls.answered.Load() + 1
+		s.ReleaseGroups(id, g)
+		for calls.answered.Load() < want {
+			<-calls.ends
+		}
+	}
+	for _, warm := range []string{"w1", "w2"} { // loads the scripts
+		_, err := s.ReserveGroups(ctx, time.Now(), warm, g)
+		require.NoError(b, err)
+		_, _, err = s.EstimateGroups(ctx, time.Now(), warm, g)
+		require.NoError(b, err)
+		release(warm)
+	}
+	run := func(b *testing.B, all bool) {
+		var trips int64
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			i++
+			id := strconv.Itoa(i)
+			before := calls.n.Load()
+			if _, err := s.ReserveGroups(ctx, time.Now(), id, g); err != nil {
+				b.Fatal(err)
+			}
+			if !all {
+				trips += calls.n.Load() - before
+				b.StopTimer()
+				release(id)
+				b.StartTimer()
+				continue
+			}
+			if _, found, err := s.EstimateGroups(ctx, time.Now(), id, g); err != nil || !found[0] {
+				b.Fatalf("estimate: %v, found %v", err, found)
+			}
+			release(id)
+			trips += calls.n.Load() - before
+		}
+		b.ReportMetric(float64(trips)/float64(b.N), "roundtrips/op")
+	}
+	b.Run("ping", func(b *testing.B) { // the round trip alone, for scale
+		for b.Loop() {
+			if err := rdb.Ping(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("reserve", func(b *testing.B) { run(b, false) })
+	b.Run("reserve+estimate+release", func(b *testing.B) { run(b, true) })
+}
+
+// BenchmarkGroupStates measures Snapshot's read of the groups this
+// process used (GroupStates), in one round trip: 1 group, and 256 (the
+// most a limiter remembers), each with a request waiting.
+func BenchmarkGroupStates(b *testing.B) {
+	srv := redistest.Start(b)
+	rdb := srv.Client(b)
+	s, err := New(rdb, Config{Namespace: Namespace("bench-states"), Heartbeat: time.Hour})
+	require.NoError(b, err)
+	defer s.Close()
+	ctx := context.Background()
+	gs := make([]ratelimit.SharedGroup, 256)
+	for i := range gs {
+		gs[i] = ratelimit.SharedGroup{Key: "member_roles|guild_id=" + strconv.Itoa(i), Count: 10, Window: time.Hour}
+		_, err := s.ReserveGroups(ctx, time.Now(), "r"+strconv.Itoa(i), gs[i:i+1])
+		require.NoError(b, err)
+	}
+	_, err = s.GroupStates(ctx, gs[:1]) // loads the script
+	require.NoError(b, err)
+	calls := &countCalls{}
+	rdb.AddHook(calls)
+	for _, n := range []int{1, 256} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			b.ReportAllocs()
+			before := calls.n.Load()
+			for b.Loop() {
+				st, err := s.GroupStates(ctx, gs[:n])
+				if err != nil || st[n-1].Waiting != 1 {
+					b.Fatalf("states: %v, %+v", err, st)
+				}
+			}
+			b.ReportMetric(float64(calls.n.Load()-before)/float64(b.N), "roundtrips/op")
+		})
+	}
 }

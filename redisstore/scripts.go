@@ -209,7 +209,7 @@ end
 local gid, ng = ARGV[19] or '', tonumber(ARGV[20] or '0')
 local groups = {}
 for j = 0, ng - 1 do
-  local D = P .. ':d:' .. ARGV[21 + 3 * j]
+  local D = gkey(P, ARGV[21 + 3 * j])
   local gn, gper = tonumber(ARGV[22 + 3 * j]), tonumber(ARGV[23 + 3 * j])
   local gstart, gseq, glease = greserve(D, gn, gper, ttl, gid, now)
   if glease ~= '' then
@@ -312,7 +312,7 @@ end
 -- slot back and keeps its place.
 local gid, ng = ARGV[22] or '', tonumber(ARGV[23] or '0')
 for j = 0, ng - 1 do
-  local D = P .. ':d:' .. ARGV[24 + 3 * j]
+  local D = gkey(P, ARGV[24 + 3 * j])
   local gn, gper = tonumber(ARGV[25 + 3 * j]), tonumber(ARGV[26 + 3 * j])
   local rec = redis.call('HGET', D .. ':r', gid)
   local gstart, gseq, glease = 0, 0, ''

@@ -237,15 +237,33 @@ func TestFallbackShareOfABucket(t *testing.T) {
 
 // countCalls counts the commands a client sends to Redis (a pipeline counts
 // once: one round trip).
-type countCalls struct{ n atomic.Int64 }
+type countCalls struct {
+	n atomic.Int64
+	// answered counts the scripts answered; each answer is told on ends
+	// when it is set (at most one waiting: read answered after a receive).
+	answered atomic.Int64
+	ends     chan struct{}
+}
 
 func (c *countCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (c *countCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if name := cmd.Name(); name == "evalsha" || name == "eval" {
+		name := cmd.Name()
+		script := name == "evalsha" || name == "eval"
+		if script {
 			c.n.Add(1)
 		}
-		return next(ctx, cmd)
+		err := next(ctx, cmd)
+		if script {
+			c.answered.Add(1)
+			if c.ends != nil {
+				select {
+				case c.ends <- struct{}{}:
+				default:
+				}
+			}
+		}
+		return err
 	}
 }
 func (c *countCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
