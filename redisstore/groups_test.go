@@ -387,13 +387,7 @@ func BenchmarkGroupReservation(b *testing.B) {
 		}
 		b.ReportMetric(float64(trips)/float64(b.N), "roundtrips/op")
 	}
-	b.Run("ping", func(b *testing.B) { // the round trip alone, for scale
-		for b.Loop() {
-			if err := rdb.Ping(ctx).Err(); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
+	b.Run("ping", func(b *testing.B) { benchPing(b, rdb) })
 	b.Run("reserve", func(b *testing.B) { run(b, false) })
 	b.Run("reserve+estimate+release", func(b *testing.B) { run(b, true) })
 }
