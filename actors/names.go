@@ -3,8 +3,15 @@ package actors
 import (
 	"strconv"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/twmb/murmur3"
 )
+
+// bucketMailbox is the bucket actors' mailbox: protoactor's lock-free
+// queue, which holds a small stub while empty (the default ring buffer
+// keeps ten slots, about 180 B more per idle-but-live bucket actor) and
+// allocates a node per message instead.
+var bucketMailbox = actor.UnboundedLockfree()
 
 // Bucket actors' names, chosen so that a bot touching many channels does
 // not keep protoactor's process registry large for good.

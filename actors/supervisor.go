@@ -395,6 +395,7 @@ func (s *supervisor) submit(ctx actor.Context, c *Call) {
 		// bucket's state outlives a crash of its Receive.
 		b := newBucket(s.sys, key, c.Route.PerToken, c.window)
 		props := actor.PropsFromProducer(func() actor.Actor { return b },
+			actor.WithMailbox(bucketMailbox),
 			actor.WithReceiverMiddleware(s.sys.receiveMiddleware()...),
 			actor.WithSenderMiddleware(s.sys.senderMiddleware()...))
 		pid, err := ctx.SpawnNamed(props, s.names.next(ctx.Self().Id))
