@@ -13,8 +13,11 @@ import (
 // allocates a node per message instead.
 var bucketMailbox = actor.UnboundedLockfree()
 
-// Bucket actors' names, chosen so that a bot touching many channels does
-// not keep protoactor's process registry large for good.
+// What spawning a bucket actor costs protoactor's process registry and
+// its mailbox.
+//
+// Bucket actors' names are chosen so that a bot touching many channels
+// does not keep protoactor's process registry large for good.
 //
 // protoactor keeps every live actor in its process registry: 1,024
 // concurrent maps (registrySlices), each of 32 Go maps, one picked by a
