@@ -7,12 +7,6 @@ import (
 	"github.com/twmb/murmur3"
 )
 
-// bucketMailbox is the bucket actors' mailbox: protoactor's lock-free
-// queue, which holds a small stub while empty (the default ring buffer
-// keeps ten slots, about 180 B more per idle-but-live bucket actor) and
-// allocates a node per message instead.
-var bucketMailbox = actor.UnboundedLockfree()
-
 // What spawning a bucket actor costs protoactor's process registry and
 // its mailbox.
 //
@@ -29,9 +23,15 @@ var bucketMailbox = actor.UnboundedLockfree()
 // into one of the first registryUsed slices: the registry then keeps at
 // most 1,024 Go maps, which grow with the most bucket actors alive at once
 // and stay at that size. It costs registrySlices/registryUsed hashes of a
-// short id per spawn on average (about a microsecond), and nothing per
+// short id per spawn on average (0.74 µs, BenchmarkNamerNext), nothing per
 // message: protoactor looks the registry up only to spawn, stop and reach
 // an actor whose cached process is gone.
+
+// bucketMailbox is the bucket actors' mailbox: protoactor's lock-free
+// queue, which holds a small stub while empty (the default ring buffer
+// keeps ten slots, about 180 B more per idle-but-live bucket actor) and
+// allocates a node per message instead.
+var bucketMailbox = actor.UnboundedLockfree()
 
 const (
 	// registrySlices is the number of concurrent maps in protoactor's

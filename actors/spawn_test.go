@@ -18,7 +18,7 @@ import (
 
 // TestRegistrySlices: protoactor's process registry has the slices the
 // names are drawn for, and every live bucket actor's id is kept in one of
-// the first registryUsed of them (see names.go). Fails when a protoactor
+// the first registryUsed of them (see spawn.go). Fails when a protoactor
 // upgrade changes the registry's layout, or when bucket actors are named
 // without the namer.
 func TestRegistrySlices(t *testing.T) {
@@ -75,4 +75,12 @@ func TestNamerNames(t *testing.T) {
 	}
 	// About registrySlices/registryUsed counter values per name.
 	assert.InDelta(t, float64(registrySlices/registryUsed), float64(nm.n)/1000, 8)
+}
+
+// BenchmarkNamerNext: what drawing a name costs a spawn.
+func BenchmarkNamerNext(b *testing.B) {
+	var nm namer
+	for b.Loop() {
+		_ = nm.next("$12")
+	}
 }
