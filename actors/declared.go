@@ -351,18 +351,18 @@ func (sh *sharedPlace) release() {
 	}
 }
 
-// reserveShared schedules c in its declared groups in the shared store of
-// its window, when that store counts groups: on the caller's goroutine,
-// before c reaches its actor, so places follow the order of submission
-// across processes. A store that cannot be reached leaves c unscheduled:
-// its Reserve still guards every send.
-func (s *System) reserveShared(c *Call) {
+// sharedPlaceOf returns c's place in the shared store of its window, not
+// reserved yet, when that store counts declared groups and c is in some;
+// nil otherwise. Submit sets c.shared to it before c is registered, so the
+// completion hook (groupSet.release), which may run on another goroutine
+// as soon as c is, reads it without a race.
+func (s *System) sharedPlaceOf(c *Call) *sharedPlace {
 	if len(c.Limits) == 0 {
-		return
+		return nil
 	}
 	store, ok := s.windows[c.window].shared.(ratelimit.SharedGroups)
 	if !ok {
-		return
+		return nil
 	}
 	sh := &sharedPlace{store: store, id: strconv.FormatUint(c.ID, 10),
 		groups: make([]ratelimit.SharedGroup, len(c.Limits)), names: make([]string, len(c.Limits))}
@@ -370,13 +370,33 @@ func (s *System) reserveShared(c *Call) {
 		sh.groups[i] = ref.shared()
 		sh.names[i] = ref.Limit.Name
 	}
-	c.shared = sh
+	return sh
+}
+
+// reserveShared schedules c in its declared groups in the shared store of
+// its window (c.shared, see sharedPlaceOf): on the caller's goroutine,
+// before c reaches its actor, so places follow the order of submission
+// across processes. A store that cannot be reached leaves c unscheduled:
+// its Reserve still guards every send. A call that got its outcome
+// meanwhile (Close, or its context) gives its place back here: its
+// completion hook may have run before the place existed.
+func (s *System) reserveShared(c *Call) {
+	sh := c.shared
+	if sh == nil {
+		return
+	}
 	now := s.now()
 	s.groups.recent.add(c.window, c.Limits, now)
 	sh.tracked.Store(true)
-	slots, err := store.ReserveGroups(c.Ctx, now, sh.id, sh.groups)
+	slots, err := sh.store.ReserveGroups(c.Ctx, now, sh.id, sh.groups)
 	if err == nil {
 		sh.set(slots)
+	}
+	if c.Finished() {
+		if sh.tracked.CompareAndSwap(true, false) {
+			s.groups.recent.done(c.window, c.Limits, s.now())
+		}
+		sh.store.ReleaseGroups(sh.id, sh.groups) // again if the hook did: a release of no place is a no-op
 	}
 }
 

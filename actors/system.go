@@ -294,6 +294,7 @@ func (s *System) Now() time.Time { return s.now() }
 // ErrClosed at once.
 func (s *System) Submit(c *Call) {
 	s.classify(c)
+	c.shared = s.sharedPlaceOf(c)
 	n, ok := s.register(c)
 	if !ok {
 		return
