@@ -27,19 +27,28 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // start runs a System against a fresh simulator, with hook as crashHook.
 func start(t *testing.T, rules sluicetest.RuleSet, hook func(any), logger ...*slog.Logger) (*System, *sluicetest.Server) {
 	t.Helper()
+	return startWith(t, rules, func(c *Config) {
+		c.Logger, c.crashHook = append(logger, nil)[0], hook
+	})
+}
+
+// startWith runs a System against a fresh simulator, its Config changed
+// by set; Close runs at the test's end.
+func startWith(t *testing.T, rules sluicetest.RuleSet, set func(*Config)) (*System, *sluicetest.Server) {
+	t.Helper()
 	srv, err := sluicetest.NewServer(sluicetest.Options{Rules: rules})
 	require.NoError(t, err)
 	base, _ := url.Parse(srv.APIBase())
-	sys, err := Start(Config{
+	cfg := Config{
 		BaseURL: base, Authorization: "Bot test",
 		Transport:  transport.Config{TLSConfig: srv.ClientTLSConfig()},
 		Global:     ratelimit.NewSlidingWindow(1000, time.Second),
 		Store:      ratelimit.NewMemoryStore(),
 		Clock:      time.Now,
 		MaxRetries: 3, MaxErrorRetries: 2,
-		Logger:    append(logger, nil)[0],
-		crashHook: hook,
-	})
+	}
+	set(&cfg)
+	sys, err := Start(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		require.NoError(t, sys.Close(context.Background()))

@@ -1,19 +1,13 @@
 package actors
 
 import (
-	"context"
 	"fmt"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/sluicehq/sluice/ratelimit"
-	"github.com/sluicehq/sluice/sluicetest"
-	"github.com/sluicehq/sluice/transport"
 )
 
 // TestRegistrySlices: protoactor's process registry has the slices the
@@ -22,20 +16,9 @@ import (
 // upgrade changes the registry's layout, or when bucket actors are named
 // without the namer.
 func TestRegistrySlices(t *testing.T) {
-	srv, err := sluicetest.NewServer(sluicetest.Options{Rules: channelRules()})
-	require.NoError(t, err)
-	defer srv.Close()
-	base, _ := url.Parse(srv.APIBase())
-	sys, err := Start(Config{
-		BaseURL: base, Authorization: "Bot test",
-		Transport: transport.Config{TLSConfig: srv.ClientTLSConfig()},
-		Global:    ratelimit.NewSlidingWindow(1000, time.Second),
-		Store:     ratelimit.NewMemoryStore(),
-		Clock:     time.Now,
-		IdleAfter: time.Hour, // every bucket actor stays registered until Close
+	sys, _ := startWith(t, channelRules(), func(c *Config) {
+		c.IdleAfter = time.Hour // every bucket actor stays registered until Close
 	})
-	require.NoError(t, err)
-	defer func() { require.NoError(t, sys.Close(context.Background())) }()
 	reg := sys.actors.ProcessRegistry.LocalPIDs
 	require.Len(t, reg.LocalPIDs, registrySlices, "protoactor's registry layout changed: update registrySlices")
 
