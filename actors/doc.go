@@ -98,4 +98,9 @@
 //     System.waiting; only a bucket actor touches its lanes and its calls.
 //   - An actor stops only after telling the supervisor it is idle and the
 //     supervisor has seen every enqueue it sent it answered (idleMsg).
+//   - What a stopped bucket actor leaves behind is bounded by the most
+//     actors alive at once: the supervisor rebuilds its child map when it
+//     has shrunk (supervisor.forget), and bucket actors' ids are drawn to
+//     hash into 32 of protoactor's 1,024 registry slices, whose Go maps
+//     never shrink (spawn.go).
 package actors
