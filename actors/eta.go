@@ -446,8 +446,9 @@ func (s *System) globalSlots(out []RequestETA, parts []laneETA, waiting []int, n
 			if e.target >= 0 && at[j].at > e.due { // later than its own limits let it go
 				// From the earliest it may go to one period after the
 				// forecast: the slot's period, and the doubt of the
-				// round trips before it.
-				end := now.Add(time.Duration(at[j].at - now.UnixNano())).Add(per)
+				// round trips before it; at a burst's cut, to one
+				// period after the next burst (burstCut).
+				end := now.Add(time.Duration(max(at[j].at, at[j].late) - now.UnixNano())).Add(per)
 				raise(&out[e.target].ETA, now.Add(time.Duration(at[j].early-now.UnixNano())), end)
 			}
 		}

@@ -175,6 +175,7 @@ func TestAdmissionForecastKeepsTheWindow(t *testing.T) {
 			if g.at != 0 {
 				require.LessOrEqual(t, g.early, g.at, "round %d: call %d: earliest first", round, i)
 				require.GreaterOrEqual(t, g.early, in[i].due, "round %d: call %d: not before it is due, even at the earliest", round, i)
+				require.Contains(t, []int64{g.at, g.at + int64(rtt+src.per)}, g.late, "round %d: call %d: at the latest in the next burst", round, i)
 			}
 		}
 		var starts []int64
@@ -195,6 +196,33 @@ func TestAdmissionForecastKeepsTheWindow(t *testing.T) {
 			}
 		}
 	}
+}
+
+// The calls served at a burst's cut get both bursts: the last of a burst
+// with calls still ready behind it may slip to the next one, and the first
+// of a burst that was passed over by the previous one may have gone in it.
+// The others keep one burst.
+func TestAdmissionForecastCut(t *testing.T) {
+	now := time.Unix(1000, 0)
+	ns := func(d time.Duration) int64 { return now.Add(d).UnixNano() }
+	rtt, per := 10*time.Millisecond, time.Second
+	next := rtt + per
+	src := fixedSlots{n: 2, per: per} // edge: one call on each side
+	w := func(id uint64, actor string) waiter {
+		return waiter{id: id, submitted: ns(time.Duration(id) * time.Microsecond), due: ns(0), actor: actor, lane: actor + "\x00POST /m", target: int(id)}
+	}
+	got := admissionForecast([]waiter{w(0, "a"), w(1, "b"), w(2, "c"), w(3, "d")}, src, now, rtt, 0, nil, nil)
+	want := []slotTime{
+		{at: ns(0), early: ns(0), late: ns(0)},                 // first of the burst, two slots left
+		{at: ns(0), early: ns(0), late: ns(next)},              // last of the burst, c and d behind it
+		{at: ns(next), early: ns(0), late: ns(next)},           // first of the next one, passed over
+		{at: ns(next), early: ns(rtt/2 + per), late: ns(next)}, // last of it, nothing behind it
+	}
+	assert.Equal(t, want, got)
+
+	// Alone, a call is at no cut.
+	got = admissionForecast([]waiter{w(0, "a")}, src, now, rtt, 0, nil, nil)
+	assert.Equal(t, []slotTime{{at: ns(0), early: ns(0), late: ns(0)}}, got)
 }
 
 func TestStageString(t *testing.T) {

@@ -24,6 +24,7 @@ type group struct {
 	Early      int             // sent before Start-slack
 	Late       int             // sent after End+slack
 	Errs       []time.Duration // actual - Start, sorted by finish
+	Widths     []time.Duration // End - Start (0 when End is before Start), sorted by finish
 }
 
 func (g *group) add(s sample) {
@@ -34,6 +35,7 @@ func (g *group) add(s sample) {
 	if end.Before(s.ETA.Start) {
 		end = s.ETA.Start
 	}
+	g.Widths = append(g.Widths, end.Sub(s.ETA.Start))
 	switch {
 	case s.Actual.Before(s.ETA.Start.Add(-slack)):
 		g.Early++
@@ -47,7 +49,10 @@ func (g *group) add(s sample) {
 	}
 }
 
-func (g *group) finish() { slices.Sort(g.Errs) }
+func (g *group) finish() {
+	slices.Sort(g.Errs)
+	slices.Sort(g.Widths)
+}
 
 // share is n/N, 0 for an empty group.
 func (g group) share(n int) float64 {
@@ -58,12 +63,18 @@ func (g group) share(n int) float64 {
 }
 
 // pct is the p-th percentile of the sorted errors (nearest rank).
-func (g group) pct(p float64) time.Duration {
-	if len(g.Errs) == 0 {
+func (g group) pct(p float64) time.Duration { return percentile(g.Errs, p) }
+
+// width is the p-th percentile of the windows' widths (nearest rank).
+func (g group) width(p float64) time.Duration { return percentile(g.Widths, p) }
+
+// percentile is the p-th percentile of sorted ds (nearest rank), 0 for none.
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
 		return 0
 	}
-	i := int(p/100*float64(len(g.Errs))+0.999999) - 1
-	return g.Errs[min(max(i, 0), len(g.Errs)-1)]
+	i := int(p/100*float64(len(ds))+0.999999) - 1
+	return ds[min(max(i, 0), len(ds)-1)]
 }
 
 func (g group) min() time.Duration { return g.pct(0) }
@@ -161,19 +172,21 @@ func pc(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) }
 func tables(sums []summary) string {
 	var b strings.Builder
 	sl := fmt.Sprint(int64(slack / time.Millisecond))
-	b.WriteString("| Scenario | Asked | Requests | Waiting when asked | Sent when asked | In window ±" + sl + " ms | In window (0 slack) | Early | Late | Error p50 | p90 | p99 | min | max |\n")
-	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| Scenario | Asked | Requests | Waiting when asked | Sent when asked | In window ±" + sl + " ms | In window (0 slack) | Early | Late | Error p50 | p90 | p99 | min | max | Width p50 | p75 | p90 |\n")
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, s := range sums {
 		g := s.All
-		fmt.Fprintf(&b, "| %d. %s | %s | %d | %d | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+		fmt.Fprintf(&b, "| %d. %s | %s | %d | %d | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
 			s.Scenario.ID, s.Scenario.Name, lookNames[s.Look], s.Requests, s.Waiting, s.Sent+s.Done,
 			pc(g.share(g.In)), pc(g.share(g.InZero)), pc(g.share(g.Early)), pc(g.share(g.Late)),
-			ms(g.pct(50)), ms(g.pct(90)), ms(g.pct(99)), ms(g.min()), ms(g.max()))
+			ms(g.pct(50)), ms(g.pct(90)), ms(g.pct(99)), ms(g.min()), ms(g.max()),
+			ms(g.width(50)), ms(g.width(75)), ms(g.width(90)))
 	}
 	b.WriteString("\nShares and errors are over the requests still waiting (pending, queued or retrying) when asked: their ETA is a forecast. " +
 		"In window: the simulator decided the request inside `[Start − " + sl + " ms, End + " + sl + " ms]` (and inside `[Start, End]` for 0 slack; End is taken as Start when the ETA tells no window). " +
 		"Early: before `Start − " + sl + " ms`; late: after `End + " + sl + " ms`. " +
-		"Errors are `actual − Start` in ms (negative: sent before the predicted Start).\n\n")
+		"Errors are `actual − Start` in ms (negative: sent before the predicted Start). " +
+		"Width is the window's `End − Start` in ms: a wide window is easy to fall in and tells the caller less.\n\n")
 
 	b.WriteString("By what set Start (`ETA.Limit`) and by whether the bucket's limit was known (`ETA.Known`):\n\n")
 	b.WriteString("| Scenario | Asked | Group | Requests | In window ±" + sl + " ms | Early | Late | Error p50 | p90 | min | max |\n")
