@@ -84,10 +84,11 @@ type laneETA struct {
 	stage      Stage
 	pos        int
 	start, end time.Time
-	known      bool   // the bucket's limit is known: start is not a mere lower bound
-	retry      bool   // start is the end of a retry's backoff
-	granted    bool   // a global slot is reserved for it (a grant its actor holds)
-	bucket     string // the lane's key
+	early      time.Time // the earliest start may turn out to be (lane.earliest); zero: start
+	known      bool      // the bucket's limit is known: start is not a mere lower bound
+	retry      bool      // start is the end of a retry's backoff
+	granted    bool      // a global slot is reserved for it (a grant its actor holds)
+	bucket     string    // the lane's key
 }
 
 // etaMsg: API -> supervisor -> bucket. Where is the call, and when does
@@ -184,6 +185,22 @@ func (l *lane) slot(now time.Time, pos int) (start, end time.Time, known bool) {
 	return start, start.Add(window), true
 }
 
+// earliest is how early the request at queue position pos may go when
+// slot says start: start, less the bucket's reset slack
+// (ratelimit.Bucket.ResetSlack) when the request waits for a refill, not
+// before now. While the bucket dates its window's end from an answer's
+// arrival, a faster answer of the same window may still move that end
+// earlier, and every window after it with it. An ETA set by its bucket
+// begins there; the stamps the global forecast replays keep slot's start,
+// the expected time.
+func (l *lane) earliest(now time.Time, pos int, start time.Time) time.Time {
+	avail, _, _, ok := l.plan(now)
+	if !ok || pos < avail || now.Before(l.sharedUntil) || now.Before(l.state.PausedUntil) {
+		return start
+	}
+	return later(now, start.Add(-l.state.ResetSlack()))
+}
+
 // refills is how many times the bucket must refill before the request at
 // queue position pos may go (0: it may go in the current window), and the
 // window between refills. ok is false while the limit is unknown.
@@ -235,6 +252,7 @@ func (b *bucket) eta(c *Call, now time.Time) laneETA {
 			if q == c {
 				out.stage, out.pos, out.bucket = StageQueued, pos, l.key
 				out.start, out.end, out.known = l.slot(now, pos)
+				out.early = l.earliest(now, pos, out.start)
 				out.granted = pos < b.grants
 				return out
 			}
@@ -248,6 +266,7 @@ func (b *bucket) eta(c *Call, now time.Time) laneETA {
 				// It goes back to the head of the queue when its backoff
 				// ends, and then waits for its bucket like a head.
 				out.start, out.end, out.known = l.slot(later(now, c.notBefore), 0)
+				out.early = l.earliest(later(now, c.notBefore), 0, out.start)
 				out.retry = !out.start.After(c.notBefore)
 				return out
 			}
@@ -268,6 +287,7 @@ func (b *bucket) queued(now time.Time) []laneETA {
 			}
 			e := laneETA{call: c, stage: StageQueued, pos: pos, bucket: l.key, granted: pos < b.grants}
 			e.start, e.end, e.known = l.slot(now, pos)
+			e.early = l.earliest(now, pos, e.start)
 			out = append(out, e)
 			pos++
 		}
@@ -370,6 +390,12 @@ func (s *System) finish(parts []laneETA, now time.Time, ring *ringKeys) []Reques
 		waiting = append(waiting, i)
 	}
 	s.globalSlots(out, parts, waiting, now, ring)
+	for _, i := range waiting {
+		// Set by its bucket: from the earliest its bucket may reopen.
+		if e := &out[i].ETA; e.Limit == BoundBucket && !parts[i].early.IsZero() && parts[i].early.Before(e.Start) {
+			e.Start = later(now, parts[i].early)
+		}
+	}
 	return out
 }
 

@@ -692,6 +692,25 @@ func (b *Bucket) LateReopen(now, sentAt time.Time, wait time.Duration) bool {
 	return true
 }
 
+// ResetSlack returns how much earlier than ResetAt the current window may
+// turn out to end, from what its answers tell so far. While the end is
+// dated from an answer's receive time plus its Reset-After, it is late by
+// that answer's return trip at most, so by up to its round trip: an answer
+// of the same window that travelled faster moves ResetAt earlier, though
+// not below what another window's answer pushed it to. It is 0 when the
+// server's clock dated the end (Headers.Reopen), after a refill (ResetAt a
+// guess until an answer), when ResetAt was set from outside, and while the
+// limit is unknown.
+func (b *Bucket) ResetSlack() time.Duration {
+	if !b.Known || !b.ResetAt.Equal(b.written) || b.estSlack <= 0 {
+		return 0
+	}
+	if b.floor.IsZero() {
+		return b.estSlack
+	}
+	return max(0, min(b.estSlack, b.ResetAt.Sub(b.floor)))
+}
+
 // Margin returns how long after the reopening time read from the server's
 // clock (Headers.Reopen) the bucket reopens a window at now: ReopenMargin
 // plus the margin learned by LateReopen, which is kept for MarginHalfLife

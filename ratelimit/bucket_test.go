@@ -548,6 +548,39 @@ func TestBucketEarliestEstimateOfAWindowWins(t *testing.T) {
 	assert.Equal(t, 0, b.InFlight())
 }
 
+// ResetSlack bounds how much earlier a later answer of the window may move
+// ResetAt: the round trip of the answer its estimate came from.
+func TestBucketResetSlack(t *testing.T) {
+	b := reopened(t) // answered 300 ms after it was sent
+	assert.Equal(t, 300*time.Millisecond, b.ResetSlack())
+	early := b.ResetAt.Add(-b.ResetSlack())
+	// A faster answer of the same window: ResetAt moves earlier, not
+	// below the bound, and the slack shrinks to its round trip.
+	b.Observe(at(1100), at(1000), withReset(resp(5, 3, ms(1000)), 7000))
+	assert.Equal(t, at(2100), b.ResetAt)
+	assert.False(t, b.ResetAt.Before(early))
+	assert.Equal(t, 100*time.Millisecond, b.ResetSlack())
+	// Dated by the server's clock: no slack.
+	h := withReset(resp(5, 2, ms(1000)), 7000)
+	h.Reopen = at(2003)
+	b.Observe(at(1200), at(1000), h)
+	assert.Zero(t, b.ResetSlack())
+
+	// Pushed later by another window's answer: held there, no slack.
+	b = reopened(t)
+	b.Observe(at(1320), at(1000), withReset(resp(5, 3, ms(1000)), 7300))
+	assert.Equal(t, at(2320), b.ResetAt)
+	assert.Zero(t, b.ResetSlack())
+
+	// Set from outside (a Store's state): no slack.
+	b = reopened(t)
+	b.ResetAt = at(2500)
+	assert.Zero(t, b.ResetSlack())
+
+	// Unknown: none.
+	assert.Zero(t, (&Bucket{}).ResetSlack())
+}
+
 func TestBucketAnotherWindowsEstimateOnlyPushesLater(t *testing.T) {
 	b := reopened(t)
 	// Another Reset (a window 300 ms later), within the round trip plus
