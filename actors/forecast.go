@@ -345,7 +345,7 @@ func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt time.Dura
 			slots[0] = slotTime{at: t + recycle, early: early + quick}
 			heap.Fix(&slots, 0)
 			if cut.tail(ready) {
-				late = t + recycle // it may slip to the next burst
+				late = cut.next(slots) // it may slip to the next burst
 			}
 			if cut.head(i) {
 				early = min(early, max(ws[i].early, cut.prevEarly)) // it may have gone in the last one
@@ -439,7 +439,9 @@ const cutShare = 25
 // least sure at the cut. So the edge calls served last in a burst, with
 // calls still ready behind them, may go in the next burst (tail), and
 // the edge calls served first in a burst that were ready for the previous
-// one and got none of it may have gone in that one (head).
+// one and got none of it may have gone in that one (head). Where slots
+// free one by one, the next burst is the next slot, a few ms away, not a
+// whole period.
 type burstCut struct {
 	edge    int   // calls on each side of a cut
 	horizon int64 // a burst's slots: those within it of its first (ns)
@@ -481,6 +483,18 @@ func (b *burstCut) serve(t int64, slots slotHeap, ready *waiterHeap) {
 // burst with more calls ready than the burst has slots left.
 func (b *burstCut) tail(ready *waiterHeap) bool {
 	return b.left < b.edge && ready.Len() > b.left
+}
+
+// next is when the next burst after the current one begins: the first
+// of slots (the free slots, the one just taken back among them) past it.
+func (b *burstCut) next(slots slotHeap) int64 {
+	at := int64(math.MaxInt64)
+	for _, sl := range slots {
+		if sl.at > b.at+b.horizon {
+			at = min(at, sl.at)
+		}
+	}
+	return at
 }
 
 // head tells whether call i, just served, is one of the first edge of its
