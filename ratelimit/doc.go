@@ -103,7 +103,8 @@
 // # Debugging
 //
 // [Bucket] exports its state (Limit, Remaining, ResetAt, PausedUntil, Known,
-// Hash), [Bucket.InFlight], [Bucket.Margin] and [Bucket.Probing];
+// Hash), [Bucket.InFlight], [Bucket.Margin], [Bucket.ResetSlack] (how much
+// earlier ResetAt may still move) and [Bucket.Probing];
 // [ServerClock.Lead] tells the learned lead; [Kind], [Scope] and
 // [HeaderError] print readably. Feed a recorded sequence of Take/Observe calls with their times
 // to a fresh Bucket to replay a production incident exactly.
