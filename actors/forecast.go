@@ -422,7 +422,8 @@ const sameWindow = time.Millisecond
 // cutShare sets how many calls on each side of a burst's cut get both
 // bursts in their window: one in cutShare of the window's count, at least
 // one. Measured on the mixed scenario of bench/cmd/eta (20 runs each,
-// after the first answer; docs/eta-accuracy.md): one call on each side,
+// after the first answer, with a slipped call's window ending a whole
+// period and round trip later; docs/eta-accuracy.md): one call on each side,
 // 94.1% in window; two (1/25 of 50), 96.4%, the windows' 75th percentile
 // 3 ms wider; four, 97.0%, but a quarter of the windows a burst wider.
 const cutShare = 25

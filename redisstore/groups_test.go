@@ -337,11 +337,8 @@ func (c *scriptCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 // here, so its round trip is in the figure). One group, one request
 // waiting at a time. It counts the round trips.
 func BenchmarkGroupReservation(b *testing.B) {
-	srv := redistest.Start(b)
-	rdb := srv.Client(b)
-	s, err := New(rdb, Config{Namespace: Namespace("bench-groups"), Heartbeat: time.Hour})
-	require.NoError(b, err)
-	defer s.Close()
+	s := newStore(b, redistest.Start(b), Config{Namespace: Namespace("bench-groups"), Heartbeat: time.Hour})
+	rdb := s.rdb
 	ctx := context.Background()
 	g := []ratelimit.SharedGroup{{Key: "member_roles|guild_id=1", Count: 10, Window: time.Hour}}
 	calls := &countCalls{ends: make(chan struct{}, 1)}
@@ -396,11 +393,8 @@ func BenchmarkGroupReservation(b *testing.B) {
 // process used (GroupStates), in one round trip: 1 group, and 256 (the
 // most a limiter remembers), each with a request waiting.
 func BenchmarkGroupStates(b *testing.B) {
-	srv := redistest.Start(b)
-	rdb := srv.Client(b)
-	s, err := New(rdb, Config{Namespace: Namespace("bench-states"), Heartbeat: time.Hour})
-	require.NoError(b, err)
-	defer s.Close()
+	s := newStore(b, redistest.Start(b), Config{Namespace: Namespace("bench-states"), Heartbeat: time.Hour})
+	rdb := s.rdb
 	ctx := context.Background()
 	gs := make([]ratelimit.SharedGroup, 256)
 	for i := range gs {
@@ -408,7 +402,7 @@ func BenchmarkGroupStates(b *testing.B) {
 		_, err := s.ReserveGroups(ctx, time.Now(), "r"+strconv.Itoa(i), gs[i:i+1])
 		require.NoError(b, err)
 	}
-	_, err = s.GroupStates(ctx, gs[:1]) // loads the script
+	_, err := s.GroupStates(ctx, gs[:1]) // loads the script
 	require.NoError(b, err)
 	calls := &countCalls{}
 	rdb.AddHook(calls)

@@ -20,7 +20,9 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func newStore(t *testing.T, srv *redistest.Server, cfg Config) *Store {
+// newStore opens a Store with cfg on srv, closed at the test's end; its
+// client is s.rdb (for hooks that count calls).
+func newStore(t testing.TB, srv *redistest.Server, cfg Config) *Store {
 	t.Helper()
 	if cfg.Namespace == "" {
 		cfg.Namespace = Namespace("secret-token-" + t.Name())
@@ -278,11 +280,8 @@ func (c *countCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // "reserve") and the pair with its report (after the answer), and counts
 // the round trips.
 func BenchmarkReserveReport(b *testing.B) {
-	srv := redistest.Start(b)
-	rdb := srv.Client(b)
-	s, err := New(rdb, Config{Namespace: Namespace("bench"), GlobalLimit: ratelimit.MaxGlobalLimit, Heartbeat: time.Hour})
-	require.NoError(b, err)
-	defer s.Close()
+	s := newStore(b, redistest.Start(b), Config{Namespace: Namespace("bench"), GlobalLimit: ratelimit.MaxGlobalLimit, Heartbeat: time.Hour})
+	rdb := s.rdb
 	ctx := context.Background()
 	p := s.Reserve(ctx, request())
 	require.True(b, p.OK)
@@ -329,11 +328,8 @@ func benchPing(b *testing.B, rdb redis.UniversalClient) {
 
 // A request costs one round trip before it is sent and one after.
 func TestOneRoundTripEachWay(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	s, err := New(rdb, Config{Namespace: Namespace("rt"), Heartbeat: time.Hour})
-	require.NoError(t, err)
-	defer s.Close()
+	s := newStore(t, redistest.Start(t), Config{Namespace: Namespace("rt"), Heartbeat: time.Hour})
+	rdb := s.rdb
 	ctx := context.Background()
 	p := s.Reserve(ctx, request())
 	s.Report(ctx, p, answer(50, 49, time.Minute, "h"))
