@@ -130,10 +130,14 @@ type Server struct {
 	connMu sync.Mutex
 	conns  map[net.Conn]struct{}
 
-	handlers  sync.WaitGroup
-	serveDone chan struct{}
-	closing   chan struct{}
-	closeOnce sync.Once
+	// handlers counts the handlers running. A handler joins it under
+	// handlersMu unless closing is closed, which Close does under
+	// handlersMu before it waits: no Add can race the Wait.
+	handlersMu sync.Mutex
+	handlers   sync.WaitGroup
+	serveDone  chan struct{}
+	closing    chan struct{}
+	closeOnce  sync.Once
 }
 
 type connKey struct{}
@@ -349,7 +353,9 @@ func (s *Server) Close() error {
 		// Connections first: a handler released before its connection is
 		// closed would still send an (empty) answer.
 		_ = s.srv.Close()
+		s.handlersMu.Lock()
 		close(s.closing)
+		s.handlersMu.Unlock()
 		<-s.serveDone
 		s.handlers.Wait()
 		s.mu.Lock()
@@ -384,10 +390,25 @@ func (s *Server) roll() dice {
 	return d
 }
 
+// enter counts a handler in s.handlers, unless Close has begun.
+func (s *Server) enter() bool {
+	s.handlersMu.Lock()
+	defer s.handlersMu.Unlock()
+	select {
+	case <-s.closing:
+		return false
+	default:
+		s.handlers.Add(1)
+		return true
+	}
+}
+
 // ServeHTTP answers one request: admin endpoints, injected faults, then the
 // rules engine.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	s.handlers.Add(1)
+	if !s.enter() {
+		panic(http.ErrAbortHandler) // closed: the stream ends with no answer
+	}
 	defer s.handlers.Done()
 	if strings.HasPrefix(r.URL.Path, "/_sluice/") {
 		s.admin(w, r)

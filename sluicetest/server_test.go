@@ -244,6 +244,39 @@ func TestServerDropConnectionsAndClose(t *testing.T) {
 	require.NoError(t, s.Close(), "Close is idempotent")
 }
 
+// Close while requests keep arriving: a handler that starts during Close
+// neither races its wait for the running ones (the race detector checks
+// the WaitGroup) nor answers; every request ends.
+func TestServerCloseWhileRequestsArrive(t *testing.T) {
+	s, err := sluicetest.NewServer(sluicetest.Options{Faults: sluicetest.Faults{Latency: time.Millisecond}})
+	require.NoError(t, err)
+	answered := make(chan struct{}, 64)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				req, _ := http.NewRequest("GET", s.APIBase()+"/gateway", nil)
+				resp, err := s.Client().Do(req)
+				if err != nil {
+					return // closed
+				}
+				resp.Body.Close()
+				select {
+				case answered <- struct{}{}:
+				default:
+				}
+			}
+		}()
+	}
+	for range 16 {
+		<-answered
+	}
+	require.NoError(t, s.Close())
+	wg.Wait()
+}
+
 func TestServerLateReset(t *testing.T) {
 	var mu sync.Mutex
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
