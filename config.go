@@ -24,7 +24,7 @@ const (
 	// DefaultGlobalWindow is Options.GlobalWindow's default.
 	DefaultGlobalWindow      = time.Second
 	defaultMaxRetries        = 3
-	defaultMaxErrorRetries   = 2
+	defaultMaxErrorRetries   = 4
 	defaultMaxQueue          = 10_000
 	defaultMaxPending        = 100_000
 	defaultInvalidLimit      = 9_000

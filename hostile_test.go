@@ -38,7 +38,7 @@ import (
 // already created.
 func TestFaultsDeliverEveryMessageExactlyOnce(t *testing.T) {
 	h := newHarness(t, sluicetest.Options{Faults: sluicetest.Faults{ServerErrorRate: 0.05, DropRate: 0.02, Latency: 5 * time.Millisecond}},
-		sluice.Options{MaxErrorRetries: 10})
+		sluice.Options{}) // the default MaxErrorRetries
 	reqs := make([]*http.Request, 300)
 	for i := range reqs {
 		reqs[i] = req("POST", fmt.Sprintf("/channels/%d/messages", 100+i%30), fmt.Sprintf(`{"content":"m%d"}`, i))

@@ -156,7 +156,7 @@ func (b *bucket) recoverCrash(ctx actor.Context) {
 	}
 	fail := func(c *Call) {
 		if c.lane != nil {
-			b.release(ctx, c, now, ratelimit.Headers{}, false)
+			b.release(ctx, c, now, ratelimit.Headers{}, chargeUnknown)
 		}
 		c.Complete(nil, fmt.Errorf("%w while handling %s", ErrActorCrashed, c.Route.Redacted()))
 	}
@@ -603,15 +603,41 @@ func (b *bucket) dispatch(ctx actor.Context, l *lane, c *Call, conn *transport.C
 		}
 	}
 	if !b.sys.goWork(func() { b.sys.work(conn, c, self, sr) }) {
-		b.release(ctx, c, now, ratelimit.Headers{}, true)
+		conn.Unclaim()
+		b.release(ctx, c, now, ratelimit.Headers{}, chargeNone)
 		c.Complete(nil, ErrClosed)
+	}
+}
+
+// charge is what an attempt's end tells its bucket about the request's count.
+type charge uint8
+
+const (
+	// chargeUnknown: the server may count the request in any window
+	// starting up to a period later (ratelimit.Bucket.Observe).
+	chargeUnknown charge = iota
+	// chargeNone: no bucket counted it (never sent; a global 429 or a ban).
+	chargeNone
+	// chargeArrived: the server cannot count it after the attempt ended,
+	// answered or with its connection closed by the server
+	// (ratelimit.Bucket.ObserveLost).
+	chargeArrived
+)
+
+// observe reports an attempt that may have been counted to st.
+func observe(st *ratelimit.Bucket, at, sentAt time.Time, h ratelimit.Headers, count charge) {
+	if count == chargeArrived {
+		st.ObserveLost(at, sentAt, h)
+	} else {
+		st.Observe(at, sentAt, h)
 	}
 }
 
 // release ends c's attempt in the bookkeeping: its lane's count (Observe
 // with h, or Refund when it was not counted), the holds of a pioneer, the
 // pioneer count and its global slot.
-func (b *bucket) release(ctx actor.Context, c *Call, at time.Time, h ratelimit.Headers, uncounted bool) *lane {
+func (b *bucket) release(ctx actor.Context, c *Call, at time.Time, h ratelimit.Headers, count charge) *lane {
+	uncounted := count == chargeNone
 	l := c.lane.resolve()
 	c.lane = nil
 	l.running--
@@ -628,7 +654,7 @@ func (b *bucket) release(ctx actor.Context, c *Call, at time.Time, h ratelimit.H
 		l.state.Refund(at)
 		b.sys.groups.cancel(c, at) // a finished call's place is released there
 	} else {
-		l.state.Observe(at, c.sentAt, h)
+		observe(&l.state, at, c.sentAt, h, count)
 		b.sys.groups.settle(c, at)
 	}
 	target := ""
@@ -641,11 +667,11 @@ func (b *bucket) release(ctx actor.Context, c *Call, at time.Time, h ratelimit.H
 		case uncounted:
 			k.state.Refund(at)
 		case target == k.key:
-			k.state.Observe(at, c.sentAt, h) // it was this bucket's request after all
+			observe(&k.state, at, c.sentAt, h, count) // it was this bucket's request after all
 		case target != "":
 			k.state.Refund(at) // another bucket counted it
 		default:
-			k.state.Observe(at, c.sentAt, ratelimit.Headers{}) // unknown: keep it charged
+			observe(&k.state, at, c.sentAt, ratelimit.Headers{}, count) // unknown: keep it charged
 		}
 	}
 	c.holds = nil
@@ -694,11 +720,17 @@ func (b *bucket) result(ctx actor.Context, m *resultMsg) {
 	// counted them). A 5xx without rate-limit headers stays charged like a
 	// lost answer (ratelimit.Bucket.Observe): giving its slot back drew
 	// user 429s at window edges under load.
-	uncounted := notSent || (status == http.StatusTooManyRequests && !h.Has.Remaining &&
-		(v.Kind == ratelimit.GlobalLimit || v.Kind == ratelimit.CloudflareBan))
+	count := chargeUnknown
+	switch {
+	case notSent || (status == http.StatusTooManyRequests && !h.Has.Remaining &&
+		(v.Kind == ratelimit.GlobalLimit || v.Kind == ratelimit.CloudflareBan)):
+		count = chargeNone
+	case m.resp != nil || transport.PeerClosed(m.err):
+		count = chargeArrived
+	}
 	prev := &c.lane.resolve().state
 	known, limit, paused := prev.Known, prev.Limit, prev.PausedUntil
-	l := b.release(ctx, c, m.at, h, uncounted)
+	l := b.release(ctx, c, m.at, h, count)
 	if answered {
 		b.learn(l, c, h, status)
 		if h.Has.ResetAfter && h.ResetAfter > l.window && status != http.StatusTooManyRequests {
@@ -756,7 +788,7 @@ func (b *bucket) result(ctx actor.Context, m *resultMsg) {
 // the time told, or for the answer another process's request gets.
 func (b *bucket) deferred(ctx actor.Context, c *Call, m *resultMsg) {
 	g := m.deferred
-	l := b.release(ctx, c, m.at, ratelimit.Headers{}, true).resolve()
+	l := b.release(ctx, c, m.at, ratelimit.Headers{}, chargeNone).resolve()
 	c.sends.Add(-1)
 	now := b.sys.now()
 	if b.draining != nil {

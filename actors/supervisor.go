@@ -96,14 +96,21 @@ type gate struct {
 	hold  bool              // a ban (or its probe) holds every request
 }
 
-// pick returns the connection carrying the fewest requests (nil: none).
+// pick returns the connection carrying the fewest requests, counting
+// those picked and not yet sent, and Claims it (nil: none). The request's
+// worker Unclaims it as it hands the request over (System.work): requests
+// dispatched together spread over the pool, so one reset ends fewer of a
+// bucket's window.
 func (g *gate) pick() *transport.Conn {
 	var best *transport.Conn
 	least := 0
 	for _, c := range g.conns {
-		if n := c.InFlight(); best == nil || n < least {
+		if n := c.Load(); best == nil || n < least {
 			best, least = c, n
 		}
+	}
+	if best != nil {
+		best.Claim()
 	}
 	return best
 }

@@ -667,6 +667,12 @@ type keeper interface {
 // after AttemptTimeout (ErrAttemptTimeout), whichever comes first. A panic
 // here becomes this call's ErrInternal: exactly one resultMsg is sent.
 func (s *System) work(conn *transport.Conn, c *Call, bucket *actor.PID, sr *ratelimit.SharedRequest) {
+	claimed := true // gate.pick's Claim on conn, ended as the request is handed over
+	defer func() {
+		if claimed {
+			conn.Unclaim()
+		}
+	}()
 	win := s.windows[c.window]
 	reported := false
 	var grant ratelimit.SharedGrant
@@ -743,6 +749,8 @@ func (s *System) work(conn *transport.Conn, c *Call, bucket *actor.PID, sr *rate
 		return
 	}
 	handed := s.now()
+	claimed = false
+	conn.Unclaim()
 	resp, err := conn.RoundTrip(req)
 	at := s.now()
 	wired := handed

@@ -96,7 +96,8 @@ const (
 // A refill does not wait for the requests still in flight: they are charged
 // to the new window instead. Every request the server may count in the new
 // window is then either in flight (charged), answered without headers
-// (charged for a period, see Observe), or answered with headers, which
+// (charged for a period, see Observe, unless ObserveLost shows it arrived
+// before the window began), or answered with headers, which
 // moved ResetAt to the end of its window. Only while the window length is
 // still a guess (no response has shown the Reset-After of a request that
 // opened a window, Remaining = Limit - 1) does a refilled window whose end
@@ -148,8 +149,9 @@ const (
 // Idle forgets them.
 //
 // Every request admitted by Take must be reported exactly once, with Observe
-// when a response (or a transport error, with zero Headers) came back, or
-// with Refund when it was never sent.
+// when a response (or a transport error, with zero Headers) came back, with
+// ObserveLost instead when the server cannot count the request after that,
+// or with Refund when it was never sent.
 //
 // A Bucket is not safe for concurrent use.
 type Bucket struct {
@@ -378,6 +380,39 @@ func (b *Bucket) Refund(now time.Time) {
 // X-RateLimit-Limit by the rules of Varying limits in the Bucket docs; a
 // newer window takes its limit as it is.
 func (b *Bucket) Observe(now, sentAt time.Time, h Headers) {
+	b.observe(now, sentAt, h, false)
+}
+
+// ObserveLost is Observe for a request the server cannot count after now:
+// something answered for it, without rate-limit headers (a 5xx), or the
+// server closed the connection it was sent on. (Not for a request the caller
+// gave up on, or a connection the caller closed: the request may still be on
+// its way.) With full rate-limit headers it is Observe.
+//
+// Without them, a request whose count the current window already holds
+// stays charged to that window only, rather than to every window starting
+// within a period: when now is before the earliest end the window's answers
+// allow (its estimate less the estimate's slack) by more than a round trip
+// plus WindowTolerance, the server counted the request in this window or
+// an earlier one, or not at all. A refilled window that no answer has
+// confirmed has no such earliest end (a request in flight at the refill may
+// have opened the server's window before it), and the request is charged
+// as by Observe.
+func (b *Bucket) ObserveLost(now, sentAt time.Time, h Headers) {
+	b.observe(now, sentAt, h, true)
+}
+
+// countedHere reports whether a request that the server cannot count after
+// now was counted in the current window, if at all (see ObserveLost).
+func (b *Bucket) countedHere(now time.Time) bool {
+	if !b.Known || b.provisional || b.est.IsZero() {
+		return false
+	}
+	bound := now.Add(time.Duration(b.rtt)*time.Millisecond + WindowTolerance)
+	return bound.Before(b.est.Add(-b.estSlack))
+}
+
+func (b *Bucket) observe(now, sentAt time.Time, h Headers, arrived bool) {
 	if b.inflight > 0 {
 		b.inflight--
 	}
@@ -397,6 +432,9 @@ func (b *Bucket) Observe(now, sentAt time.Time, h Headers) {
 	if !h.Has.Limit || !h.Has.Remaining || !h.Has.ResetAfter || h.Limit < 1 {
 		if probe {
 			b.probeOut = false // no verdict: another probe may go
+		}
+		if arrived && b.countedHere(now) {
+			return // charged to the current window when it was taken
 		}
 		if b.Known {
 			// The request was (probably) handled, in a window that ends

@@ -975,3 +975,62 @@ func TestBucketScopeAloneIsNotA429(t *testing.T) {
 	c.Observe(at(1410), at(1360), h)
 	assert.Equal(t, at(2370), c.ResetAt, "a 429's estimate is the server's word")
 }
+
+// TestBucketObserveLost: a request the server cannot count after its
+// headerless answer came (a 5xx, a connection the server closed) stays
+// charged to the window it was taken in when that window surely lasts
+// beyond the answer by a round trip plus WindowTolerance; otherwise it is
+// charged as by Observe, for a period.
+func TestBucketObserveLost(t *testing.T) {
+	t.Run("well inside the window", func(t *testing.T) {
+		b := known(t, 5, 5, 1000) // window ends at 1000, period 1 s
+		require.Equal(t, 2, takeN(b, at(100), 2))
+		b.ObserveLost(at(200), at(100), Headers{})
+		assert.Equal(t, at(1000), b.ResetAt, "the window's end stays")
+		assert.Equal(t, 3, b.Remaining, "its slot stays spent in this window")
+		assert.Equal(t, 1, b.InFlight())
+		assert.Equal(t, 4, takeN(b, at(1000), 10), "the next window: 5 less the one still in flight")
+	})
+	// both reports a headerless answer to a and to its twin, by
+	// Observe and ObserveLost, and returns the twin.
+	both := func(a *Bucket, now, sentAt time.Time) *Bucket {
+		b := *a
+		a.Observe(now, sentAt, Headers{})
+		b.ObserveLost(now, sentAt, Headers{})
+		return &b
+	}
+	t.Run("near the end", func(t *testing.T) {
+		a := known(t, 5, 5, 1000)
+		require.Equal(t, 1, takeN(a, at(100), 1))
+		b := both(a, at(960), at(100)) // 960 + 0 ms round trip + 50 ms: maybe after the end
+		assert.Equal(t, at(2010), b.ResetAt, "charged for a period (+ tolerance)")
+		assert.Equal(t, *a, *b, "as by Observe")
+	})
+	t.Run("the estimate's slack and the round trip narrow it", func(t *testing.T) {
+		var a Bucket
+		takeN(&a, at(0), 1)
+		a.Observe(at(300), at(0), resp(5, 4, ms(700))) // ends at 1000, or 300 ms earlier; round trip 300 ms
+		require.Equal(t, 2, takeN(&a, at(310), 2))
+		b := a
+		b.ObserveLost(at(320), at(310), Headers{}) // 320 + 300 + 50 < 1000 - 300
+		assert.Equal(t, at(1000), b.ResetAt, "in this window")
+		c := both(&a, at(360), at(310)) // 360 + 300 + 50 > 700
+		assert.Equal(t, at(1110), c.ResetAt, "charged for a period (700 ms, the longest Reset-After seen)")
+		assert.Equal(t, a, *c)
+	})
+	t.Run("a refilled window not yet confirmed", func(t *testing.T) {
+		a := known(t, 5, 0, 1000)
+		require.Equal(t, 5, takeN(a, at(1000), 5)) // refilled: the end is a guess
+		b := both(a, at(1100), at(1000))
+		assert.Equal(t, at(2150), b.ResetAt, "charged for a period")
+		assert.Equal(t, *a, *b, "as by Observe")
+	})
+	t.Run("with headers it is Observe", func(t *testing.T) {
+		a, b := known(t, 5, 5, 1000), known(t, 5, 5, 1000)
+		takeN(a, at(100), 2)
+		takeN(b, at(100), 2)
+		a.Observe(at(150), at(100), resp(5, 2, ms(850)))
+		b.ObserveLost(at(150), at(100), resp(5, 2, ms(850)))
+		assert.Equal(t, *a, *b)
+	})
+}

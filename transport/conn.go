@@ -37,6 +37,9 @@ type Conn struct {
 	// ever made; together they make drained() race-free (see there).
 	active  atomic.Int64
 	started atomic.Uint64
+	// claimed counts requests an owner picked this connection for and has
+	// not yet handed to RoundTrip (Claim, Unclaim), for Load.
+	claimed atomic.Int32
 	// answered counts responses received (headers), for Answered.
 	answered atomic.Uint64
 
@@ -289,6 +292,21 @@ func (c *Conn) Available() int { return c.cc.Available() }
 // (a request stays in flight until its response body is fully read or
 // closed). It is 0 once the connection is closed.
 func (c *Conn) InFlight() int { return c.cc.InFlight() }
+
+// Claim counts in Load a request the caller is about to send on c, until
+// Unclaim, which the caller calls once, just before RoundTrip (or when it
+// gives the request up). An owner that picks the least loaded of several
+// connections then spreads the requests it dispatches together, before any
+// of them reached RoundTrip, instead of piling them on one connection that
+// a reset would end together.
+func (c *Conn) Claim() { c.claimed.Add(1) }
+
+// Unclaim ends a Claim.
+func (c *Conn) Unclaim() { c.claimed.Add(-1) }
+
+// Load reports how many requests the connection carries or is about to:
+// InFlight plus the requests Claimed for it and not yet Unclaimed.
+func (c *Conn) Load() int { return c.InFlight() + int(c.claimed.Load()) }
 
 // Answered reports how many responses the connection delivered (their
 // headers). An owner can tell a connection that served requests from one

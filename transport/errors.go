@@ -302,6 +302,30 @@ func isCanceled(err error) bool {
 		strings.Contains(err.Error(), canceledMessage)
 }
 
+// PeerClosed reports whether err shows the server (or a proxy in front of
+// it) ending the connection a request was sent on: it reset or closed the
+// connection (EOF, ECONNRESET, EPIPE, ECONNABORTED), or closed it after a
+// GOAWAY. From then on the server reads nothing more from that connection,
+// so a request it has not received by then never reaches it. A connection
+// this side closed (Close, an unanswered PING) or a canceled request is not
+// the peer's doing: its request may still be on the way, or in the server's
+// buffers, and PeerClosed reports false.
+func PeerClosed(err error) bool {
+	switch {
+	case err == nil, isCanceled(err),
+		errors.Is(err, ErrPingTimeout), errors.Is(err, ErrClosed), errors.Is(err, net.ErrClosed):
+		return false
+	case errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, io.EOF),
+		errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, syscall.EPIPE),
+		errors.Is(err, syscall.ECONNABORTED),
+		errors.Is(err, ErrGoAway):
+		return true
+	}
+	return strings.Contains(err.Error(), "http2: server sent GOAWAY and closed the connection")
+}
+
 // isConnLevel reports whether err is a connection-level failure that
 // happened after the request may have been written.
 func isConnLevel(err error, msg string) bool {

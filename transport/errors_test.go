@@ -60,6 +60,47 @@ func TestClassify(t *testing.T) {
 	}
 }
 
+// TestPeerClosed: only the server's end of a connection bounds when a
+// request sent on it could still reach the server.
+func TestPeerClosed(t *testing.T) {
+	opErr := func(err error) error {
+		return &net.OpError{Op: "read", Net: "tcp", Err: &os.SyscallError{Syscall: "read", Err: err}}
+	}
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{io.ErrUnexpectedEOF, true},
+		{io.EOF, true},
+		{ErrServerClosed, true},
+		{opErr(syscall.ECONNRESET), true},
+		{opErr(syscall.EPIPE), true},
+		{&ConnectionDiedError{Reason: io.ErrUnexpectedEOF, Sent: true}, true},
+		{fmt.Errorf("wrapped: %w", &ConnectionDiedError{Reason: opErr(syscall.ECONNRESET), Sent: true}), true},
+		{&GoAwayError{LastStreamID: 1}, true},
+		{errors.New("http2: server sent GOAWAY and closed the connection; LastStreamID=1, ErrCode=NO_ERROR, debug=\"\""), true},
+		// This side's doing: the request may still be on its way.
+		{context.Canceled, false},
+		{context.DeadlineExceeded, false},
+		{errors.New("net/http: request canceled"), false},
+		{ErrPingTimeout, false},
+		{&ConnectionDiedError{Reason: ErrPingTimeout, Sent: true}, false},
+		{ErrClosed, false},
+		{net.ErrClosed, false},
+		{errors.New("http2: client connection lost"), false},
+		{errors.New("http2: client connection force closed via ClientConn.Close"), false},
+		{errors.New("http2: client conn is closed"), false},
+		{errors.New("boom"), false},
+	} {
+		name := "nil"
+		if tc.err != nil {
+			name = tc.err.Error()
+		}
+		assert.Equal(t, tc.want, PeerClosed(tc.err), name)
+	}
+}
+
 func TestFailureHelpers(t *testing.T) {
 	assert.True(t, NotSent.SafeToResend(false))
 	assert.True(t, ConnectionDied.SafeToResend(true))
