@@ -84,8 +84,8 @@ type Options struct {
 	// provably never reached the server is always sent again. Default 4
 	// (backoff from 100 ms, doubling: at most 1.5 s in all): a connection
 	// reset ends every request in flight on its connection, so under a
-	// fault rate that ends one attempt in ten, 2 retries lost about one
-	// message creation in a thousand; 4 lose one in 100,000. Negative
+	// fault rate that ends one attempt in ten, 2 retries leave about one
+	// request in a thousand with an error; 4, one in 100,000. Negative
 	// means none.
 	MaxErrorRetries int
 	// MaxQueue bounds the requests queued for one bucket; more fail with
@@ -162,9 +162,10 @@ type Options struct {
 	// H2C speaks cleartext HTTP/2 to http:// base URLs. Default false.
 	H2C bool
 	// Connections is how many HTTP/2 connections the limiter keeps to the
-	// API. Requests go to the one carrying the fewest, so a connection
-	// reset ends only the requests on that one (docs/failure-modes.md has
-	// the figures). The first is opened when the limiter starts, the
+	// API. Requests go to the one carrying the fewest (counting those
+	// picked for it and not yet sent, so requests sent together spread
+	// over the pool), so a connection reset ends only the requests on that
+	// one (docs/failure-modes.md has the figures). The first is opened when the limiter starts, the
 	// others one after another while requests wait, unless connections
 	// fail; a lost one is replaced only while requests wait. Default 4; at
 	// most 64.

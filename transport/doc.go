@@ -14,7 +14,9 @@
 //     not negotiated Dial fails with ErrHTTP2Required unless
 //     Config.AllowHTTP1 is set. Failures are *DialError.
 //  2. Live: RoundTrip multiplexes requests as streams; Available and
-//     InFlight report stream slots. After PingInterval without any frame
+//     InFlight report stream slots, and Load adds the requests an owner
+//     Claimed for the connection before their RoundTrip (for picking the
+//     least loaded of several). After PingInterval without any frame
 //     from the server a PING is sent; no ACK within PingTimeout kills the
 //     connection.
 //  3. Draining: after the server's GOAWAY, Available is 0 and new
@@ -88,6 +90,10 @@
 // requests may have been processed: resend only idempotent ones (see
 // IdempotentMethod) or ones the caller marked safe; Failure.SafeToResend
 // encodes this. A resent request needs a fresh body (Request.GetBody).
+// PeerClosed tells the ConnectionDied errors that the server caused (EOF,
+// a reset, a GOAWAY and close) from those this side caused (Close, a PING
+// unanswered): after the former, a request the server had not received
+// can no longer reach it, which bounds when it may have been counted.
 //
 // # Goroutines
 //
