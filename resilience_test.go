@@ -300,3 +300,53 @@ func TestGoAwayLosesNothingAndResendsNothing(t *testing.T) {
 	assert.Greater(t, st.GoAways, 0)
 	h.srv.AssertNoViolations(t)
 }
+
+// TestLostAnswerStaysInItsWindow: a request lost with a connection the
+// server closed, early in a window whose end the bucket knows, is charged
+// to that window only: the server cannot count it later. The window's end
+// stays where it was and the next window opens on time with its full
+// limit. Before, it was charged until a full window after the loss (the
+// window's end pushed by a window and 50 ms), which cost the fault
+// scenario's channels a window each time a drop killed their requests.
+func TestLostAnswerStaysInItsWindow(t *testing.T) {
+	rs := rules(5, 2*time.Second, [2]string{"GET", "/channels/{channel_id}"})
+	h := newHarness(t, sluicetest.Options{Rules: rs}, sluice.Options{MaxErrorRetries: -1})
+	ctx := context.Background()
+	do := func() error {
+		resp, err := h.lim.Do(ctx, req("GET", "/channels/1", ""))
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+	bucket := func() (sluice.BucketSnapshot, time.Time) {
+		s, err := h.lim.Snapshot(ctx)
+		require.NoError(t, err)
+		require.Len(t, s.Buckets, 1)
+		return s.Buckets[0], s.Time
+	}
+	require.NoError(t, do()) // the pioneer: the bucket is known, its window ends in 2 s
+	before, at := bucket()
+	require.True(t, before.Known)
+	end := at.Add(before.ResetIn)
+
+	h.srv.SetFaults(sluicetest.Faults{DropRate: 1}) // counted, then the server closes the connection
+	err := do()
+	require.ErrorIs(t, err, sluice.ErrConnectionDied)
+	h.srv.SetFaults(sluicetest.Faults{})
+
+	after, at := bucket()
+	assert.WithinDuration(t, end, at.Add(after.ResetIn), time.Millisecond, "the window's end stays (within the snapshot's rounding)")
+	assert.Equal(t, before.Remaining-1, after.Remaining, "its slot stays spent in this window")
+
+	// The rest of the window (3), then a full next one.
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() { assert.NoError(t, do()) })
+	}
+	wg.Wait()
+	st := h.srv.Stats()
+	require.Len(t, st.Buckets, 1)
+	assert.Equal(t, 2, st.Buckets[0].Windows, "1 + 1 lost + 3 in the first window, 5 in the second")
+	h.srv.AssertNoViolations(t)
+}
