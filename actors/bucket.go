@@ -43,10 +43,11 @@ type bucket struct {
 	// reserved for this actor, spent before any other and cancelled when
 	// nothing can use them; probe is set from the grant of the ban
 	// breaker's probe until that one request is sent.
-	grants   int
-	wanting  bool
-	wantPath time.Duration // the backlog last told with want
-	probe    bool
+	grants      int
+	wanting     bool
+	wantPath    time.Duration // the backlog last told with want
+	wantPioneer bool          // and whether it was for a pioneer
+	probe       bool
 
 	// pioneers counts requests of lanes whose limit is unknown on the wire;
 	// firstOut is set while one of them is a first pioneer (a template never
@@ -508,7 +509,7 @@ func (b *bucket) pump(ctx actor.Context) {
 // askAdmission tells the supervisor how many requests wait for admission
 // (once until its answer).
 func (b *bucket) askAdmission(ctx actor.Context, now time.Time) {
-	want, global, path, since, first := 0, false, time.Duration(0), now, ^uint64(0)
+	want, global, path, since, first, pioneer := 0, false, time.Duration(0), now, ^uint64(0), false
 	for _, l := range b.lanes {
 		c := l.head()
 		if c == nil {
@@ -527,15 +528,16 @@ func (b *bucket) askAdmission(ctx actor.Context, now time.Time) {
 		want += n
 		global = global || !c.Route.GlobalExempt
 		path = max(path, l.backlog(now))
+		pioneer = pioneer || !l.state.Known // ready while unknown: its pioneer
 	}
 	if want == 0 {
 		return
 	}
-	if b.wanting && path < 2*b.wantPath+time.Second {
-		return // asked already; only a much longer backlog is worth telling
+	if b.wanting && path < 2*b.wantPath+time.Second && (!pioneer || b.wantPioneer) {
+		return // asked already; only a much longer backlog (or a pioneer) is worth telling
 	}
-	b.wanting, b.wantPath = true, path
-	ctx.Send(b.sys.sup, &wantMsg{key: b.key, want: want, global: global, path: path, since: since, first: first})
+	b.wanting, b.wantPath, b.wantPioneer = true, path, pioneer
+	ctx.Send(b.sys.sup, &wantMsg{key: b.key, want: want, global: global, path: path, since: since, first: first, pioneer: pioneer})
 }
 
 // cancelGrants gives back global slots reserved for us that nothing can

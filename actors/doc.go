@@ -64,7 +64,8 @@
 // it has ready and its backlog, and stops asking; the supervisor queues
 // each waiting actor once (ring) and serves the earliest virtual deadline
 // first (the oldest ready request's submission less eight times the
-// backlog, in whole bucket windows), answering each with one grant of
+// backlog, in whole bucket windows; a bucket whose ready request is its
+// pioneer goes before every known one: pioneerFirst), answering each with one grant of
 // reserved slots (an actor served in part keeps its place for the rest),
 // paced while a long backlog waits; the global part of an ETA replays
 // that order (forecast.go). While any

@@ -72,6 +72,15 @@ func TestAdmissionForecast(t *testing.T) {
 		at = forecastAt(ws, src, now, rtt, 0, map[string]bool{"u\x00POST /m": true})
 		assert.Equal(t, ns(0), at[0], "with its pioneer out, the queue goes as it may")
 	})
+	t.Run("a pioneer goes before a longer known backlog", func(t *testing.T) {
+		// h and k hold a queue for a window each; u, submitted last, is a
+		// pioneer; two slots a second.
+		ws := []waiter{w(0, "h", 0, false), w(1, "h", 2*time.Second, false), w(2, "k", 0, false), w(3, "k", 2*time.Second, false), w(4, "u", 0, true)}
+		at := forecastAt(ws, src, now, rtt, 0, nil)
+		assert.Equal(t, ns(0), at[4], "the pioneer first (pioneerFirst)")
+		assert.Equal(t, ns(0), at[0], "then the longest backlog submitted first")
+		assert.Equal(t, ns(rtt+time.Second), at[2], "the other backlog a second later")
+	})
 	t.Run("held slots go first", func(t *testing.T) {
 		ws := []waiter{w(0, "a", 0, false), w(1, "b", 0, false), w(2, "c", 0, false)}
 		at := forecastAt(ws, src, now, rtt, 1, nil)

@@ -264,15 +264,19 @@ func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt time.Dura
 			return cmp.Or(cmp.Compare(ws[a].actor, ws[b].actor), cmp.Compare(ws[a].id, ws[b].id))
 		})
 		for lo := 0; lo < len(batch); {
-			hi, since, first, long := lo, ws[batch[lo]].submitted, int64(ws[batch[lo]].id), int64(0)
+			hi, since, first, long, pioneer := lo, ws[batch[lo]].submitted, int64(ws[batch[lo]].id), int64(0), false
 			for ; hi < len(batch) && ws[batch[hi]].actor == ws[batch[lo]].actor; hi++ {
 				w := &ws[batch[hi]]
 				if w.submitted < since {
 					since, first = w.submitted, int64(w.id)
 				}
 				long = max(long, path(laneOf[batch[hi]], w.due))
+				pioneer = pioneer || laneOf[batch[hi]].pioneer == batch[hi]
 			}
 			key := min(since, t) - int64(pathWeight)*long
+			if pioneer {
+				key -= int64(pioneerFirst) // as supervisor.want
+			}
 			if p, ok := places[ws[batch[lo]].actor]; ok && !placed[ws[batch[lo]].actor] {
 				// Waiting in the queue already: its place there stands
 				// (a deadline only moves earlier while it waits).

@@ -62,6 +62,10 @@ type wantMsg struct {
 	// path is how long the actor's longest queue needs at its bucket's own
 	// pace: the longer, the sooner it is served (see supervisor.admit).
 	path time.Duration
+	// pioneer is set when a ready request is the pioneer of a bucket whose
+	// limit is not known: it is served before known buckets' backlogs
+	// (pioneerFirst).
+	pioneer bool
 	// since is when the earliest of the ready requests was submitted: the
 	// window serves buckets in the order of their requests (see
 	// supervisor.want).

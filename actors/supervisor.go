@@ -122,6 +122,18 @@ func (g *gate) pick() *transport.Conn {
 // the global limit cannot serve everyone.
 const pathWeight = 8
 
+// pioneerFirst moves the virtual deadline of a bucket whose ready request
+// is its pioneer (its limit not known yet) ahead of any known bucket's:
+// the admission queue serves pioneers first, among themselves by their
+// deadlines. A pioneer is one request, and its answer starts its bucket's
+// windows and lets the rest of its queue pipeline; weighed by its queue at
+// unknownPace instead, a bucket whose pioneer met a 502 or a lost
+// connection while the others became known waited behind their whole
+// first windows under a binding global limit, and finished a window later
+// (scenario 14 of docs/comparison.md). The forecast does the same
+// (admissionForecast).
+const pioneerFirst = 1000 * time.Hour
+
 // maxDialFailures is how many connections in a row may fail (a dial that
 // failed, or a connection that died young) before the buckets waiting for a
 // connection fail their queues with an *UnavailableError; every further
@@ -453,6 +465,9 @@ func (s *supervisor) want(ctx actor.Context, m *wantMsg) {
 		base = m.since
 	}
 	deadline := base.Add(-pathWeight * m.path)
+	if m.pioneer {
+		deadline = deadline.Add(-pioneerFirst)
+	}
 
 	if !ch.waiting {
 		ch.waiting = true
