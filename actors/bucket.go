@@ -636,8 +636,8 @@ func observe(st *ratelimit.Bucket, at, sentAt time.Time, h ratelimit.Headers, co
 }
 
 // release ends c's attempt in the bookkeeping: its lane's count (Observe
-// with h, or Refund when it was not counted), the holds of a pioneer, the
-// pioneer count and its global slot.
+// or ObserveLost with h as count says, or Refund when it was not counted),
+// the holds of a pioneer, the pioneer count and its global slot.
 func (b *bucket) release(ctx actor.Context, c *Call, at time.Time, h ratelimit.Headers, count charge) *lane {
 	uncounted := count == chargeNone
 	l := c.lane.resolve()
@@ -720,8 +720,9 @@ func (b *bucket) result(ctx actor.Context, m *resultMsg) {
 	v := m.verdict
 	// Not counted: what never left, and a global 429 or a ban (no bucket
 	// counted them). A 5xx without rate-limit headers stays charged like a
-	// lost answer (ratelimit.Bucket.Observe): giving its slot back drew
-	// user 429s at window edges under load.
+	// lost answer: giving its slot back drew user 429s at window edges
+	// under load. An answer, or a connection the server closed, bounds when
+	// the server could count the request (chargeArrived).
 	count := chargeUnknown
 	switch {
 	case notSent || (status == http.StatusTooManyRequests && !h.Has.Remaining &&

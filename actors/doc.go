@@ -65,8 +65,9 @@
 // each waiting actor once (ring) and serves the earliest virtual deadline
 // first (the oldest ready request's submission less eight times the
 // backlog, in whole bucket windows; a bucket whose ready request is its
-// pioneer goes before every known one: pioneerFirst), answering each with one grant of
-// reserved slots (an actor served in part keeps its place for the rest),
+// pioneer goes before every known one: pioneerFirst), answering each with
+// one grant of reserved slots (an actor served in part keeps its place for
+// the rest),
 // paced while a long backlog waits; the global part of an ETA replays
 // that order (forecast.go). While any
 // actor waits, none reserves on its own, so a hot channel is served before

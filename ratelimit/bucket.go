@@ -434,7 +434,7 @@ func (b *Bucket) observe(now, sentAt time.Time, h Headers, arrived bool) {
 			b.probeOut = false // no verdict: another probe may go
 		}
 		if arrived && b.countedHere(now) {
-			return // charged to the current window when it was taken
+			return // the current window's count holds it already
 		}
 		if b.Known {
 			// The request was (probably) handled, in a window that ends

@@ -13,10 +13,12 @@ import (
 	"github.com/stretchr/testify/assert"
 )
 
+// opErr is err as a socket read returns it.
+func opErr(err error) error {
+	return &net.OpError{Op: "read", Net: "tcp", Err: &os.SyscallError{Syscall: "read", Err: err}}
+}
+
 func TestClassify(t *testing.T) {
-	opErr := func(err error) error {
-		return &net.OpError{Op: "read", Net: "tcp", Err: &os.SyscallError{Syscall: "read", Err: err}}
-	}
 	for _, tc := range []struct {
 		err  error
 		want Failure
@@ -63,9 +65,6 @@ func TestClassify(t *testing.T) {
 // TestPeerClosed: only the server's end of a connection bounds when a
 // request sent on it could still reach the server.
 func TestPeerClosed(t *testing.T) {
-	opErr := func(err error) error {
-		return &net.OpError{Op: "read", Net: "tcp", Err: &os.SyscallError{Syscall: "read", Err: err}}
-	}
 	for _, tc := range []struct {
 		err  error
 		want bool
