@@ -67,10 +67,9 @@
 // backlog, in whole bucket windows; a bucket whose ready request is its
 // pioneer goes before every known one: pioneerFirst), answering each with
 // one grant of reserved slots (an actor served in part keeps its place for
-// the rest),
-// paced while a long backlog waits; the global part of an ETA replays
-// that order (forecast.go). While any
-// actor waits, none reserves on its own, so a hot channel is served before
+// the rest), paced while a long backlog waits; the global part of an ETA
+// replays that order (forecast.go). While any actor waits, none reserves
+// on its own, so a hot channel is served before
 // cold ones with little to send, and waiting for the global window never
 // spends a bucket window: the bucket slot is taken only when the global
 // slot is in hand.
