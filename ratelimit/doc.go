@@ -19,9 +19,10 @@
 //     [CountsAsInvalid] says which responses count against the 10,000
 //     invalid requests per 10 minutes that lead to a Cloudflare ban.
 //   - [Bucket] is one bucket's state, owned by one actor: Take before a
-//     request, Observe its response, Refund it if it was never sent, Pause
-//     it after a 429, and LateReopen after a user 429 so that it learns a
-//     server that reopens windows late.
+//     request, Observe its response (ObserveLost when the server can no
+//     longer count it: a 5xx, a connection the server closed), Refund it
+//     if it was never sent, Pause it after a 429, and LateReopen after a
+//     user 429 so that it learns a server that reopens windows late.
 //   - [ServerClock] learns from X-RateLimit-Reset minus -Reset-After how
 //     far the server's clock reads ahead of the local send time when it
 //     counts a request, and so turns a server reset time into the local

@@ -222,11 +222,12 @@ var (
 		// REFUSED_STREAM: RFC 9113 section 8.7, not processed.
 		"; REFUSED_STREAM",
 	}
-	// Connection-level failure after the request may have been sent.
+	// Connection-level failure after the request may have been sent (the
+	// peer's doing or this side's).
 	diedMessages = []string{
 		// GoAwayError: server closed TCP after GOAWAY; this stream was
 		// at or below last-stream-id, so it may have been processed.
-		"http2: server sent GOAWAY and closed the connection",
+		serverGoAwayClosed,
 		// closeForLostPing.
 		"http2: client connection lost",
 		// ClientConn.Close (our Close, or a write error).
@@ -302,6 +303,10 @@ func isCanceled(err error) bool {
 		strings.Contains(err.Error(), canceledMessage)
 }
 
+// serverGoAwayClosed is net/http's GoAwayError text: the server closed
+// TCP after a GOAWAY.
+const serverGoAwayClosed = "http2: server sent GOAWAY and closed the connection"
+
 // PeerClosed reports whether err shows the server (or a proxy in front of
 // it) ending the connection a request was sent on: it reset or closed the
 // connection (EOF, ECONNRESET, EPIPE, ECONNABORTED), or closed it after a
@@ -311,35 +316,33 @@ func isCanceled(err error) bool {
 // the peer's doing: its request may still be on the way, or in the server's
 // buffers, and PeerClosed reports false.
 func PeerClosed(err error) bool {
-	switch {
-	case err == nil, isCanceled(err),
-		errors.Is(err, ErrPingTimeout), errors.Is(err, ErrClosed), errors.Is(err, net.ErrClosed):
+	if err == nil || isCanceled(err) || closedHere(err) {
 		return false
-	case errors.Is(err, io.ErrUnexpectedEOF),
-		errors.Is(err, io.EOF),
-		errors.Is(err, syscall.ECONNRESET),
-		errors.Is(err, syscall.EPIPE),
-		errors.Is(err, syscall.ECONNABORTED),
-		errors.Is(err, ErrGoAway):
-		return true
 	}
-	return strings.Contains(err.Error(), "http2: server sent GOAWAY and closed the connection")
+	return peerClosed(err, err.Error())
+}
+
+// peerClosed reports whether err is one of the connection-level failures
+// the server causes (see PeerClosed).
+func peerClosed(err error, msg string) bool {
+	return errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, io.EOF) ||
+		errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, syscall.ECONNABORTED) ||
+		errors.Is(err, ErrGoAway) ||
+		strings.Contains(msg, serverGoAwayClosed)
+}
+
+// closedHere reports whether err is a connection this side ended: Close,
+// a socket closed here, a PING unanswered.
+func closedHere(err error) bool {
+	return errors.Is(err, ErrPingTimeout) || errors.Is(err, ErrClosed) || errors.Is(err, net.ErrClosed)
 }
 
 // isConnLevel reports whether err is a connection-level failure that
-// happened after the request may have been written.
+// happened after the request may have been written: the peer's doing or
+// this side's.
 func isConnLevel(err error, msg string) bool {
-	switch {
-	case errors.Is(err, io.ErrUnexpectedEOF),
-		errors.Is(err, io.EOF),
-		errors.Is(err, net.ErrClosed),
-		errors.Is(err, syscall.ECONNRESET),
-		errors.Is(err, syscall.EPIPE),
-		errors.Is(err, syscall.ECONNABORTED),
-		errors.Is(err, ErrPingTimeout),
-		errors.Is(err, ErrClosed),
-		errors.Is(err, ErrGoAway):
-		return true
-	}
-	return containsAny(msg, diedMessages)
+	return peerClosed(err, msg) || closedHere(err) || containsAny(msg, diedMessages)
 }

@@ -18,6 +18,14 @@ func opErr(err error) error {
 	return &net.OpError{Op: "read", Net: "tcp", Err: &os.SyscallError{Syscall: "read", Err: err}}
 }
 
+// errName names a table case by its error.
+func errName(err error) string {
+	if err == nil {
+		return "nil"
+	}
+	return err.Error()
+}
+
 func TestClassify(t *testing.T) {
 	for _, tc := range []struct {
 		err  error
@@ -54,11 +62,7 @@ func TestClassify(t *testing.T) {
 		{errors.New("http: invalid header field name"), Other},
 		{errors.New("boom"), Other},
 	} {
-		name := "nil"
-		if tc.err != nil {
-			name = tc.err.Error()
-		}
-		assert.Equal(t, tc.want, Classify(tc.err), name)
+		assert.Equal(t, tc.want, Classify(tc.err), errName(tc.err))
 	}
 }
 
@@ -92,11 +96,7 @@ func TestPeerClosed(t *testing.T) {
 		{errors.New("http2: client conn is closed"), false},
 		{errors.New("boom"), false},
 	} {
-		name := "nil"
-		if tc.err != nil {
-			name = tc.err.Error()
-		}
-		assert.Equal(t, tc.want, PeerClosed(tc.err), name)
+		assert.Equal(t, tc.want, PeerClosed(tc.err), errName(tc.err))
 	}
 }
 
