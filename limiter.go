@@ -411,7 +411,9 @@ func (l *Limiter) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // Snapshot is the limiter's state at one moment, stable enough to render.
 type Snapshot struct {
-	// Time is when the supervisor answered.
+	// Time is when the supervisor answered. The buckets' figures that count
+	// down (ResetIn, PausedFor, Margin) are taken at Time too, so Time plus
+	// ResetIn is a window's end.
 	Time time.Time
 	// State is the supervisor's state: "disconnected", "connecting",
 	// "connected" or "global_limit" (a global 429's pause).

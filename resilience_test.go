@@ -336,7 +336,7 @@ func TestLostAnswerStaysInItsWindow(t *testing.T) {
 	h.srv.SetFaults(sluicetest.Faults{})
 
 	after, at := bucket()
-	assert.WithinDuration(t, end, at.Add(after.ResetIn), time.Millisecond, "the window's end stays (within the snapshot's rounding)")
+	assert.WithinDuration(t, end, at.Add(after.ResetIn), time.Microsecond, "the window's end stays (ResetIn is taken at the snapshot's Time)")
 	assert.Equal(t, before.Remaining-1, after.Remaining, "its slot stays spent in this window")
 
 	// The rest of the window (3), then a full next one.

@@ -227,15 +227,15 @@ func (b *bucket) receive(ctx actor.Context, msg any) {
 	case *etaMsg:
 		m.reply <- b.eta(m.call, b.sys.now())
 	case *bucketSnapshotMsg:
-		now := b.sys.now()
+		now, at := b.sys.now(), m.at
 		out := make([]BucketSnapshot, 0, len(b.lanes))
 		for _, l := range b.lanes {
 			st := &l.state
 			out = append(out, BucketSnapshot{
 				Key: l.key, State: l.machine.Current().String(), Known: st.Known,
 				Limit: st.Limit, Remaining: st.Remaining,
-				ResetIn: max(0, st.ResetAt.Sub(now)), PausedFor: max(0, st.PausedUntil.Sub(now)),
-				Margin: st.Margin(now), Queued: len(l.queue), Retrying: len(l.retries), Running: l.running,
+				ResetIn: max(0, st.ResetAt.Sub(at)), PausedFor: max(0, st.PausedUntil.Sub(at)),
+				Margin: st.Margin(at), Queued: len(l.queue), Retrying: len(l.retries), Running: l.running,
 				Serial: l.serial,
 			})
 		}

@@ -181,8 +181,14 @@ type supervisorSnapshot struct {
 }
 
 // bucketSnapshotMsg asks a bucket actor for the BucketSnapshots of its
-// buckets and the ETAs of its waiting calls.
-type bucketSnapshotMsg struct{ reply chan bucketSnapshot }
+// buckets and the ETAs of its waiting calls. The figures that count down
+// (ResetIn, PausedFor, Margin) are taken at the snapshot's time, at, so that
+// Snapshot.Time plus ResetIn is the window's end whenever the bucket
+// actor reads the message.
+type bucketSnapshotMsg struct {
+	at    time.Time
+	reply chan bucketSnapshot
+}
 
 type bucketSnapshot struct {
 	buckets []BucketSnapshot

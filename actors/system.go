@@ -479,7 +479,7 @@ func (s *System) Snapshot(ctx context.Context) (Snapshot, error) {
 	}
 	replies := make(chan bucketSnapshot, len(sup.buckets))
 	for _, pid := range sup.buckets {
-		s.root.Send(pid, &bucketSnapshotMsg{reply: replies})
+		s.root.Send(pid, &bucketSnapshotMsg{at: snap.Time, reply: replies})
 	}
 	// A bucket stopping right now never answers: wait for the others a
 	// bounded time.
