@@ -162,13 +162,16 @@ type Options struct {
 	// H2C speaks cleartext HTTP/2 to http:// base URLs. Default false.
 	H2C bool
 	// Connections is how many HTTP/2 connections the limiter keeps to the
-	// API. Requests go to the one carrying the fewest (counting those
-	// picked for it and not yet sent, so requests sent together spread
-	// over the pool), so a connection reset ends only the requests on that
-	// one (docs/failure-modes.md has the figures). The first is opened when the limiter starts, the
-	// others one after another while requests wait, unless connections
-	// fail; a lost one is replaced only while requests wait. Default 4; at
-	// most 64.
+	// API at most. Requests go to the one carrying the fewest (counting
+	// those picked for it and not yet sent, so requests sent together
+	// spread over the pool), so a connection reset ends only the requests
+	// on that one (docs/failure-modes.md has the figures). The first is
+	// opened when the limiter starts; the pool grows, one dial after
+	// another, to one connection per 4 requests awaiting an outcome
+	// (queued, waiting or on the wire), unless connections fail: a bot that
+	// sends a request now and then keeps one, a burst of 50 spreads over 13.
+	// A lost connection is replaced only while requests wait. Default 16;
+	// at most 64.
 	Connections int
 	// AllowHTTP1 accepts an HTTP/1.1 connection when the server does not
 	// offer HTTP/2 (one request at a time). Default false: HTTP/2 only.

@@ -758,9 +758,29 @@ func (s *supervisor) probeDone(ctx actor.Context, m *probeDoneMsg) {
 // a lost connection is not replaced until a request comes.
 func (s *supervisor) demand() bool { return s.sys.pending.Load() > 0 }
 
+// callsPerConn is how many requests awaiting an outcome (queued, waiting
+// for admission or on the wire) each connection of the pool serves at most
+// while the pool can grow: one more beyond that dials another, up to
+// Config.Connections. A reset ends every
+// request in flight on its connection: with 4 connections for the bursts of
+// 50 requests a global limit of 50/s lets through, one drop ended a dozen
+// of them, and their channels' next windows with them; a pool that grows
+// with the load keeps that to a few (docs/failure-modes.md has the
+// figures). A bot that sends a request now and then keeps one connection.
+// The count is the callers' (System.pending), exact when each request is
+// submitted, not the buckets' view of what they are about to send.
+const callsPerConn = 4
+
+// crowded reports whether the open connections serve more than
+// callsPerConn requests awaiting an outcome each.
+func (s *supervisor) crowded() bool {
+	return s.sys.pending.Load() > int64(callsPerConn*len(s.conns))
+}
+
 // dial opens a connection: the first one (state disconnected -> connecting),
-// or one more for the pool while connected, requests wait and none failed
-// since. One dial at a time; none while a backoff runs.
+// or one more for the pool while connected, requests wait, none failed
+// since and the open ones are crowded (callsPerConn). One dial at a time;
+// none while a backoff runs.
 func (s *supervisor) dial() {
 	if s.dialing || s.redialArmed || s.closing != nil {
 		return
@@ -769,7 +789,7 @@ func (s *supervisor) dial() {
 	case fsm.Disconnected:
 		s.fire(fsm.Dial)
 	case fsm.Connected, fsm.GlobalLimit:
-		if len(s.conns) >= s.sys.cfg.connections() || s.failures > 0 || !s.demand() {
+		if len(s.conns) >= s.sys.cfg.connections() || s.failures > 0 || !s.demand() || !s.crowded() {
 			return
 		}
 	default:

@@ -113,9 +113,11 @@ type Config struct {
 	MeterProvider  metric.MeterProvider
 }
 
-// DefaultConnections is the pool's size when Config.Connections is 0: a
-// connection reset ends only the requests of one connection in four.
-const DefaultConnections = 4
+// DefaultConnections is the pool's size when Config.Connections is 0. The
+// pool grows to it by one connection per callsPerConn requests awaiting an
+// outcome: a connection reset ends only the requests of one connection in
+// up to 16.
+const DefaultConnections = 16
 
 func (c *Config) connections() int {
 	if c.Connections > 0 {
