@@ -277,7 +277,7 @@ func runJob(job memJob) (memResult, error) {
 
 func connsName(c int) string {
 	if c == 0 {
-		return "default (4)"
+		return "default"
 	}
 	return strconv.Itoa(c)
 }
