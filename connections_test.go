@@ -78,14 +78,8 @@ func TestABurstSpreadsOverTheConnections(t *testing.T) {
 	for i := range futures {
 		futures[i] = lim.Send(ctx, req("GET", "/channels/1/messages", ""))
 	}
-	resp, err := pioneer.Await(ctx)
-	require.NoError(t, err)
-	resp.Body.Close()
-	for _, f := range futures {
-		resp, err := f.Await(ctx)
-		require.NoError(t, err)
-		resp.Body.Close()
-	}
+	awaitClosed(t, ctx, pioneer)
+	awaitClosed(t, ctx, futures...)
 	mu.Lock()
 	defer mu.Unlock()
 	per := map[string]int{}
@@ -175,16 +169,23 @@ func TestThePoolGrowsWithTheLoad(t *testing.T) {
 			}
 			mu.Unlock()
 			close(release)
-			for _, f := range futures {
-				resp, err := f.Await(ctx)
-				require.NoError(t, err)
-				resp.Body.Close()
-			}
+			awaitClosed(t, ctx, futures...)
 			// No dial is under way once the calls ended (a dial starts only
 			// while more than 4 per connection wait): the count is final.
 			mu.Lock()
 			defer mu.Unlock()
 			assert.Equal(t, tc.want, conns)
 		})
+	}
+}
+
+// awaitClosed waits for each future, requires a response and closes its
+// body.
+func awaitClosed(t *testing.T, ctx context.Context, fs ...*sluice.Future) {
+	t.Helper()
+	for _, f := range fs {
+		resp, err := f.Await(ctx)
+		require.NoError(t, err)
+		resp.Body.Close()
 	}
 }

@@ -789,7 +789,7 @@ func (s *supervisor) dial() {
 	case fsm.Disconnected:
 		s.fire(fsm.Dial)
 	case fsm.Connected, fsm.GlobalLimit:
-		if len(s.conns) >= s.sys.cfg.connections() || s.failures > 0 || !s.demand() || !s.crowded() {
+		if len(s.conns) >= s.sys.cfg.connections() || s.failures > 0 || !s.crowded() { // crowded implies demand
 			return
 		}
 	default:
