@@ -101,6 +101,8 @@ func benchTarget(b *testing.B, impl string) benchDoer {
 			}
 			return benchDrain(resp)
 		}
+	case "actor-skeleton":
+		return skeletonTarget(b, srv)
 	case "bare-http2":
 		client := srv.Client() // HTTP/2 only, over TLS; closed by srv.Close
 		base := srv.APIBase()
@@ -182,7 +184,7 @@ func benchReportRate(b *testing.B) {
 // buckets, against an upstream that never limits; sluice against a bare
 // http.Client on one HTTP/2 TLS connection to the same simulator.
 func BenchmarkDo(b *testing.B) {
-	for _, impl := range []string{"sluice", "bare-http2"} {
+	for _, impl := range []string{"sluice", "actor-skeleton", "bare-http2"} {
 		b.Run("impl="+impl, func(b *testing.B) {
 			do := benchTarget(b, impl)
 			paths := benchPaths(benchChannels)
@@ -212,7 +214,7 @@ func BenchmarkDo(b *testing.B) {
 // BenchmarkDoSerial: one caller, one request at a time: the latency a
 // request pays through the limiter against the bare client's.
 func BenchmarkDoSerial(b *testing.B) {
-	for _, impl := range []string{"sluice", "bare-http2"} {
+	for _, impl := range []string{"sluice", "actor-skeleton", "bare-http2"} {
 		b.Run("impl="+impl, func(b *testing.B) {
 			do := benchTarget(b, impl)
 			paths := benchPaths(benchChannels)
