@@ -75,11 +75,18 @@ func newBucket(sys *System, key string, perToken bool, window Window) *bucket {
 	return &bucket{sys: sys, key: key, perToken: perToken, window: window}
 }
 
+// attach makes b the bucket of the actor of ctx; called once, by its
+// bucketCell, before b's first message.
+func (b *bucket) attach(ctx actor.Context) {
+	b.self = ctx.Self()
+	b.timers = timers{sys: b.sys, pid: b.self}
+}
+
 // win is the global window of the bucket's requests.
 func (b *bucket) win() *globalWindow { return b.sys.windows[b.window] }
 
-func (b *bucket) traceName() string      { return "bucket" }
-func (b *bucket) traceBuffer() *traceBuf { return &b.tbuf }
+func (b *bucket) traceName() string         { return "bucket" }
+func (b *bucket) traceBuffer(any) *traceBuf { return &b.tbuf }
 
 // traceState and traceKey describe the lane a message concerns (the
 // actor's major parameters for the others).
@@ -176,12 +183,9 @@ func (b *bucket) recoverCrash(ctx actor.Context) {
 func (b *bucket) receive(ctx actor.Context, msg any) {
 	switch m := msg.(type) {
 	case *actor.Started:
-		if b.self == nil { // the first start: the first enqueue is on its way
-			b.self = ctx.Self()
-			b.timers = timers{sys: b.sys, pid: b.self}
-			return
-		}
-		b.pump(ctx) // after a restart (timers stay armed): carry on
+		// Only after a restart (bucketCell keeps the first start): the
+		// timers stay armed; carry on.
+		b.pump(ctx)
 	case *enqueueMsg:
 		b.received++
 		b.idleSent = false

@@ -105,4 +105,8 @@
 //     has shrunk (supervisor.forget), and bucket actors' ids are drawn to
 //     hash into 32 of protoactor's 1,024 registry slices, whose Go maps
 //     never shrink (spawn.go).
+//   - Every incarnation of a bucket actor runs the same *bucket: the
+//     supervisor hands it over with the actor's first message, and a
+//     restart carries it from the crashed incarnation to the next
+//     (bucketCell).
 package actors

@@ -27,6 +27,9 @@ type submitMsg struct {
 // counts what it sends (see idleMsg).
 type enqueueMsg struct {
 	calls []*Call
+	// bind is set on the first message to a new bucket actor: the bucket
+	// it runs (see bucketCell).
+	bind *bucket
 }
 
 // resultMsg: worker -> bucket. The attempt is over: the answer, parsed and

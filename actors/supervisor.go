@@ -200,10 +200,10 @@ func (s *supervisor) fire(e fsm.SupervisorEvent) {
 	_ = s.machine.Fire(context.Background(), e)
 }
 
-func (s *supervisor) traceName() string      { return "supervisor" }
-func (s *supervisor) traceState(any) string  { return s.machine.Current().String() }
-func (s *supervisor) traceKey(any) string    { return "" }
-func (s *supervisor) traceBuffer() *traceBuf { return &s.tbuf }
+func (s *supervisor) traceName() string         { return "supervisor" }
+func (s *supervisor) traceState(any) string     { return s.machine.Current().String() }
+func (s *supervisor) traceKey(any) string       { return "" }
+func (s *supervisor) traceBuffer(any) *traceBuf { return &s.tbuf }
 
 // Receive handles one message at a time. The supervisor runs under a
 // guardian that resumes it after a panic (supervision.ResumeStrategy): the
@@ -409,26 +409,22 @@ func (s *supervisor) submit(ctx actor.Context, c *Call) {
 	}
 	key := c.Route.Major
 	ch := s.children[key]
+	var bind *bucket
 	if ch == nil {
-		// The producer returns the same instance on every restart, so the
-		// bucket's state outlives a crash of its Receive.
-		b := newBucket(s.sys, key, c.Route.PerToken, c.window)
-		props := actor.PropsFromProducer(func() actor.Actor { return b },
-			actor.WithMailbox(bucketMailbox),
-			actor.WithReceiverMiddleware(s.sys.receiveMiddleware()...),
-			actor.WithSenderMiddleware(s.sys.senderMiddleware()...))
-		pid, err := ctx.SpawnNamed(props, s.names.next(ctx.Self().Id))
+		pid, err := ctx.SpawnNamed(s.sys.bucketProps, s.names.next(ctx.Self().Id))
 		if err != nil {
 			c.Complete(nil, err)
 			return
 		}
+		// The actor gets its bucket with this first message (bucketCell).
+		bind = newBucket(s.sys, key, c.Route.PerToken, c.window)
 		ch = &child{key: key, window: c.window, pid: pid}
 		s.children[key] = ch
 		s.peak = max(s.peak, len(s.children))
 		s.sys.buckets.Add(1)
 	}
 	ch.forwarded++
-	ctx.Send(ch.pid, &enqueueMsg{calls: []*Call{c}})
+	ctx.Send(ch.pid, &enqueueMsg{calls: []*Call{c}, bind: bind})
 	s.dial() // connect on demand, and refill the pool
 }
 

@@ -139,6 +139,11 @@ type System struct {
 	actors *actor.ActorSystem
 	root   *actor.RootContext
 	sup    *actor.PID
+	// bucketProps spawns every bucket actor (bucketCell); restarted
+	// carries a crashed bucket actor's bucket (actor id -> *bucket) from
+	// its Restarting to its next incarnation's Started.
+	bucketProps *actor.Props
+	restarted   sync.Map
 	// windows are the two global windows (Config.Global, Config.IPGlobal).
 	windows [numWindows]*globalWindow
 	store   ratelimit.BucketStore
@@ -275,6 +280,10 @@ func Start(cfg Config) (*System, error) {
 	s.hardCtx, s.hardCancel = context.WithCancel(context.Background())
 	s.workCh = make(chan func())
 	s.stopped = make(chan struct{})
+	s.bucketProps = actor.PropsFromProducer(func() actor.Actor { return &bucketCell{sys: s} },
+		actor.WithMailbox(bucketMailbox),
+		actor.WithReceiverMiddleware(s.receiveMiddleware()...),
+		actor.WithSenderMiddleware(s.senderMiddleware()...))
 	props := actor.PropsFromProducer(func() actor.Actor { return newSupervisor(s) },
 		actor.WithReceiverMiddleware(s.receiveMiddleware()...),
 		actor.WithSenderMiddleware(s.senderMiddleware()...),

@@ -37,7 +37,9 @@ type tracer interface {
 	// is in.
 	traceState(msg any) string
 	traceKey(msg any) string
-	traceBuffer() *traceBuf
+	// traceBuffer is the buffer of the actor handling msg (nil: a
+	// message it sends or a transition).
+	traceBuffer(msg any) *traceBuf
 }
 
 // traceBuf holds the events an actor causes while it handles a message
@@ -51,7 +53,7 @@ type traceBuf struct {
 // emitFrom emits e, or holds it until the actor's current receive event.
 func (s *System) emitFrom(t tracer, e TraceEvent) {
 	if t != nil {
-		if b := t.traceBuffer(); b.active {
+		if b := t.traceBuffer(nil); b.active {
 			b.events = append(b.events, e)
 			return
 		}
@@ -242,7 +244,7 @@ func (s *System) receiveMiddleware() []actor.ReceiverMiddleware {
 			var buf *traceBuf
 			if t != nil {
 				e.Actor, e.StateBefore, e.Bucket = t.traceName(), t.traceState(env.Message), t.traceKey(env.Message)
-				buf = t.traceBuffer()
+				buf = t.traceBuffer(env.Message)
 				buf.active = true
 			}
 			describe(&e, env.Message)
