@@ -104,8 +104,12 @@
 //     stay queued and go out after the supervisor reconnects (with backoff);
 //     requests that may have been processed fail with an error wrapping
 //     transport.ErrConnectionDied.
-//   - Dialing fails three times in a row: requests waiting for a connection
-//     fail with the dial error instead of hanging.
+//   - Connections fail to reach the API three times in a row (a failed
+//     dial, a connection closed before the server's HTTP/2 SETTINGS, a
+//     GOAWAY before any answer): requests waiting for a connection fail
+//     with an *UnavailableError instead of hanging. A connection the
+//     server accepted and then dropped does not count: its requests are
+//     resent within their own retry budgets.
 //   - Close: new requests fail with ErrClosed, queued ones too; requests on
 //     the wire finish until Close's context ends, then are cancelled. No
 //     actor or goroutine outlives Close.

@@ -163,13 +163,17 @@ func (e *TimeoutError) Is(target error) bool {
 }
 
 // UnavailableError is the error of requests that waited for a connection
-// while Failures connections in a row failed: dials that failed, or
-// connections that died before answering anything (a server that closes
-// at once, or sends GOAWAY before any answer). The limiter keeps trying
-// with a growing backoff; requests submitted later wait for it. It matches
+// while Failures connections in a row failed to reach the API: dials that
+// failed, or connections that died before answering anything without the
+// server accepting them (an HTTP/2 server that closes before its SETTINGS
+// frame) or in a GOAWAY. A connection the server accepted and then dropped
+// shows the API reachable and does not count: the requests it carried are
+// resent within their own retry budgets. The limiter keeps trying with a
+// growing backoff; requests submitted later wait for it. It matches
 // ErrUnavailable and, through Err, the last failure's error.
 type UnavailableError struct {
-	// Failures is the number of connections in a row that failed.
+	// Failures is the number of connections in a row that failed to
+	// reach the API.
 	Failures int
 	// Err is the last failure's error.
 	Err error

@@ -402,6 +402,50 @@ func TestReconnectStormsBackOff(t *testing.T) {
 // hostileConn serves one connection of TestReconnectStormsBackOff: it
 // closes at once, or answers the HTTP/2 preface with SETTINGS and
 // GOAWAY(last stream 0, ENHANCE_YOUR_CALM).
+// TestDroppedConnectionsAreNotUnreachable: a server that accepts HTTP/2
+// connections and drops them before answering (a reset, a crash under
+// load) is reachable. Its first three connections die that way before any
+// answer, which once failed every waiting request with "API unreachable";
+// the requests are resent within their own budgets and all succeed.
+func TestDroppedConnectionsAreNotUnreachable(t *testing.T) {
+	type connKey struct{}
+	var conns atomic.Int32
+	const drop = 3
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c := r.Context().Value(connKey{}).(*droppable)
+		if c.n <= drop {
+			c.Close() // after the server's SETTINGS, before any answer
+			<-r.Context().Done()
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, "[]")
+	}))
+	srv.Config.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
+		return context.WithValue(ctx, connKey{}, &droppable{Conn: c, n: conns.Add(1)})
+	}
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	lim := limiterFor(t, srv, sluice.Options{})
+	reqs := make([]*http.Request, 8)
+	for i := range reqs {
+		reqs[i] = req("GET", fmt.Sprintf("/channels/%d/messages", 10+i), "")
+	}
+	for i, r := range lim.DoBatch(context.Background(), reqs) {
+		if assert.NoError(t, r.Err, "request %d", i) {
+			assert.Equal(t, 200, r.Response.StatusCode)
+		}
+	}
+	assert.Greater(t, conns.Load(), int32(drop), "the dropped connections were replaced")
+}
+
+// droppable is a server-side connection numbered in accept order.
+type droppable struct {
+	net.Conn
+	n int32
+}
+
 func hostileConn(c net.Conn, mode string) {
 	defer c.Close()
 	if mode == "close" {

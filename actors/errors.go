@@ -137,7 +137,7 @@ type UnavailableError struct {
 }
 
 func (e *UnavailableError) Error() string {
-	return fmt.Sprintf("sluice: API unreachable: %d connections in a row failed; last: %v", e.Failures, e.Err)
+	return fmt.Sprintf("sluice: API unreachable: %d connections in a row failed to reach it; last: %v", e.Failures, e.Err)
 }
 
 // Unwrap returns ErrUnavailable and the last connection's error.

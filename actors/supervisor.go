@@ -3,6 +3,7 @@ package actors
 import (
 	"container/heap"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -51,9 +52,17 @@ type supervisor struct {
 	stopped bool  // set on Stopping: later messages are not acted on
 	// failures counts connections in a row that failed: dials that failed
 	// and connections that died young (see youngLife). It grows the
-	// reconnection backoff; at maxDialFailures the buckets waiting for a
-	// connection fail with an *UnavailableError.
+	// reconnection backoff. refused counts the last of them in a row that
+	// showed the API refusing or out of reach: dials that failed, and
+	// young deaths of connections the server never accepted
+	// (transport.Conn.Accepted) or that ended in a GOAWAY. At
+	// maxDialFailures the buckets waiting for a connection fail with an
+	// *UnavailableError. A connection the server accepted and then dropped
+	// before answering (a reset, a crash under load) shows the API
+	// reachable: it grows the backoff, and the requests it carried are
+	// resent within their own retry budgets, so nothing waits forever.
 	failures    int
+	refused     int
 	redialArmed bool  // a redial timer is pending: submit does not dial
 	lastErr     error // the last failed connection's error
 
@@ -134,10 +143,11 @@ const pathWeight = 8
 // (admissionForecast).
 const pioneerFirst = 1000 * time.Hour
 
-// maxDialFailures is how many connections in a row may fail (a dial that
-// failed, or a connection that died young) before the buckets waiting for a
-// connection fail their queues with an *UnavailableError; every further
-// failure fails what waits again, until a connection serves answers.
+// maxDialFailures is how many connections in a row may fail to reach the
+// API (a dial that failed, or a connection that died young without being
+// accepted, or in a GOAWAY) before the buckets waiting for a connection
+// fail their queues with an *UnavailableError; every further such failure
+// fails what waits again, until a connection is accepted or serves answers.
 const maxDialFailures = 3
 
 // youngLife is the age under which a connection that delivered no answer
@@ -376,10 +386,11 @@ func (s *supervisor) connDown(ctx actor.Context, m *connDownMsg) {
 	now := s.sys.now()
 	silent := now.Sub(time.Unix(0, s.sys.lastAnswer.Load())) >= youngLife
 	if p.conn.Answered() == 0 && now.Sub(p.upAt) < youngLife && silent {
-		s.failed(ctx, m.err)
+		var ga *transport.GoAwayError
+		s.failed(ctx, m.err, !p.conn.Accepted() || errors.As(m.err, &ga))
 		return
 	}
-	s.failures = 0
+	s.failures, s.refused = 0, 0
 	if s.demand() {
 		s.dial()
 	}
@@ -435,10 +446,10 @@ func (s *supervisor) want(ctx actor.Context, m *wantMsg) {
 	if ch == nil || s.closing != nil {
 		return // stopped meanwhile, or closing: drainMsg fails its queue
 	}
-	if len(s.conns) == 0 && s.redialArmed && s.failures >= maxDialFailures {
+	if len(s.conns) == 0 && s.redialArmed && s.refused >= maxDialFailures {
 		// Connections keep failing and the next try is a backoff away:
 		// fail at once rather than wait behind it.
-		ctx.Send(ch.pid, &grantMsg{err: &UnavailableError{Failures: s.failures, Err: s.lastErr}})
+		ctx.Send(ch.pid, &grantMsg{err: &UnavailableError{Failures: s.refused, Err: s.lastErr}})
 		return
 	}
 	ch.want, ch.global = m.want, m.global
@@ -807,16 +818,22 @@ func (s *supervisor) dial() {
 	})
 }
 
-// failed counts a failed connection (a dial, or one that died young),
-// fails what waits for a connection once too many failed in a row, and
-// arms the redial after a backoff that grows with the count.
-func (s *supervisor) failed(ctx actor.Context, err error) {
+// failed counts a failed connection (a dial, or one that died young;
+// refused: it showed the API refusing or out of reach, see
+// supervisor.refused), fails what waits for a connection once too many
+// in a row refused, and arms the redial after a backoff that grows with
+// the count of failures.
+func (s *supervisor) failed(ctx actor.Context, err error, refused bool) {
 	s.failures++
+	s.refused++
+	if !refused {
+		s.refused = 0
+	}
 	s.lastErr = err
 	s.sys.log.Warn("sluice: connecting failed", slog.Int("failures", s.failures), slog.String("error", errString(err)))
-	if s.failures >= maxDialFailures && len(s.conns) == 0 {
+	if s.refused >= maxDialFailures && len(s.conns) == 0 {
 		// Nothing can be sent: fail what waits rather than hang it.
-		uerr := &UnavailableError{Failures: s.failures, Err: err}
+		uerr := &UnavailableError{Failures: s.refused, Err: err}
 		for _, a := range s.windows {
 			for _, ch := range a.ring {
 				ctx.Send(ch.pid, &grantMsg{err: uerr})
@@ -835,7 +852,7 @@ func (s *supervisor) dialed(ctx actor.Context, m *dialedMsg) {
 		if len(s.conns) == 0 {
 			s.fire(fsm.DialFailed)
 		}
-		s.failed(ctx, m.err)
+		s.failed(ctx, m.err, true)
 		return
 	}
 	if s.sys.hardCtx.Err() != nil || s.closing != nil {

@@ -314,6 +314,19 @@ func (c *Conn) Load() int { return c.InFlight() + int(c.claimed.Load()) }
 // once, or sends GOAWAY before any answer, calls for a growing backoff.
 func (c *Conn) Answered() uint64 { return c.answered.Load() }
 
+// Accepted reports whether the server accepted the connection as an
+// HTTP server: over HTTP/2, it sent its SETTINGS frame (the first thing an
+// HTTP/2 server sends, before it reads any request); over HTTP/1.1, it
+// answered a request. A connection that dies without being accepted tells
+// that the server refuses connections; one that was accepted and then
+// dropped tells that it is reachable.
+func (c *Conn) Accepted() bool {
+	if c.h2 {
+		return c.raw.sawSettings.Load()
+	}
+	return c.Answered() > 0
+}
+
 // Protocol returns "HTTP/2.0", or "HTTP/1.1" for an AllowHTTP1 fallback.
 func (c *Conn) Protocol() string { return c.proto }
 
@@ -520,6 +533,9 @@ type watchConn struct {
 	closed   atomic.Bool
 	closedCh chan struct{} // closed by Close, after closedWhileReading is set
 	sawGA    atomic.Bool
+	// sawSettings is set when the server's first SETTINGS frame was
+	// read: it speaks HTTP/2 on this connection (Conn.Accepted).
+	sawSettings atomic.Bool
 
 	rscan frameScanner // server-to-client; only the single reader uses it
 	wmu   sync.Mutex   // guards wscan (net/http serialises writes anyway)
@@ -542,6 +558,7 @@ type observation struct {
 // HTTP/2 frame types and flags used by the scanner (RFC 9113 section 6).
 const (
 	frameRSTStream  = 0x3
+	frameSettings   = 0x4
 	framePing       = 0x6
 	frameGoAway     = 0x7
 	flagAck         = 0x1
@@ -625,6 +642,8 @@ func (w *watchConn) ConnectionState() tls.ConnectionState {
 
 func (w *watchConn) serverFrame(typ, flags byte, payload []byte) {
 	switch {
+	case typ == frameSettings:
+		w.sawSettings.Store(true)
 	case typ == frameGoAway && len(payload) >= 8:
 		w.mu.Lock()
 		ga := &GoAwayError{
