@@ -17,10 +17,7 @@ package sluice_test
 
 import (
 	"context"
-	"fmt"
-	"io"
 	"log/slog"
-	"net/http"
 	"testing"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -76,28 +73,9 @@ func (k *skelBucket) Receive(c actor.Context) {
 	}
 }
 
-// skeletonTarget is impl=actor-skeleton over srv's bare HTTP/2 client.
+// skeletonTarget is impl=actor-skeleton over the bare client of srv.
 func skeletonTarget(b *testing.B, srv *sluicetest.Server) benchDoer {
-	client, base := srv.Client(), srv.APIBase()
-	send := func(ctx context.Context, path string) error {
-		r, err := http.NewRequestWithContext(ctx, "GET", base+path, nil)
-		if err != nil {
-			return err
-		}
-		r.Header.Set("Authorization", "Bot "+testToken)
-		r.Header.Set("User-Agent", "DiscordBot (https://github.com/sluicehq/sluice, bench)")
-		resp, err := client.Do(r)
-		if err != nil {
-			return err
-		}
-		if resp.ProtoMajor != 2 {
-			resp.Body.Close()
-			return fmt.Errorf("skeleton spoke %s, want HTTP/2", resp.Proto)
-		}
-		_, err = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		return err
-	}
+	send := bareDoer(srv) // the bare client underneath
 	sys := actor.NewActorSystem(
 		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }))
 	bucketProps := actor.PropsFromProducer(func() actor.Actor { return &skelBucket{send: send} },

@@ -104,28 +104,33 @@ func benchTarget(b *testing.B, impl string) benchDoer {
 	case "actor-skeleton":
 		return skeletonTarget(b, srv)
 	case "bare-http2":
-		client := srv.Client() // HTTP/2 only, over TLS; closed by srv.Close
-		base := srv.APIBase()
-		return func(ctx context.Context, path string) error {
-			r, err := http.NewRequestWithContext(ctx, "GET", base+path, nil)
-			if err != nil {
-				return err
-			}
-			r.Header.Set("Authorization", "Bot "+testToken)
-			r.Header.Set("User-Agent", "DiscordBot (https://github.com/sluicehq/sluice, bench)")
-			resp, err := client.Do(r)
-			if err != nil {
-				return err
-			}
-			if resp.ProtoMajor != 2 {
-				resp.Body.Close()
-				return fmt.Errorf("bare client spoke %s, want HTTP/2", resp.Proto)
-			}
-			return benchDrain(resp)
-		}
+		return bareDoer(srv)
 	}
 	b.Fatalf("unknown impl %q", impl)
 	return nil
+}
+
+// bareDoer sends through srv's own client: net/http on one HTTP/2
+// connection over TLS (closed by srv.Close), with the limiter's headers.
+func bareDoer(srv *sluicetest.Server) benchDoer {
+	client, base := srv.Client(), srv.APIBase()
+	return func(ctx context.Context, path string) error {
+		r, err := http.NewRequestWithContext(ctx, "GET", base+path, nil)
+		if err != nil {
+			return err
+		}
+		r.Header.Set("Authorization", "Bot "+testToken)
+		r.Header.Set("User-Agent", "DiscordBot (https://github.com/sluicehq/sluice, bench)")
+		resp, err := client.Do(r)
+		if err != nil {
+			return err
+		}
+		if resp.ProtoMajor != 2 {
+			resp.Body.Close()
+			return fmt.Errorf("bare client spoke %s, want HTTP/2", resp.Proto)
+		}
+		return benchDrain(resp)
+	}
 }
 
 func benchDrain(resp *http.Response) error {
