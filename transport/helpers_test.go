@@ -265,7 +265,6 @@ type fakeH2 struct {
 
 const (
 	frameHeaders  = 0x1
-	frameSettings = 0x4
 	flagEndStream = 0x1
 	flagEndHdrs   = 0x4
 )
