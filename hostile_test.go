@@ -399,9 +399,6 @@ func TestReconnectStormsBackOff(t *testing.T) {
 	}
 }
 
-// hostileConn serves one connection of TestReconnectStormsBackOff: it
-// closes at once, or answers the HTTP/2 preface with SETTINGS and
-// GOAWAY(last stream 0, ENHANCE_YOUR_CALM).
 // TestDroppedConnectionsAreNotUnreachable: a server that accepts HTTP/2
 // connections and drops them before answering (a reset, a crash under
 // load) is reachable. Its first three connections die that way before any
@@ -446,6 +443,9 @@ type droppable struct {
 	n int32
 }
 
+// hostileConn serves one connection of TestReconnectStormsBackOff: it
+// closes at once, or answers the HTTP/2 preface with SETTINGS and
+// GOAWAY(last stream 0, ENHANCE_YOUR_CALM).
 func hostileConn(c net.Conn, mode string) {
 	defer c.Close()
 	if mode == "close" {

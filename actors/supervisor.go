@@ -386,8 +386,7 @@ func (s *supervisor) connDown(ctx actor.Context, m *connDownMsg) {
 	now := s.sys.now()
 	silent := now.Sub(time.Unix(0, s.sys.lastAnswer.Load())) >= youngLife
 	if p.conn.Answered() == 0 && now.Sub(p.upAt) < youngLife && silent {
-		var ga *transport.GoAwayError
-		s.failed(ctx, m.err, !p.conn.Accepted() || errors.As(m.err, &ga))
+		s.failed(ctx, m.err, !p.conn.Accepted() || errors.Is(m.err, transport.ErrGoAway))
 		return
 	}
 	s.failures, s.refused = 0, 0
@@ -825,8 +824,9 @@ func (s *supervisor) dial() {
 // the count of failures.
 func (s *supervisor) failed(ctx actor.Context, err error, refused bool) {
 	s.failures++
-	s.refused++
-	if !refused {
+	if refused {
+		s.refused++
+	} else {
 		s.refused = 0
 	}
 	s.lastErr = err
