@@ -297,7 +297,7 @@ func TestInvalidOptionsAreErrorsNotPanics(t *testing.T) {
 	}
 }
 
-// TestPathsKeepTheirEncodingAndBase: %2F stays encoded; a relative path
+// TestPathsKeepTheirEncodingAndBase: %3A stays encoded; a relative path
 // that already carries the base path is not prefixed twice.
 func TestPathsKeepTheirEncodingAndBase(t *testing.T) {
 	paths := make(chan string, 4)
@@ -306,11 +306,11 @@ func TestPathsKeepTheirEncodingAndBase(t *testing.T) {
 		w.Write([]byte(`{}`))
 	}))
 	lim := limiterFor(t, srv, sluice.Options{})
-	for _, p := range []string{"/channels/1/messages/2/reactions/a%2Fb/@me", "/api/v10/channels/1", "/guilds/1/members/search"} {
+	for _, p := range []string{"/channels/1/messages/2/reactions/name%3A123/@me", "/api/v10/channels/1", "/guilds/1/members/search"} {
 		_, err := lim.Do(context.Background(), req("GET", p, ""))
 		require.NoError(t, err)
 	}
-	assert.Equal(t, "/api/v10/channels/1/messages/2/reactions/a%2Fb/@me", <-paths)
+	assert.Equal(t, "/api/v10/channels/1/messages/2/reactions/name%3A123/@me", <-paths)
 	assert.Equal(t, "/api/v10/channels/1", <-paths)
 	assert.Equal(t, "/api/v10/guilds/1/members/search", <-paths)
 }

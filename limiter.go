@@ -16,8 +16,11 @@ import (
 	"github.com/sluicehq/sluice/routes"
 )
 
-// maxRequestBody bounds a request body Sluice buffers to resend it.
-const maxRequestBody = 64 << 20
+// MaxRequestBody is the largest request body a Limiter accepts (64 MiB):
+// it holds a body in memory to resend it, and refuses a larger one with
+// ErrBadRequest, before reading it when its Content-Length says so.
+// Discord's own limit is lower (25 MiB per request without boosts).
+const MaxRequestBody = 64 << 20
 
 // Limiter sends HTTP requests to a rate-limited API as fast as its rules
 // allow and never faster. Create one with New per bot token; it is safe for
@@ -272,7 +275,7 @@ func (l *Limiter) newCall(ctx context.Context, req *http.Request) (c *actors.Cal
 
 // buffer returns req's body read into memory, or nil when there is none
 // or when it can be read again through GetBody (unless always). A body
-// whose Content-Length exceeds maxRequestBody is refused before reading;
+// whose Content-Length exceeds MaxRequestBody is refused before reading;
 // reading ends with ctx (the body is then closed to stop the reader).
 // req.Body is always closed.
 func (l *Limiter) buffer(ctx context.Context, req *http.Request, always bool) ([]byte, error) {
@@ -281,8 +284,8 @@ func (l *Limiter) buffer(ctx context.Context, req *http.Request, always bool) ([
 		return nil, nil
 	}
 	defer rc.Close()
-	if req.ContentLength > maxRequestBody {
-		return nil, fmt.Errorf("%w: request body of %d bytes is over %d", ErrBadRequest, req.ContentLength, maxRequestBody)
+	if req.ContentLength > MaxRequestBody {
+		return nil, fmt.Errorf("%w: request body of %d bytes is over %d", ErrBadRequest, req.ContentLength, MaxRequestBody)
 	}
 	if req.GetBody != nil {
 		if !always {
@@ -295,12 +298,12 @@ func (l *Limiter) buffer(ctx context.Context, req *http.Request, always bool) ([
 		defer rc.Close()
 	}
 	readAll := func() ([]byte, error) {
-		b, err := io.ReadAll(io.LimitReader(rc, maxRequestBody+1))
+		b, err := io.ReadAll(io.LimitReader(rc, MaxRequestBody+1))
 		switch {
 		case err != nil:
 			return nil, fmt.Errorf("%w: reading request body: %w", ErrBadRequest, err)
-		case len(b) > maxRequestBody:
-			return nil, fmt.Errorf("%w: request body over %d bytes", ErrBadRequest, maxRequestBody)
+		case len(b) > MaxRequestBody:
+			return nil, fmt.Errorf("%w: request body over %d bytes", ErrBadRequest, MaxRequestBody)
 		}
 		return b, nil
 	}

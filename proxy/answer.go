@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -32,18 +33,22 @@ const ETAHeader = "X-Sluice-ETA"
 // Reasons of the proxy's own answers (the ProxyHeader value), one per row
 // of the table in classify.
 const (
-	ReasonQueueFull    = "queue_full"    // MaxQueue (or MaxTokens) reached: OverflowStatus
-	ReasonMaxWait      = "max_wait"      // predicted wait over the caller's MaxWaitHeader: 429
-	ReasonRateLimited  = "rate_limited"  // 429s after every retry: 429
-	ReasonBudget       = "budget"        // invalid-request budget spent: 429
-	ReasonUnauthorized = "unauthorized"  // the token was answered 401 recently: 401
-	ReasonBanned       = "banned"        // the API answered like a Cloudflare ban: 503
-	ReasonTimeout      = "timeout"       // no answer in time: 504
-	ReasonUnavailable  = "unavailable"   // the API could not be reached: 502
-	ReasonTooLarge     = "too_large"     // the answer was over the size bound: 502
-	ReasonBadRequest   = "bad_request"   // a path or body the proxy cannot send: 400
-	ReasonClosed       = "shutting_down" // the proxy is shutting down: 503
-	ReasonInternal     = "internal"      // a bug, recovered: 500
+	ReasonQueueFull    = "queue_full"         // MaxQueue (or MaxTokens) reached: OverflowStatus
+	ReasonMaxWait      = "max_wait"           // predicted wait over the caller's MaxWaitHeader: 429
+	ReasonRateLimited  = "rate_limited"       // 429s after every retry: 429
+	ReasonBudget       = "budget"             // invalid-request budget spent: 429
+	ReasonUnauthorized = "unauthorized"       // the token was answered 401 recently: 401
+	ReasonBanned       = "banned"             // the API answered like a Cloudflare ban: 503
+	ReasonTimeout      = "timeout"            // no answer in time: 504
+	ReasonUnavailable  = "unavailable"        // the API could not be reached: 502
+	ReasonTooLarge     = "too_large"          // the answer was over the size bound: 502
+	ReasonBadRequest   = "bad_request"        // a path, header or body the proxy cannot send: 400
+	ReasonMethod       = "method_not_allowed" // a method Discord does not serve: 405
+	ReasonBodyTooLarge = "body_too_large"     // a request body over Config.MaxBody: 413
+	ReasonBodyTimeout  = "body_timeout"       // the body not received within Config.BodyTimeout: 408
+	ReasonOverloaded   = "overloaded"         // the bodies held at once at Config.MaxBuffered: 503
+	ReasonClosed       = "shutting_down"      // the proxy is shutting down: 503
+	ReasonInternal     = "internal"           // a bug, recovered: 500
 )
 
 // refusal is the proxy's own answer to a request it could not relay.
@@ -54,6 +59,8 @@ type refusal struct {
 	global     bool
 	scope      string // X-RateLimit-Scope on a relayed rate limit
 	message    string
+	code       int  // Discord's JSON error code; 0 for the proxy's own
+	close      bool // close the connection after the answer
 	// eta, limit and declared: a max_wait refusal's ETA (zero otherwise).
 	eta             time.Time
 	limit, declared string
@@ -67,8 +74,20 @@ func (p *Proxy) classify(err error, t *tenant) refusal {
 		rl *sluice.RateLimitError
 		be *sluice.BudgetError
 		pe *routes.ParseError
+		oe *sluice.OptionError
 	)
 	switch {
+	case errors.Is(err, errMethod):
+		return refusal{status: http.StatusMethodNotAllowed, reason: ReasonMethod, message: "405: Method Not Allowed"}
+	case errors.Is(err, errBodyTooLarge):
+		return refusal{status: http.StatusRequestEntityTooLarge, reason: ReasonBodyTooLarge, code: 40005, close: true, message: maxBodyMessage(p.cfg.MaxBody)}
+	case errors.Is(err, errBodyTimeout):
+		return refusal{status: http.StatusRequestTimeout, reason: ReasonBodyTimeout, close: true, message: err.Error()}
+	case errors.Is(err, errBodyBudget):
+		return refusal{status: http.StatusServiceUnavailable, reason: ReasonOverloaded, retryAfter: time.Second, close: true, message: err.Error()}
+	case errors.Is(err, errBodyRead), errors.Is(err, errAuthorization), errors.Is(err, errWait),
+		errors.As(err, &oe) && oe.Option == "Token": // a caller's token New refused: the input's fault
+		return refusal{status: http.StatusBadRequest, reason: ReasonBadRequest, message: err.Error()}
 	case errors.Is(err, errTooManyTokens), errors.Is(err, sluice.ErrQueueFull):
 		return refusal{status: p.cfg.OverflowStatus, reason: ReasonQueueFull, retryAfter: p.drainTime(t), message: err.Error()}
 	case errors.As(err, &we):
@@ -121,7 +140,15 @@ func (r refusal) write(w http.ResponseWriter) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set(ProxyHeader, r.reason)
-	body := map[string]any{"message": r.message, "code": 0}
+	if r.close {
+		// The rest of the request is unread or was cut: the connection
+		// cannot carry another one.
+		h.Set("Connection", "close")
+	}
+	if r.status == http.StatusMethodNotAllowed {
+		h.Set("Allow", strings.Join(routes.Methods, ", "))
+	}
+	body := map[string]any{"message": r.message, "code": r.code}
 	if r.retryAfter > 0 {
 		secs := r.retryAfter.Seconds()
 		h.Set("Retry-After", strconv.Itoa(int(math.Ceil(secs))))

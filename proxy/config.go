@@ -33,6 +33,13 @@ const (
 	// DefaultMaxCachedBody is the largest body the cache keeps; a larger
 	// answer is passed on uncached.
 	DefaultMaxCachedBody = 64 << 10
+	// DefaultMaxBody is Config.MaxBody's default: 25 MiB, the largest
+	// request Discord accepts for a message in a guild without boosts.
+	DefaultMaxBody = 25 << 20
+	// DefaultMaxBuffered is Config.MaxBuffered's default (256 MiB).
+	DefaultMaxBuffered = 256 << 20
+	// DefaultBodyTimeout is Config.BodyTimeout's default.
+	DefaultBodyTimeout = time.Minute
 )
 
 // DefaultCacheTTL returns Config.CacheTTL's default, a new map each time:
@@ -96,6 +103,23 @@ type Config struct {
 	// once with the proxy's own 429 (see docs/proxy.md). The header is not
 	// sent upstream. Default DefaultMaxWaitHeader ("X-Sluice-Max-Wait").
 	MaxWaitHeader string
+	// MaxBody is the largest request body accepted, in bytes; a larger one
+	// is answered 413 (reason body_too_large, Discord's code 40005), before
+	// a byte of it is read when its Content-Length says so. Default
+	// DefaultMaxBody (25 MiB); at most sluice.MaxRequestBody (64 MiB).
+	MaxBody int64
+	// MaxBuffered bounds the bytes of request bodies held in memory at
+	// once, across every request: a body is read in full before its token's
+	// limiter is taken (so a stalled upload holds no token's place), and
+	// one that would go over the bound is answered 503 (reason overloaded)
+	// with Retry-After. Memory is taken as the bytes arrive, so a stalled
+	// upload holds only what it sent. Default DefaultMaxBuffered (256 MiB);
+	// at least MaxBody.
+	MaxBuffered int64
+	// BodyTimeout bounds the time a client may take to send a request's
+	// body, from when its headers have been read; a slower one is answered
+	// 408 (reason body_timeout). Default DefaultBodyTimeout (1 minute).
+	BodyTimeout time.Duration
 	// CacheTTL maps a status to how long an answer with it is kept and
 	// replayed to the same token for the same method, path and query.
 	// Only 4xx and 5xx statuses are accepted: a 2xx is never cached.
@@ -131,6 +155,7 @@ func (e *ConfigError) Error() string { return "proxy: Config." + e.Field + ": " 
 type settings struct {
 	Config
 	upstream *url.URL
+	version  string // the upstream's API version, "" if its path has none
 }
 
 func (c Config) settings() (settings, error) {
@@ -174,6 +199,24 @@ func (c Config) settings() (settings, error) {
 		c.MaxWaitHeader = DefaultMaxWaitHeader
 	}
 	c.MaxWaitHeader = http.CanonicalHeaderKey(c.MaxWaitHeader)
+	if c.MaxBody == 0 {
+		c.MaxBody = DefaultMaxBody
+	}
+	if c.MaxBody < 1 || c.MaxBody > sluice.MaxRequestBody {
+		return bad("MaxBody", "must be between 1 and %d bytes (sluice.MaxRequestBody), not %d", sluice.MaxRequestBody, c.MaxBody)
+	}
+	if c.MaxBuffered == 0 {
+		c.MaxBuffered = max(DefaultMaxBuffered, c.MaxBody)
+	}
+	if c.MaxBuffered < c.MaxBody {
+		return bad("MaxBuffered", "must be at least MaxBody (%d bytes), not %d", c.MaxBody, c.MaxBuffered)
+	}
+	if c.BodyTimeout == 0 {
+		c.BodyTimeout = DefaultBodyTimeout
+	}
+	if c.BodyTimeout < 0 {
+		return bad("BodyTimeout", "must be positive")
+	}
 	if c.CacheTTL == nil {
 		c.CacheTTL = DefaultCacheTTL()
 	}
@@ -201,5 +244,5 @@ func (c Config) settings() (settings, error) {
 	if c.Clock == nil {
 		c.Clock = time.Now
 	}
-	return settings{Config: c, upstream: u}, nil
+	return settings{Config: c, upstream: u, version: baseVersion(u.Path)}, nil
 }

@@ -16,28 +16,43 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/routes"
 )
 
-func TestUpstreamPath(t *testing.T) {
-	for _, c := range []struct{ base, in, want string }{
-		{"/api/v10", "/api/v10/channels/1", "/api/v10/channels/1"},
-		{"/api/v10", "/api/v9/channels/1", "/api/v9/channels/1"},
-		{"/api/v10", "/api/channels/1", "/api/v10/channels/1"},
-		{"/api/v10", "/channels/1", "/api/v10/channels/1"},
-		{"/api/v10", "/API/V8/users/@me", "/api/V8/users/@me"},
-		{"/api/v10", "/apis/x", "/api/v10/apis/x"},
-		{"/api/v10", "/api", "/api/v10/"},
-		{"/api", "/api/v9/channels/1", "/api/v9/channels/1"},
-		{"/api", "/channels/1", "/api/channels/1"},
-		{"", "/api/v10/channels/1", "/v10/channels/1"},
-		{"/api/v10", "/api/v10/channels/1/messages/2/reactions/%F0%9F%91%8D/@me", "/api/v10/channels/1/messages/2/reactions/%F0%9F%91%8D/@me"},
+// TestTargetIsTheCanonicalPath: the URL handed to the limiter carries the
+// canonical path the route was parsed from, on Discord's host with a
+// version (the request's, else the upstream's), relative without one.
+func TestTargetIsTheCanonicalPath(t *testing.T) {
+	for _, c := range []struct{ upstream, in, want string }{
+		{"https://discord.com/api/v10", "/api/v10/channels/1", "https://discord.com/api/v10/channels/1"},
+		{"https://discord.com/api/v10", "/api/v9/channels/1?x=1&y=%20", "https://discord.com/api/v9/channels/1?x=1&y=%20"},
+		{"https://discord.com/api/v10", "/api/channels/1", "https://discord.com/api/v10/channels/1"},
+		{"https://discord.com/api/v10", "/channels/1/", "https://discord.com/api/v10/channels/1"},
+		{"https://gw.example/discord/api/v10", "/API/V8//users/@me", "https://discord.com/api/v8/users/@me"},
+		{"https://gw.example/discord/api", "/channels/1", "/channels/1"},
+		{"https://discord.com/api/v10", "/api/v10/%77ebhooks/1/t%6Fk", "https://discord.com/api/v10/webhooks/1/tok"},
+		{"https://discord.com/api/v10", "/api/v10/channels/1/messages/2/reactions/%f0%9f%91%8d/@me", "https://discord.com/api/v10/channels/1/messages/2/reactions/%F0%9F%91%8D/@me"},
 	} {
-		assert.Equal(t, c.want, upstreamPath(c.base, c.in), c.base+" + "+c.in)
+		p := &Proxy{}
+		s, err := Config{Upstream: c.upstream}.settings()
+		require.NoError(t, err)
+		p.cfg = s
+		r := httptest.NewRequest("POST", "http://proxy"+c.in, nil)
+		u, route, err := p.target(r)
+		require.NoError(t, err, c.in)
+		assert.Equal(t, c.want, u.String(), c.upstream+" + "+c.in)
+		again, err := routes.Parse("POST", u.EscapedPath())
+		require.NoError(t, err)
+		assert.Equal(t, route, again, "the limiter parses what the proxy parsed")
 	}
-	base, _ := url.Parse("https://discord.com/api/v10")
-	in, _ := url.Parse("/api/v9/channels/1/messages/2/reactions/a%2Fb/@me?x=1&y=%20")
-	u := upstreamURL(base, in)
-	assert.Equal(t, "https://discord.com/api/v9/channels/1/messages/2/reactions/a%2Fb/@me?x=1&y=%20", u.String(), "escaping and query kept")
+	p := &Proxy{}
+	p.cfg, _ = Config{}.settings()
+	for _, in := range []string{"/api/v10/./webhooks/1/tok", "/api/v10/x/%2e%2e/webhooks/1/tok", "/api/v10/../../x", "/api/v10/a%2Fb"} {
+		r := httptest.NewRequest("POST", "http://proxy/", nil)
+		r.URL, _ = url.Parse(in)
+		_, _, err := p.target(r)
+		assert.ErrorIs(t, err, routes.ErrInvalidPath, in)
+	}
 }
 
 func TestParseWait(t *testing.T) {
@@ -46,7 +61,7 @@ func TestParseWait(t *testing.T) {
 		require.NoError(t, err, in)
 		assert.Equal(t, want, got, in)
 	}
-	for _, in := range []string{"-1", "soon", "1e99", "-2s", "NaN"} {
+	for _, in := range []string{"-1", "soon", "1e99", "-2s", "NaN", "1_000", "1e3", "0x10", "Inf", "+5", ".5", "5.", "1.2.3", "2000000", "1_000ms", "-1ms", "1h1e3s", "300h"} {
 		_, err := parseWait(in)
 		assert.ErrorIs(t, err, errWait, in)
 	}
@@ -112,7 +127,7 @@ func TestRegistryLRUAndIdle(t *testing.T) {
 	newLim, _ := fakeLimiters(t)
 	var evicted []string
 	live := 0
-	r := newRegistry(2, time.Minute, clock, newLim, func(n int, why string) {
+	r := newRegistry(2, time.Minute, clock, newLim, nil, func(n int, why string) {
 		live = n
 		if why != "" {
 			evicted = append(evicted, why)
@@ -146,9 +161,34 @@ func TestRegistryLRUAndIdle(t *testing.T) {
 	assert.Equal(t, 1, live)
 }
 
+// TestRegistryPinnedTokensAreNeverRefused: the default token and the
+// token-less limiter are neither evicted nor counted, so busy made-up
+// tokens at the cap refuse new tokens but never them.
+func TestRegistryPinnedTokensAreNeverRefused(t *testing.T) {
+	now := time.Unix(0, 0)
+	clock := func() time.Time { return now }
+	newLim, _ := fakeLimiters(t)
+	r := newRegistry(1, time.Minute, clock, newLim, []string{"", "Bot default"}, func(int, string) {})
+	defer func() { require.NoError(t, r.close(context.Background())) }()
+	ctx := context.Background()
+	busy, err := r.acquire(ctx, "Bot made-up")
+	require.NoError(t, err)
+	defer r.release(busy)
+	_, err = r.acquire(ctx, "Bot another")
+	assert.ErrorIs(t, err, errTooManyTokens)
+	for _, tok := range []string{"", "Bot default"} {
+		a, err := r.acquire(ctx, tok)
+		require.NoError(t, err, "pinned %q", tok)
+		r.release(a)
+	}
+	now = now.Add(time.Hour)
+	r.sweep()
+	assert.Len(t, r.tenants(), 3, "pinned tenants are not closed for idleness; the busy one stays")
+}
+
 func TestRegistryCloseRefuses(t *testing.T) {
 	newLim, _ := fakeLimiters(t)
-	r := newRegistry(4, time.Minute, time.Now, newLim, func(int, string) {})
+	r := newRegistry(4, time.Minute, time.Now, newLim, nil, func(int, string) {})
 	a, err := r.acquire(context.Background(), "")
 	require.NoError(t, err)
 	r.release(a)

@@ -2,8 +2,11 @@ package proxy
 
 import (
 	"strconv"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/routes"
 )
 
 // Sources of an answer, the "source" label.
@@ -13,9 +16,27 @@ const (
 	sourceProxy    = "proxy"    // made by the proxy (ProxyHeader)
 )
 
-// metrics are the proxy's Prometheus collectors. Labels never carry a
-// token: route is the template without ids ("/channels/{channel_id}").
+// maxRouteLabels bounds the values of the route label: a hard bound on
+// the series whatever the input, beside the vocabulary that bounds
+// routes.Route.Label.
+const maxRouteLabels = 256
+
+// Fixed route labels: a request refused before its path was classified,
+// and every route once maxRouteLabels are in use.
+const (
+	labelInvalid = "invalid"
+	labelOther   = "other"
+)
+
+// metrics are the proxy's Prometheus collectors. Labels never carry
+// anything a client wrote as written: method is one of routes.Methods or
+// "other", route a known template without ids
+// ("/channels/{channel_id}"), "other" or "invalid", status a number,
+// source and reason the package's constants.
 type metrics struct {
+	mu     sync.Mutex
+	routes map[string]bool // route label values in use, at most maxRouteLabels
+
 	requests  *prometheus.CounterVec   // method, route, status, source
 	duration  *prometheus.HistogramVec // route, source
 	refused   *prometheus.CounterVec   // reason
@@ -27,6 +48,7 @@ type metrics struct {
 
 func newMetrics(reg *prometheus.Registry, cacheLen func() float64) (*metrics, error) {
 	m := &metrics{
+		routes: map[string]bool{},
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_proxy_requests_total",
 			Help: "Requests answered, by method, route template, status and source (upstream, cache, proxy).",
@@ -65,8 +87,27 @@ func newMetrics(reg *prometheus.Registry, cacheLen func() float64) (*metrics, er
 	return m, nil
 }
 
+// route returns the label value for a route label: itself while fewer
+// than maxRouteLabels values are in use, else "other".
+func (m *metrics) route(label string) string {
+	if label == "" {
+		return labelInvalid
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.routes[label] {
+		return label
+	}
+	if len(m.routes) >= maxRouteLabels {
+		return labelOther
+	}
+	m.routes[label] = true
+	return label
+}
+
 // answered records one answer.
 func (m *metrics) answered(method, route string, status int, source string, seconds float64) {
+	method, route = routes.MethodLabel(method), m.route(route)
 	m.requests.WithLabelValues(method, route, strconv.Itoa(status), source).Inc()
 	m.duration.WithLabelValues(route, source).Observe(seconds)
 }

@@ -1,72 +1,58 @@
 package proxy
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
 	"strings"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/routes"
 )
 
-// upstreamPath maps a request's escaped path to the upstream's: the
-// /api or /api/vN prefix a bot library puts before the resource is
-// replaced by the upstream base's path, keeping the request's own version
-// when it names one. With the base https://discord.com/api/v10:
-//
-//	/api/v9/channels/1   → /api/v9/channels/1
-//	/api/channels/1      → /api/v10/channels/1
-//	/channels/1          → /api/v10/channels/1
-//
-// A base without a version (…/api) gets the request's path below it.
-func upstreamPath(base, escaped string) string {
-	rest, version := escaped, ""
-	if r, ok := cutSegment(rest, "api"); ok {
-		rest = r
-		if seg, r2, ok := firstSegment(rest); ok && isVersion(seg) {
-			version, rest = seg, r2
-		}
+// target is the URL a request is handed to its limiter with, and its
+// route: both come from the one canonical path (routes.CanonicalPath), so
+// the limiter, which parses the URL's path again, classifies exactly what
+// the proxy classified, and the upstream receives that path and no other
+// spelling of it. A path with a version (the request's, else the
+// upstream's) goes on Discord's host, https://discord.com/api/vN/...,
+// which the limiter puts below the upstream's mount point (…/api/vN
+// replaced by this version); without one it is relative, below the
+// upstream's base path. No spelling can leave that base: CanonicalPath
+// refuses dot segments and encoded slashes.
+func (p *Proxy) target(r *http.Request) (*url.URL, routes.Route, error) {
+	cp, err := routes.CanonicalPath(r.URL.EscapedPath())
+	if err != nil {
+		return nil, routes.Route{}, err
 	}
-	if version != "" {
-		if dir, last, ok := lastSegment(base); ok && isVersion(last) {
-			base = dir + "/" + version
-		} else {
-			base += "/" + version
-		}
+	if cp.Version == "" {
+		cp.Version = p.cfg.version
 	}
-	if rest == "" {
-		return base + "/"
+	raw := cp.String()
+	route, err := routes.Parse(r.Method, raw)
+	if err != nil {
+		return nil, routes.Route{}, err
 	}
-	return base + rest
+	path, err := url.PathUnescape(raw)
+	if err != nil { // CanonicalPath checked every escape
+		return nil, routes.Route{}, fmt.Errorf("%w: %v", sluice.ErrBadRequest, err)
+	}
+	u := &url.URL{Path: path, RawPath: raw, RawQuery: r.URL.RawQuery}
+	if cp.Version != "" {
+		u.Scheme, u.Host = "https", "discord.com"
+	}
+	return u, route, nil
 }
 
-// cutSegment removes the first path segment if it is name ("/api/x" →
-// "/x", "/api" → "").
-func cutSegment(p, name string) (string, bool) {
-	seg, rest, ok := firstSegment(p)
-	if !ok || !strings.EqualFold(seg, name) {
-		return p, false
+// baseVersion is the API version an upstream base path ends with
+// ("/api/v10" → "v10"), or "".
+func baseVersion(base string) string {
+	i := strings.LastIndexByte(base, '/')
+	if i < 0 || !isVersion(base[i+1:]) {
+		return ""
 	}
-	return rest, true
-}
-
-// firstSegment splits "/a/b" into "a" and "/b".
-func firstSegment(p string) (seg, rest string, ok bool) {
-	if !strings.HasPrefix(p, "/") {
-		return "", p, false
-	}
-	p = p[1:]
-	if i := strings.IndexByte(p, '/'); i >= 0 {
-		return p[:i], p[i:], true
-	}
-	return p, "", p != ""
-}
-
-// lastSegment splits "/api/v10" into "/api" and "v10".
-func lastSegment(p string) (dir, seg string, ok bool) {
-	i := strings.LastIndexByte(p, '/')
-	if i < 0 {
-		return "", "", false
-	}
-	return p[:i], p[i+1:], true
+	return strings.ToLower(base[i+1:])
 }
 
 // isVersion reports "v" followed by digits.
@@ -80,19 +66,6 @@ func isVersion(s string) bool {
 		}
 	}
 	return true
-}
-
-// upstreamURL is the absolute URL a request is sent to.
-func upstreamURL(base *url.URL, in *url.URL) *url.URL {
-	u := *base
-	escaped := upstreamPath(base.EscapedPath(), in.EscapedPath())
-	p, err := url.PathUnescape(escaped)
-	if err != nil {
-		p = escaped // routes.Parse refuses it before it is sent
-	}
-	u.Path, u.RawPath = p, escaped
-	u.RawQuery = in.RawQuery
-	return &u
 }
 
 // hopHeaders are dropped in both directions (RFC 9110 §7.6.1), as

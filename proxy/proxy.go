@@ -36,6 +36,7 @@ type Proxy struct {
 	cfg        settings
 	reg        *registry
 	cache      *answerCache
+	body       bodyBudget // request bodies held at once (MaxBuffered)
 	m          *metrics
 	metricsH   http.Handler
 	globalRate float64 // one token's global limit per second (drainTime)
@@ -63,11 +64,15 @@ func New(cfg Config) (*Proxy, error) {
 	limit, window := cmpOr(s.Limiter.GlobalLimit, sluice.DefaultGlobalLimit), cmpOr(s.Limiter.GlobalWindow, sluice.DefaultGlobalWindow)
 	p := &Proxy{cfg: s, globalRate: float64(limit) / window.Seconds(), stop: make(chan struct{}), swept: make(chan struct{})}
 	p.cache = newAnswerCache(s.CacheTTL, s.CacheSize)
+	p.body.max = s.MaxBuffered
 	if p.m, err = newMetrics(s.Registry, func() float64 { return float64(p.cache.len()) }); err != nil {
 		return nil, &ConfigError{Field: "Registry", Reason: err.Error()}
 	}
 	p.metricsH = promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{})
-	p.reg = newRegistry(s.MaxTokens, s.IdleTimeout, s.Clock, p.newLimiter, func(live int, evicted string) {
+	// The default token's limiter and the token-less one are pinned: never
+	// closed for idleness or to make room, and not counted in MaxTokens,
+	// so no flood of made-up tokens can refuse them.
+	p.reg = newRegistry(s.MaxTokens, s.IdleTimeout, s.Clock, p.newLimiter, []string{"", normToken(s.DefaultToken)}, func(live int, evicted string) {
 		p.m.tokens.Set(float64(live))
 		if evicted != "" {
 			p.m.evictions.WithLabelValues(evicted).Inc()
@@ -260,17 +265,57 @@ func writeStatus(w http.ResponseWriter, status int, body any) {
 	_, _ = w.Write(b)
 }
 
+// errMethod refuses a method Discord does not serve (routes.Methods).
+var errMethod = errors.New("proxy: method not allowed")
+
+// errAuthorization refuses an Authorization value no token can have.
+var errAuthorization = errors.New("proxy: Authorization: want a token of printable ASCII (\"Bot <token>\", \"Bearer <token>\" or the bare token), at most 512 bytes")
+
+// maxAuthorization is the longest Authorization value accepted; Discord's
+// bot tokens are about 72 bytes.
+const maxAuthorization = 512
+
+// checkAuthorization checks a normalised Authorization value (normToken):
+// "" or a scheme, one space and printable ASCII.
+func checkAuthorization(v string) error {
+	if len(v) > maxAuthorization {
+		return errAuthorization
+	}
+	_, tok, _ := strings.Cut(v, " ")
+	for i := 0; i < len(tok); i++ {
+		if tok[i] <= ' ' || tok[i] >= 0x7f {
+			return errAuthorization
+		}
+	}
+	return nil
+}
+
 // relay sends r upstream through its token's limiter and copies the
-// answer back.
+// answer back. The order is the one of the package doc: the cheap checks
+// first, the body read before a limiter is taken.
 func (p *Proxy) relay(w http.ResponseWriter, r *http.Request, start time.Time) {
-	target := upstreamURL(p.cfg.upstream, r.URL)
-	route, err := routes.Parse(r.Method, target.EscapedPath())
+	if r.ProtoMajor == 1 && len(r.TransferEncoding) > 0 {
+		// net/http drops a Content-Length sent beside Transfer-Encoding
+		// before a handler sees it, so an ambiguous request (RFC 9112
+		// §6.1, a smuggling attempt) cannot be told from a chunked one:
+		// the connection is closed after every chunked request.
+		w.Header().Set("Connection", "close")
+	}
+	if routes.MethodLabel(r.Method) == routes.OtherLabel || r.Method == http.MethodConnect {
+		p.refuse(w, r, nil, "", p.classify(errMethod, nil), start)
+		return
+	}
+	target, route, err := p.target(r)
 	if err != nil {
 		p.refuse(w, r, nil, "", p.classify(err, nil), start)
 		return
 	}
-	label := route.Template
+	label := route.Label()
 	token := normToken(r.Header.Get("Authorization"))
+	if err := checkAuthorization(token); err != nil {
+		p.refuse(w, r, nil, label, p.classify(err, nil), start)
+		return
+	}
 	switch {
 	case route.PerToken && !p.cfg.WebhookAuth:
 		token = "" // the token is in the path: per-IP limit
@@ -279,7 +324,7 @@ func (p *Proxy) relay(w http.ResponseWriter, r *http.Request, start time.Time) {
 	}
 	maxWait, err := parseWait(r.Header.Get(p.cfg.MaxWaitHeader))
 	if err != nil {
-		p.refuse(w, r, nil, label, refusal{status: http.StatusBadRequest, reason: ReasonBadRequest, message: p.cfg.MaxWaitHeader + ": " + err.Error()}, start)
+		p.refuse(w, r, nil, label, p.classify(fmt.Errorf("%s: %w", p.cfg.MaxWaitHeader, err), nil), start)
 		return
 	}
 	key := token + "\x00" + route.Method + " " + target.EscapedPath() + "?" + target.RawQuery
@@ -293,6 +338,16 @@ func (p *Proxy) relay(w http.ResponseWriter, r *http.Request, start time.Time) {
 		p.done(r, route, label, a.status, sourceCache, tokenName(token), start)
 		return
 	}
+	body, held, err := p.readBody(w, r)
+	if err != nil {
+		if r.Context().Err() != nil { // the caller left: nobody to answer
+			p.m.requests.WithLabelValues(route.Method, p.m.route(label), "499", sourceProxy).Inc()
+			return
+		}
+		p.refuse(w, r, nil, label, p.classify(err, nil), start)
+		return
+	}
+	defer p.body.give(held)
 	ctx := sluice.WithMaxWait(r.Context(), maxWait)
 	t, err := p.reg.acquire(ctx, token)
 	if err != nil {
@@ -300,20 +355,22 @@ func (p *Proxy) relay(w http.ResponseWriter, r *http.Request, start time.Time) {
 		return
 	}
 	defer p.reg.release(t)
-	out, err := http.NewRequestWithContext(ctx, route.Method, target.String(), nil)
+	out, err := http.NewRequestWithContext(ctx, route.Method, "/", nil)
 	if err != nil {
 		p.refuse(w, r, t, label, p.classify(fmt.Errorf("%w: %v", sluice.ErrBadRequest, err), t), start)
 		return
 	}
 	out.URL = target
 	copyHeader(out.Header, r.Header, "Authorization", "Host", "Content-Length", p.cfg.MaxWaitHeader)
-	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
-		out.Body, out.ContentLength = r.Body, r.ContentLength
+	if len(body) > 0 {
+		out.Body = io.NopCloser(bytes.NewReader(body))
+		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+		out.ContentLength = int64(len(body))
 	}
 	resp, err := t.lim.Do(ctx, out)
 	if err != nil {
 		if r.Context().Err() != nil { // the caller left: nobody to answer
-			p.m.requests.WithLabelValues(route.Method, label, "499", sourceProxy).Inc()
+			p.m.requests.WithLabelValues(route.Method, p.m.route(label), "499", sourceProxy).Inc()
 			return
 		}
 		p.refuse(w, r, t, label, p.classify(err, t), start)
@@ -342,19 +399,20 @@ func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, t *tenant, label 
 	a.write(w)
 	p.m.refused.WithLabelValues(a.reason).Inc()
 	if label == "" {
-		label = "invalid"
+		label = labelInvalid
 	}
 	name := ""
 	if t != nil {
 		name = t.name
 	}
-	p.m.answered(r.Method, label, a.status, sourceProxy, time.Since(start).Seconds())
+	method := routes.MethodLabel(r.Method)
+	p.m.answered(method, label, a.status, sourceProxy, time.Since(start).Seconds())
 	level := slog.LevelWarn
 	switch a.reason {
 	case ReasonMaxWait, ReasonClosed, ReasonQueueFull: // asked for, or counted in metrics: one line each would flood
 		level = slog.LevelDebug
 	}
-	p.cfg.Logger.Log(r.Context(), level, "sluice proxy: refused", slog.String("method", r.Method), slog.String("route", label),
+	p.cfg.Logger.Log(r.Context(), level, "sluice proxy: refused", slog.String("method", method), slog.String("route", label),
 		slog.Int("status", a.status), slog.String("reason", a.reason), slog.String("token", name), slog.String("error", a.message))
 }
 
@@ -367,23 +425,54 @@ func (p *Proxy) done(r *http.Request, route routes.Route, label string, status i
 }
 
 // errWait is a MaxWaitHeader value that is neither seconds nor a duration.
-var errWait = errors.New(`want seconds ("2.5") or a Go duration ("2500ms")`)
+var errWait = errors.New(`want seconds ("2.5") or a Go duration ("2500ms"), at most 1,000,000 s`)
 
-// parseWait reads a MaxWaitHeader value: "" is no limit.
+// maxWaitLimit is the longest wait a caller may state (11.6 days).
+const maxWaitLimit = 1e6 * time.Second
+
+// parseWait reads a MaxWaitHeader value: "" is no limit. The grammar is
+// strict, so one value cannot mean two things: decimal seconds (digits,
+// optionally a point and digits: "2", "2.5") or a Go duration made of
+// numbers and units ("2500ms", "1m30s"); no sign, exponent, underscore,
+// hexadecimal, Inf or NaN.
 func parseWait(v string) (time.Duration, error) {
 	v = strings.TrimSpace(v)
 	if v == "" {
 		return 0, nil
 	}
-	if secs, err := strconv.ParseFloat(v, 64); err == nil {
-		if !(secs >= 0 && secs <= 1e6) { // NaN too
-			return 0, errWait
-		}
-		return max(time.Duration(secs*float64(time.Second)), time.Nanosecond), nil
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d < 0 {
+	if v[0] < '0' || v[0] > '9' || len(v) > 32 {
 		return 0, errWait
 	}
+	var d time.Duration
+	if decimal(v) {
+		secs, err := strconv.ParseFloat(v, 64)
+		if err != nil || secs > maxWaitLimit.Seconds() {
+			return 0, errWait
+		}
+		d = time.Duration(secs * float64(time.Second))
+	} else {
+		if strings.ContainsFunc(v, func(r rune) bool { return !strings.ContainsRune("0123456789.nuµmsh", r) }) {
+			return 0, errWait
+		}
+		var err error
+		if d, err = time.ParseDuration(v); err != nil || d > maxWaitLimit {
+			return 0, errWait
+		}
+	}
 	return max(d, time.Nanosecond), nil
+}
+
+// decimal reports digits with at most one point between digits.
+func decimal(s string) bool {
+	point := false
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c >= '0' && c <= '9':
+		case c == '.' && !point && i > 0 && i < len(s)-1:
+			point = true
+		default:
+			return false
+		}
+	}
+	return true
 }

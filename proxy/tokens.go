@@ -33,6 +33,7 @@ type tenant struct {
 	inflight int
 	lastUsed time.Time
 	elem     *list.Element
+	pinned   bool // never evicted, not counted in max
 }
 
 // tokenName is a token's name in logs and errors: never the token.
@@ -46,14 +47,17 @@ func tokenName(token string) string {
 
 // registry holds one limiter per token: made on first use, closed after
 // IdleTimeout without requests, at most max at once (the least recently
-// used idle one makes room).
+// used idle one makes room). The pinned tokens (the default token and the
+// token-less limiter) are neither closed nor counted.
 //
 // Invariants: byKey and lru hold the same tenants, lru from least to most
-// recently used; closing counts the limiters being closed in the
-// background, and Close waits for them.
+// recently used; counted is the number of unpinned tenants in byKey, at
+// most max; closing counts the limiters being closed in the background,
+// and Close waits for them.
 type registry struct {
 	newLimiter func(token string) (*sluice.Limiter, error)
 	max        int
+	pinned     map[string]bool
 	idle       time.Duration
 	clock      func() time.Time
 	onChange   func(live int, evicted string) // metrics hook, under mu
@@ -61,12 +65,17 @@ type registry struct {
 	mu      sync.Mutex
 	byKey   map[string]*tenant
 	lru     *list.List // of *tenant
+	counted int
 	closed  bool
 	closing sync.WaitGroup
 }
 
-func newRegistry(max int, idle time.Duration, clock func() time.Time, newLimiter func(string) (*sluice.Limiter, error), onChange func(int, string)) *registry {
-	return &registry{newLimiter: newLimiter, max: max, idle: idle, clock: clock, onChange: onChange, byKey: map[string]*tenant{}, lru: list.New()}
+func newRegistry(max int, idle time.Duration, clock func() time.Time, newLimiter func(string) (*sluice.Limiter, error), pinned []string, onChange func(int, string)) *registry {
+	r := &registry{newLimiter: newLimiter, max: max, idle: idle, clock: clock, onChange: onChange, byKey: map[string]*tenant{}, lru: list.New(), pinned: map[string]bool{}}
+	for _, t := range pinned {
+		r.pinned[t] = true
+	}
+	return r
 }
 
 // acquire returns token's tenant with a request counted in flight; the
@@ -80,11 +89,15 @@ func (r *registry) acquire(ctx context.Context, token string) (*tenant, error) {
 	}
 	t, ok := r.byKey[token]
 	if !ok {
-		if len(r.byKey) >= r.max && !r.evictLocked() {
+		pinned := r.pinned[token]
+		if !pinned && r.counted >= r.max && !r.evictLocked() {
 			r.mu.Unlock()
 			return nil, errTooManyTokens
 		}
-		t = &tenant{token: token, name: tokenName(token), ready: make(chan struct{})}
+		t = &tenant{token: token, name: tokenName(token), ready: make(chan struct{}), pinned: pinned}
+		if !pinned {
+			r.counted++
+		}
 		t.elem = r.lru.PushBack(t)
 		r.byKey[token] = t
 		r.onChange(len(r.byKey), "")
@@ -131,7 +144,7 @@ func (r *registry) release(t *tenant) {
 // flight; it reports whether there was one.
 func (r *registry) evictLocked() bool {
 	for e := r.lru.Front(); e != nil; e = e.Next() {
-		if t := e.Value.(*tenant); t.inflight == 0 {
+		if t := e.Value.(*tenant); t.inflight == 0 && !t.pinned {
 			r.removeLocked(t, "lru")
 			return true
 		}
@@ -146,6 +159,9 @@ func (r *registry) removeLocked(t *tenant, reason string) {
 	}
 	delete(r.byKey, t.token)
 	r.lru.Remove(t.elem)
+	if !t.pinned {
+		r.counted--
+	}
 	r.onChange(len(r.byKey), reason)
 	r.closing.Add(1)
 	go func() {
@@ -167,7 +183,7 @@ func (r *registry) sweep() time.Duration {
 	for e := r.lru.Front(); e != nil; {
 		t := e.Value.(*tenant)
 		e = e.Next()
-		if t.inflight > 0 {
+		if t.inflight > 0 || t.pinned {
 			continue
 		}
 		if idle := now.Sub(t.lastUsed); idle >= r.idle {
@@ -202,6 +218,7 @@ func (r *registry) close(ctx context.Context) error {
 	}
 	r.byKey = map[string]*tenant{}
 	r.lru.Init()
+	r.counted = 0
 	r.onChange(0, "")
 	r.mu.Unlock()
 	errs := make([]error, len(all))

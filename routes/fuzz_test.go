@@ -25,6 +25,7 @@ func FuzzParse(f *testing.F) {
 			return
 		}
 		r := r1
+		checkCanonical(t, method, path, r)
 		key := r.Key()
 		if strings.Count(key, " ") != 2 {
 			t.Fatalf("key %q does not have three space-separated fields", key)
@@ -59,6 +60,38 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// checkCanonical: a path Parse accepts has no dot segment once fully
+// decoded (an oracle independent of CanonicalPath), its canonical form
+// parses to the same route, and its label is bounded.
+func checkCanonical(t *testing.T, method, path string, r Route) {
+	t.Helper()
+	p := path
+	if i := strings.IndexAny(p, "?#"); i >= 0 {
+		p = p[:i]
+	}
+	if dec, err := url.PathUnescape(p); err == nil {
+		for _, s := range strings.FieldsFunc(dec, func(c rune) bool { return c == '/' || c == '\\' }) {
+			if name, _, _ := strings.Cut(s, ";"); name == "." || name == ".." {
+				t.Fatalf("%q accepted with a dot segment", path)
+			}
+		}
+	}
+	c, err := CanonicalPath(path)
+	if err != nil {
+		t.Fatalf("Parse accepts %q, CanonicalPath refuses it: %v", path, err)
+	}
+	if rc, err := Parse(method, c.String()); err != nil || rc != r {
+		t.Fatalf("the canonical form %q of %q parses otherwise: %#v %v", c.String(), path, rc, err)
+	}
+	if l := r.Label(); l != OtherLabel {
+		for _, s := range strings.Split(strings.TrimPrefix(l, "/"), "/") {
+			if !knownWords[s] && !(len(s) > 2 && s[0] == '{' && s[len(s)-1] == '}' && strings.Trim(s[1:len(s)-1], "abcdefghijklmnopqrstuvwxyz_") == "") {
+				t.Fatalf("label %q of %q has the segment %q", l, path, s)
+			}
+		}
+	}
 }
 
 // tokenOf is an oracle independent of Parse: it returns the raw and decoded

@@ -81,6 +81,7 @@ type Route struct {
 	HiddenSublimit bool
 
 	redacted string
+	label    string
 }
 
 // Key returns the bucket key used before Discord has revealed the route's
@@ -92,7 +93,10 @@ func (r Route) Key() string {
 }
 
 // Redacted returns the path without the /api/vN prefix and query string,
-// with every webhook or interaction token replaced by "{token}".
+// with every webhook or interaction token replaced by "{token}" and every
+// literal segment that is not one of the words of Discord's routes (see
+// [Route.Label]) by "{redacted}": a path the router does not know may
+// carry a token where it does not expect one (/webhook/1/TOKEN).
 func (r Route) Redacted() string { return r.redacted }
 
 // String returns Method + " " + Redacted().
@@ -127,7 +131,7 @@ func Parse(method, rawPath string) (Route, error) {
 	if err != nil {
 		return Route{}, err
 	}
-	segs, err := split(rawPath)
+	segs, _, err := canonicalSegments(rawPath)
 	if err != nil {
 		return Route{}, err
 	}
@@ -190,6 +194,10 @@ func Parse(method, rawPath string) (Route, error) {
 
 	r.Template = "/" + strings.Join(p.tmpl, "/")
 	r.redacted = "/" + strings.Join(p.red, "/")
+	r.label = "/" + strings.Join(p.tmpl, "/")
+	if p.unknown || len(segs) > maxLabelSegments {
+		r.label = OtherLabel
+	}
 	r.HiddenSublimit = r.Method == "PATCH" && r.Template == "/channels/{channel_id}"
 	return r, nil
 }
@@ -262,6 +270,7 @@ type parser struct {
 	token     string // decoded webhook or interaction token, "" if none
 	tokenName string // its template placeholder
 	prev      prevKind
+	unknown   bool // a literal segment is not one of Discord's words
 }
 
 func (p *parser) redactToken(i int) {
@@ -316,6 +325,10 @@ func (p *parser) walk(start int) {
 			}
 		}
 		p.tmpl[i] = p.segs[i]
+		if !knownWords[d] {
+			p.red[i] = "{redacted}"
+			p.unknown = true
+		}
 		p.prev = prevLiteral
 	}
 }
@@ -338,53 +351,10 @@ func canonicalMethod(method string) (string, error) {
 	return strings.ToUpper(method), nil
 }
 
-// split validates rawPath and returns its non-empty segments without the
-// query string, fragment and /api/vN prefix.
-func split(rawPath string) ([]string, error) {
-	switch {
-	case rawPath == "":
-		return nil, pathError("empty path")
-	case len(rawPath) > MaxPathLength:
-		return nil, pathError("path longer than " + strconv.Itoa(MaxPathLength) + " bytes")
-	case rawPath[0] != '/':
-		return nil, pathError(`path does not start with "/"`)
-	}
-	p := rawPath
-	if i := strings.IndexAny(p, "?#"); i >= 0 {
-		p = p[:i]
-	}
-	for i := 0; i < len(p); i++ {
-		c := p[i]
-		switch {
-		case c <= ' ' || c == 0x7f:
-			return nil, pathError("path contains a control character or a space")
-		case c == '%':
-			if i+2 >= len(p) || !isHex(p[i+1]) || !isHex(p[i+2]) {
-				return nil, pathError("malformed percent-encoding")
-			}
-		}
-	}
-	segs := make([]string, 0, strings.Count(p, "/"))
-	for s := range strings.SplitSeq(p, "/") {
-		if s != "" {
-			segs = append(segs, s)
-		}
-	}
-	if len(segs) > 0 && segs[0] == "api" {
-		segs = segs[1:]
-		if len(segs) > 0 && isVersion(segs[0]) {
-			segs = segs[1:]
-		}
-	}
-	if len(segs) == 0 {
-		return nil, pathError("path has no segment after the /api/vN prefix")
-	}
-	return segs, nil
-}
-
-// isVersion reports whether s is "v" followed by 1 to 3 decimal digits.
+// isVersion reports whether s is "v" or "V" followed by 1 to 3 decimal
+// digits.
 func isVersion(s string) bool {
-	if len(s) < 2 || len(s) > 4 || s[0] != 'v' {
+	if len(s) < 2 || len(s) > 4 || (s[0] != 'v' && s[0] != 'V') {
 		return false
 	}
 	for i := 1; i < len(s); i++ {

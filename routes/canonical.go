@@ -1,0 +1,166 @@
+package routes
+
+import (
+	"strconv"
+	"strings"
+)
+
+// Path is a request path in the one form Sluice reads, keys and sends:
+// what [CanonicalPath] makes of a path as a client wrote it. Two spellings
+// that a server following RFC 3986 would take for the same resource have
+// one Path, and a spelling whose meaning depends on the server (a dot
+// segment, an encoded slash) has none: it is refused.
+//
+// A Path may carry a webhook or interaction token: it is for building the
+// request, never for a log, a label or a key ([Route] is).
+type Path struct {
+	// Version is the API version the path names, lower-cased ("v10"), or
+	// "" when it names none (/api/channels/1, /channels/1).
+	Version string
+	// Escaped is the path below the /api and /api/vN prefix: "/" followed
+	// by the canonical segments joined by "/", without the query string,
+	// empty segments or a trailing slash.
+	Escaped string
+}
+
+// String returns the path as sent to the API: "/api/" + Version +
+// Escaped, or Escaped alone without a version. It may carry a token.
+func (p Path) String() string {
+	if p.Version == "" {
+		return p.Escaped
+	}
+	return "/api/" + p.Version + p.Escaped
+}
+
+// CanonicalPath returns rawPath (escaped, as a client sent it, optionally
+// with an /api or /api/vN prefix and a query string) in canonical form,
+// after the rules of RFC 3986 §6.2.2 that cannot change which resource a
+// server means:
+//
+//   - a percent-encoded unreserved character (%41, %2e, %7E) is decoded,
+//     every other escape is kept with upper-case hex digits (%f0 → %F0);
+//   - empty segments (repeated and trailing slashes) are dropped;
+//   - the /api prefix and its version are recognised in any case
+//     (/API/V10) and written in lower case, and so are the webhooks and
+//     interactions segments that start a token route.
+//
+// It refuses, with an error wrapping [ErrInvalidPath], what a server may
+// read in more than one way:
+//
+//   - a dot segment, "." or "..", however spelled (%2e, .%2E, "..;x"):
+//     resolving it would let a client name one route to the limiter and
+//     another to the server (a webhook route that is not recognised as one
+//     and so carries the bot token), or leave the upstream's base path;
+//   - an encoded slash or backslash (%2F, %5C) and a raw backslash, which
+//     some servers and gateways take for a separator;
+//   - an encoded control character (%00-%1F, %7F);
+//   - everything [Parse] refuses: an empty path, one not starting with
+//     "/", longer than [MaxPathLength], with a raw control character or
+//     space, a malformed escape, or nothing after the prefix.
+func CanonicalPath(rawPath string) (Path, error) {
+	segs, version, err := canonicalSegments(rawPath)
+	if err != nil {
+		return Path{}, err
+	}
+	return Path{Version: version, Escaped: "/" + strings.Join(segs, "/")}, nil
+}
+
+// canonicalSegments is CanonicalPath's work: the canonical segments below
+// the prefix and the version.
+func canonicalSegments(rawPath string) (segs []string, version string, err error) {
+	switch {
+	case rawPath == "":
+		return nil, "", pathError("empty path")
+	case len(rawPath) > MaxPathLength:
+		return nil, "", pathError("path longer than " + strconv.Itoa(MaxPathLength) + " bytes")
+	case rawPath[0] != '/':
+		return nil, "", pathError(`path does not start with "/"`)
+	}
+	p := rawPath
+	if i := strings.IndexAny(p, "?#"); i >= 0 {
+		p = p[:i]
+	}
+	segs = make([]string, 0, strings.Count(p, "/"))
+	for s := range strings.SplitSeq(p, "/") {
+		if s == "" {
+			continue
+		}
+		c, err := canonicalSegment(s)
+		if err != nil {
+			return nil, "", err
+		}
+		segs = append(segs, c)
+	}
+	if len(segs) > 0 && strings.EqualFold(segs[0], "api") {
+		segs = segs[1:]
+		if len(segs) > 0 && isVersion(segs[0]) {
+			version = strings.ToLower(segs[0])
+			segs = segs[1:]
+		}
+	}
+	if len(segs) == 0 {
+		return nil, "", pathError("path has no segment after the /api/vN prefix")
+	}
+	if k := strings.ToLower(segs[0]); k == "webhooks" || k == "interactions" {
+		segs[0] = k
+	}
+	return segs, version, nil
+}
+
+// canonicalSegment normalises one non-empty raw segment and refuses the
+// ambiguous ones (see CanonicalPath).
+func canonicalSegment(s string) (string, error) {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c <= ' ' || c == 0x7f:
+			return "", pathError("path contains a control character or a space")
+		case c == '\\':
+			return "", pathError("path contains a backslash")
+		case c != '%':
+			b.WriteByte(c)
+			continue
+		}
+		if i+2 >= len(s) || !isHex(s[i+1]) || !isHex(s[i+2]) {
+			return "", pathError("malformed percent-encoding")
+		}
+		d := unhex(s[i+1])<<4 | unhex(s[i+2])
+		i += 2
+		switch {
+		case d < 0x20 || d == 0x7f:
+			return "", pathError("path contains an encoded control character")
+		case d == '/' || d == '\\':
+			return "", pathError("path contains an encoded slash or backslash")
+		case unreserved(d):
+			b.WriteByte(d)
+		default:
+			const hexDigits = "0123456789ABCDEF"
+			b.WriteByte('%')
+			b.WriteByte(hexDigits[d>>4])
+			b.WriteByte(hexDigits[d&15])
+		}
+	}
+	out := b.String()
+	if name, _, _ := strings.Cut(out, ";"); name == "." || name == ".." {
+		return "", pathError("path contains a dot segment")
+	}
+	return out, nil
+}
+
+// unreserved reports RFC 3986's unreserved characters, whose escapes mean
+// the character itself.
+func unreserved(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~'
+}
+
+func unhex(c byte) byte {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0'
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10
+	default:
+		return c - 'A' + 10
+	}
+}
