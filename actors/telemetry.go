@@ -124,11 +124,11 @@ func (t *telemetry) start(c *Call) {
 	if t == nil || t.tracer == nil {
 		return
 	}
-	ctx, span := t.tracer.Start(c.Ctx, "sluice "+c.Route.Method+" "+c.Route.Template,
+	ctx, span := t.tracer.Start(c.Ctx, "sluice "+c.Route.Method+" "+c.Route.Label(),
 		trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(
 			attribute.String("http.request.method", c.Route.Method),
-			attribute.String("url.template", c.Route.Template),
+			attribute.String("url.template", c.Route.Label()),
 			attribute.String("sluice.major", c.Route.Major),
 			attribute.String("sluice.window", c.window.String()),
 			attribute.Int64("sluice.request_id", int64(c.ID)),

@@ -76,16 +76,16 @@ func TestCanonicalPathNormalises(t *testing.T) {
 // the router does not expect one included, is "other".
 func TestLabelsAreBounded(t *testing.T) {
 	for in, want := range map[string]string{
-		"/api/v10/channels/1/messages/2":                   "/channels/{channel_id}/messages/{message_id}",
-		"/api/v10/webhooks/1/" + webhookToken:              "/webhooks/{webhook_id}/{webhook_token}",
+		"/api/v10/channels/1/messages/2":                    "/channels/{channel_id}/messages/{message_id}",
+		"/api/v10/webhooks/1/" + webhookToken:               "/webhooks/{webhook_id}/{webhook_token}",
 		"/channels/1/messages/2/reactions/%F0%9F%91%8D/@me": "/channels/{channel_id}/messages/{message_id}/reactions/{emoji}/@me",
-		"/guilds/1/widget.png":                             "/guilds/{guild_id}/widget.png",
-		"/gateway/bot":                                     "/gateway/bot",
-		"/api/v10/webhook/1/" + webhookToken:               OtherLabel,
-		"/api/v10/x/webhooks/1/" + webhookToken:            OtherLabel,
-		"/v10/webhooks/1/" + webhookToken:                  OtherLabel,
-		"/api/v10/channels/1/" + webhookToken:              OtherLabel,
-		"/channels/1/messages/1/2/3/4/5/6/7":               OtherLabel,
+		"/guilds/1/widget.png":                              "/guilds/{guild_id}/widget.png",
+		"/gateway/bot":                                      "/gateway/bot",
+		"/api/v10/webhook/1/" + webhookToken:                OtherLabel,
+		"/api/v10/x/webhooks/1/" + webhookToken:             OtherLabel,
+		"/v10/webhooks/1/" + webhookToken:                   OtherLabel,
+		"/api/v10/channels/1/" + webhookToken:               OtherLabel,
+		"/channels/1/messages/1/2/3/4/5/6/7":                OtherLabel,
 	} {
 		r, err := Parse("GET", in)
 		require.NoError(t, err, in)

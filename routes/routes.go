@@ -16,6 +16,15 @@ import (
 // hashed or copied.
 const MaxPathLength = 2048
 
+// MaxLiteralLength is the longest segment outside Discord's vocabulary
+// that [Route.Template] keeps as written; a longer one, which may be a
+// token in a place the router does not expect (/webhook/1/TOKEN), is named
+// by a hash, "{~" + 8 hex digits of its SHA-256 + "}", so that keys and
+// the logs and traces that name a bucket by its key never carry it.
+// Discord's longest words are 27 bytes ("application-role-connection"):
+// those are known and kept.
+const MaxLiteralLength = 24
+
 // TokenHashLength is the number of hex digits of a token's SHA-256 that
 // [Route.Major] carries in place of the token (64 bits).
 const TokenHashLength = 16
@@ -296,6 +305,7 @@ func (p *parser) walk(start int) {
 			coll := p.dec[i-1]
 			if ph, ok := codeNames[coll]; ok {
 				p.tmpl[i] = ph
+				p.red[i] = ph
 				p.prev = prevNone
 				if ph == "{emoji}" {
 					p.prev = prevEmoji
@@ -328,6 +338,9 @@ func (p *parser) walk(start int) {
 		if !knownWords[d] {
 			p.red[i] = "{redacted}"
 			p.unknown = true
+			if len(p.segs[i]) > MaxLiteralLength { // as written: escapes count
+				p.tmpl[i] = "{~" + hashToken(d)[:8] + "}"
+			}
 		}
 		p.prev = prevLiteral
 	}

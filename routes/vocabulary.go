@@ -60,3 +60,8 @@ var knownWords = func() map[string]bool {
 	}
 	return m
 }()
+
+// KnownWord reports whether w is one of the literal segments of Discord's
+// routes that a [Route.Label] may carry (such as "channels", "@me",
+// "bulk-delete"); placeholders such as "{channel_id}" are not words.
+func KnownWord(w string) bool { return knownWords[w] }

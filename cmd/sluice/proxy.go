@@ -85,6 +85,8 @@ type proxyFlags struct {
 	logLevel, logFormat           string
 	h2c, webhookAuth              bool
 	maxTokens, maxQueue, overflow int
+	maxBody, maxBuffered          int64
+	bodyTimeout                   time.Duration
 	idleTimeout, grace            time.Duration
 	drainDelay                    time.Duration
 	cache404, cache401            time.Duration
@@ -131,6 +133,9 @@ func parseProxyFlags(args []string, getenv func(string) (string, bool), stdout i
 	fs.DurationVar(&f.idleTimeout, "idle-timeout", proxy.DefaultIdleTimeout, "close a token's limiter after this long without requests")
 	fs.IntVar(&f.maxQueue, "max-queue", proxy.DefaultMaxQueue, "requests of one token without an answer yet at most; more get the overflow answer at once")
 	fs.IntVar(&f.overflow, "overflow-status", proxy.DefaultOverflowStatus, "`status` of the overflow answer, 400 to 599 (with Retry-After and X-Sluice-Proxy: queue_full)")
+	fs.Int64Var(&f.maxBody, "max-body", proxy.DefaultMaxBody, "largest request body in `bytes`; a larger one is answered 413 (at most 67108864, the limiter's bound)")
+	fs.Int64Var(&f.maxBuffered, "max-buffered", proxy.DefaultMaxBuffered, "request body `bytes` held in memory at once across every request; beyond it requests are answered 503 with Retry-After (at least -max-body)")
+	fs.DurationVar(&f.bodyTimeout, "body-timeout", proxy.DefaultBodyTimeout, "longest a client may take to send a request's body once its headers are read; a slower one is answered 408")
 	fs.StringVar(&f.maxWaitHeader, "max-wait-header", proxy.DefaultMaxWaitHeader, "request `header` in which a caller gives the longest wait it accepts (\"2.5\" seconds or \"2500ms\"); a longer predicted wait is answered 429 at once")
 	fs.DurationVar(&f.cache404, "cache-404", proxy.DefaultCacheTTL()[http.StatusNotFound], "replay a 404 to the same token for the same method, path and query for this long (0: never)")
 	fs.DurationVar(&f.cache401, "cache-401", proxy.DefaultCacheTTL()[http.StatusUnauthorized], "replay a 401 likewise for this long (0: never)")
@@ -214,6 +219,12 @@ func (f *proxyFlags) check() error {
 		return bad("idle-timeout", "must be more than 0s, got %v", f.idleTimeout)
 	case f.maxQueue < 1:
 		return bad("max-queue", "must be 1 or more, got %d", f.maxQueue)
+	case f.maxBody < 1 || f.maxBody > sluice.MaxRequestBody:
+		return bad("max-body", "must be between 1 and %d, got %d", sluice.MaxRequestBody, f.maxBody)
+	case f.maxBuffered < f.maxBody:
+		return bad("max-buffered", "must be at least %s (%d), got %d", f.name("max-body"), f.maxBody, f.maxBuffered)
+	case f.bodyTimeout <= 0:
+		return bad("body-timeout", "must be more than 0s, got %v", f.bodyTimeout)
 	case f.overflow < 400 || f.overflow > 599:
 		return bad("overflow-status", "must be between 400 and 599, got %d", f.overflow)
 	case !validHeaderName(f.maxWaitHeader):
@@ -314,9 +325,19 @@ func (f *proxyFlags) tlsConfig() (*tls.Config, error) {
 func (f *proxyFlags) logger(stderr io.Writer) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: f.level}
 	if strings.ToLower(f.logFormat) == "json" {
+		opts.ReplaceAttr = secondsAttr
 		return slog.New(slog.NewJSONHandler(stderr, opts))
 	}
 	return slog.New(slog.NewTextHandler(stderr, opts))
+}
+
+// secondsAttr writes a duration as seconds (a number) in the JSON log:
+// slog's JSON handler writes nanoseconds, which no reader expects.
+func secondsAttr(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.Float64(a.Key, a.Value.Duration().Seconds())
+	}
+	return a
 }
 
 // cacheTTL is Config.CacheTTL: never nil, so that both caches off is an
@@ -371,6 +392,9 @@ func proxyCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		MaxQueue:       f.maxQueue,
 		OverflowStatus: f.overflow,
 		MaxWaitHeader:  f.maxWaitHeader,
+		MaxBody:        f.maxBody,
+		MaxBuffered:    f.maxBuffered,
+		BodyTimeout:    f.bodyTimeout,
 		CacheTTL:       f.cacheTTL(),
 		Logger:         log,
 	}
@@ -412,6 +436,7 @@ func proxyCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	srv := &http.Server{
 		Handler:           p,
 		ReadHeaderTimeout: 10 * time.Second,
+		MaxHeaderBytes:    64 << 10, // Discord's requests need a few KiB
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		Protocols:         &protocols,
@@ -425,6 +450,7 @@ func proxyCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		slog.String("redis", redisDesc), slog.String("redis_ip_key", f.redisIPKey),
 		slog.Int("max_tokens", f.maxTokens), slog.Duration("idle_timeout", f.idleTimeout),
 		slog.Int("max_queue", f.maxQueue), slog.Int("overflow_status", f.overflow),
+		slog.Int64("max_body", f.maxBody), slog.Int64("max_buffered", f.maxBuffered), slog.Duration("body_timeout", f.bodyTimeout),
 		slog.String("max_wait_header", http.CanonicalHeaderKey(f.maxWaitHeader)),
 		slog.Duration("cache_404", f.cache404), slog.Duration("cache_401", f.cache401),
 		slog.String("limits_file", f.limitsFile), slog.Int("limits", len(f.limits)), slog.Bool("no_default_limits", f.noDefaultLimits),
@@ -441,6 +467,7 @@ func proxyConfigError(f *proxyFlags, err error) error {
 		name := map[string]string{
 			"Upstream": "upstream", "MaxTokens": "max-tokens", "IdleTimeout": "idle-timeout", "MaxQueue": "max-queue",
 			"OverflowStatus": "overflow-status", "MaxWaitHeader": "max-wait-header", "CacheTTL": "cache-404",
+			"MaxBody": "max-body", "MaxBuffered": "max-buffered", "BodyTimeout": "body-timeout",
 		}[ce.Field]
 		if name != "" {
 			return usageErrorf("proxy", "%s: %s", f.name(name), ce.Reason)
