@@ -8,10 +8,14 @@
 //
 //  1. The proxy's own endpoints are answered first: HealthPath,
 //     ReadyPath and MetricsPath (Prometheus).
-//  2. The path is mapped to the upstream's (upstreamPath): /api/vN keeps
-//     its version, /api and unversioned paths get the upstream's. The route
-//     is parsed once (routes.Parse) for the limiter, the cache key and the
-//     metrics' route label (the template, without ids or tokens).
+//  2. The method must be one Discord serves (405 otherwise), and the
+//     path is put in its one canonical form (routes.CanonicalPath): dot
+//     segments, encoded slashes and control characters are refused (400),
+//     so no spelling names one route to the proxy and another to the
+//     server, or leaves the upstream's base. The route is parsed from that
+//     path, which is also what the limiter parses again and the upstream
+//     receives (target). The metrics' route label is routes.Route.Label:
+//     a known template or "other".
 //  3. The token is chosen: a route that carries its own token in the path
 //     (webhook executions, interaction follow-ups) is sent without
 //     Authorization, on the token-less limiter and so on the per-IP global
@@ -19,13 +23,18 @@
 //     or Config.DefaultToken, or none.
 //  4. A hopeless answer cached for this token, method, path and query
 //     (404 for 30 s, 401 for 5 s by default) is replayed with CacheHeader.
-//  5. The token's limiter is taken from the registry (made on first use;
+//  5. The body is read into memory (readBody): at most Config.MaxBody
+//     bytes, within Config.BodyTimeout, its bytes held in a budget of
+//     Config.MaxBuffered across every request. Only then is a token's
+//     place taken, so a stalled upload holds none.
+//  6. The token's limiter is taken from the registry (made on first use;
 //     at most Config.MaxTokens, the least recently used idle one closed to
 //     make room; closed after Config.IdleTimeout idle) and does the rest:
 //     queueing per bucket, the global limits, retries after 429s, the
 //     invalid-request budget. Its answer is relayed byte for byte with
-//     every header but the hop-by-hop ones.
-//  6. An error becomes the proxy's own answer, marked with ProxyHeader:
+//     every header but the hop-by-hop ones. The default token's limiter
+//     and the token-less one are pinned: never closed, not counted.
+//  7. An error becomes the proxy's own answer, marked with ProxyHeader:
 //     the one table is (*Proxy).classify, shown in docs/proxy.md.
 //
 // # Invariants
@@ -39,6 +48,14 @@
 //   - Tokens appear nowhere but in memory and on the upstream request:
 //     logs and errors name a token by a short hash ("tok:1a2b3c4d"),
 //     metrics not at all, and Redis keys use a hash (redisstore.Namespace).
+//     Nothing a client wrote reaches a label or a log as written: labels
+//     are bounded sets (routes.Route.Label, routes.MethodLabel, at most
+//     256 routes), logs show routes.Route.Redacted.
+//   - A token route in any spelling is sent without the bot token
+//     (unless Config.WebhookAuth) and counted on the per-IP limits.
+//   - Request bodies held at once never exceed Config.MaxBuffered bytes.
+//   - An HTTP/1 connection that carried a chunked request is closed after
+//     its answer (request smuggling, RFC 9112 §6.1).
 //
 // # Several replicas
 //

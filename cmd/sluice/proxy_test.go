@@ -578,11 +578,13 @@ func TestProxyEnvironmentAndFlags(t *testing.T) {
 		"upstream":        srv.APIBase(),
 		"max_queue":       88.0,          // flag over variable
 		"max_wait_header": "X-Flag-Wait", // flag over variable
-		"idle_timeout":    float64(time.Minute),
+		"idle_timeout":    60.0, // durations in seconds
+		"body_timeout":    60.0,
+		"max_body":        float64(proxy.DefaultMaxBody),
 		"overflow_status": 429.0, // variable over default
 		"cache_404":       0.0,   // variable over default
-		"cache_401":       float64(5 * time.Second),
-		"grace":           float64(30 * time.Second), // empty variable: default
+		"cache_401":       5.0,
+		"grace":           30.0, // empty variable: default
 		"default_token":   true,
 		"redis":           "",
 	} {
