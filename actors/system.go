@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluicehq/sluice/fsm"
 	"github.com/sluicehq/sluice/ratelimit"
 	"github.com/sluicehq/sluice/supervision"
 	"github.com/sluicehq/sluice/transport"
@@ -1003,4 +1004,34 @@ func joinPath(base, p string) string {
 		p = "/" + p
 	}
 	return base + p
+}
+
+// Load is a reading of the system taken without an actor message: the
+// figures its observable metrics report (see telemetry).
+type Load struct {
+	Time                      time.Time
+	State                     string // the supervisor's state
+	Pending, Running, Buckets int
+	InvalidLeft               int // -1: no invalid-request budget
+	Windows                   []WindowSnapshot
+}
+
+// Load reads the system's counters and global windows. It is safe to
+// call from any goroutine at any time, also after Close.
+func (s *System) Load() Load {
+	now := s.now()
+	ld := Load{Time: now, State: fsm.SupervisorState(s.supState.Load()).String(),
+		Pending: int(s.pending.Load()), Running: int(s.running.Load()), Buckets: int(s.buckets.Load()), InvalidLeft: -1}
+	if s.cfg.Invalid != nil {
+		ld.InvalidLeft = s.cfg.Invalid.Left(now)
+	}
+	for w, g := range s.windows {
+		ws := WindowSnapshot{Name: Window(w).String(), State: "open", Used: g.used(now), PausedFor: g.limiter.Blocked(now)}
+		if ws.PausedFor > 0 {
+			ws.State = "global_limit"
+		}
+		ws.Limit, _, _ = g.limit()
+		ld.Windows = append(ld.Windows, ws)
+	}
+	return ld
 }

@@ -127,7 +127,7 @@ func TestRegistryLRUAndIdle(t *testing.T) {
 	newLim, _ := fakeLimiters(t)
 	var evicted []string
 	live := 0
-	r := newRegistry(2, time.Minute, clock, newLim, nil, func(n int, why string) {
+	r := newRegistry(2, time.Minute, clock, newLim, nil, nil, func(n int, why string) {
 		live = n
 		if why != "" {
 			evicted = append(evicted, why)
@@ -168,7 +168,7 @@ func TestRegistryPinnedTokensAreNeverRefused(t *testing.T) {
 	now := time.Unix(0, 0)
 	clock := func() time.Time { return now }
 	newLim, _ := fakeLimiters(t)
-	r := newRegistry(1, time.Minute, clock, newLim, []string{"", "Bot default"}, func(int, string) {})
+	r := newRegistry(1, time.Minute, clock, newLim, []string{"", "Bot default"}, nil, func(int, string) {})
 	defer func() { require.NoError(t, r.close(context.Background())) }()
 	ctx := context.Background()
 	busy, err := r.acquire(ctx, "Bot made-up")
@@ -188,7 +188,7 @@ func TestRegistryPinnedTokensAreNeverRefused(t *testing.T) {
 
 func TestRegistryCloseRefuses(t *testing.T) {
 	newLim, _ := fakeLimiters(t)
-	r := newRegistry(4, time.Minute, time.Now, newLim, nil, func(int, string) {})
+	r := newRegistry(4, time.Minute, time.Now, newLim, nil, nil, func(int, string) {})
 	a, err := r.acquire(context.Background(), "")
 	require.NoError(t, err)
 	r.release(a)

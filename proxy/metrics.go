@@ -16,6 +16,10 @@ const (
 	sourceProxy    = "proxy"    // made by the proxy (ProxyHeader)
 )
 
+// durationBuckets are the boundaries, in seconds, of the histograms of
+// times: a request's, and the limiters' waits.
+var durationBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+
 // maxRouteLabels bounds the values of the route label: a hard bound on
 // the series whatever the input, beside the vocabulary that bounds
 // routes.Route.Label.
@@ -56,7 +60,7 @@ func newMetrics(reg *prometheus.Registry, cacheLen func() float64) (*metrics, er
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sluice_proxy_request_duration_seconds",
 			Help:    "Time from a request's arrival to its answer's headers, queueing for the rate limits included.",
-			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+			Buckets: durationBuckets,
 		}, []string{"route", "source"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_proxy_refused_total",

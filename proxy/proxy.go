@@ -38,6 +38,7 @@ type Proxy struct {
 	cache      *answerCache
 	body       bodyBudget // request bodies held at once (MaxBuffered)
 	m          *metrics
+	lm         *limiterMetrics // the limiters' side of /metrics
 	metricsH   http.Handler
 	globalRate float64 // one token's global limit per second (drainTime)
 
@@ -68,11 +69,14 @@ func New(cfg Config) (*Proxy, error) {
 	if p.m, err = newMetrics(s.Registry, func() float64 { return float64(p.cache.len()) }); err != nil {
 		return nil, &ConfigError{Field: "Registry", Reason: err.Error()}
 	}
+	if p.lm, err = newLimiterMetrics(p, s.Registry); err != nil {
+		return nil, &ConfigError{Field: "Registry", Reason: err.Error()}
+	}
 	p.metricsH = promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{})
 	// The default token's limiter and the token-less one are pinned: never
 	// closed for idleness or to make room, and not counted in MaxTokens,
 	// so no flood of made-up tokens can refuse them.
-	p.reg = newRegistry(s.MaxTokens, s.IdleTimeout, s.Clock, p.newLimiter, []string{"", normToken(s.DefaultToken)}, func(live int, evicted string) {
+	p.reg = newRegistry(s.MaxTokens, s.IdleTimeout, s.Clock, p.newLimiter, []string{"", normToken(s.DefaultToken)}, p.lm.retire, func(live int, evicted string) {
 		p.m.tokens.Set(float64(live))
 		if evicted != "" {
 			p.m.evictions.WithLabelValues(evicted).Inc()
@@ -104,6 +108,9 @@ func (p *Proxy) newLimiter(token string) (*sluice.Limiter, error) {
 	o.Redis = p.cfg.Redis
 	o.MaxPending = p.cfg.MaxQueue
 	o.WebhookAuth = p.cfg.WebhookAuth
+	if o.MeterProvider == nil {
+		o.MeterProvider = p.lm.provider
+	}
 	if o.Logger == nil {
 		o.Logger = p.cfg.Logger.With(slog.String("token", tokenName(token)))
 	}
@@ -176,6 +183,7 @@ func (p *Proxy) Close(ctx context.Context) error {
 	close(p.stop)
 	<-p.swept
 	err := p.reg.close(ctx)
+	err = errors.Join(err, p.lm.close())
 	written := make(chan struct{})
 	go func() { p.active.Wait(); close(written) }()
 	select {
@@ -220,6 +228,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	start := time.Now()
+	id := requestID(r.Header.Get(RequestIDHeader))
+	if auth := r.Header.Get("Authorization"); len(id) >= 8 && strings.Contains(auth, id) {
+		id = requestID("") // a caller's token is never a request ID
+	}
+	w.Header().Set(RequestIDHeader, id)
+	r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
 	if !p.enter() {
 		p.refuse(w, r, nil, "", p.classify(sluice.ErrClosed, nil), start)
 		return
@@ -232,19 +246,31 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if v == http.ErrAbortHandler {
 				panic(v)
 			}
-			p.cfg.Logger.Error("sluice proxy: panic", slog.Any("panic", v))
+			p.cfg.Logger.Error("sluice proxy: panic", slog.Any("panic", v), slog.String("request_id", id))
 			p.refuse(w, r, nil, "", refusal{status: http.StatusInternalServerError, reason: ReasonInternal, message: fmt.Sprintf("proxy: internal error: %v", v)}, start)
 		}
 	}()
 	p.relay(w, r, start)
 }
 
-// ready answers ReadyPath.
+// ready answers ReadyPath: 200 while this replica takes requests, 503
+// once Drain or Close began. The body says more without changing the
+// status: "upstream" is the connection state of the default token's
+// limiter (or the token-less one): "connected", "connecting",
+// "disconnected" or "global_limit", and "redis" whether Redis answers.
+// An unreachable upstream or Redis does not make a replica unready: every
+// replica shares them, so a load balancer taking replicas out would only
+// turn the proxy's clear 502s and fallback shares into refused
+// connections. Alert on the metrics instead (sluice_limiter_state,
+// sluice_limiter_redis_mode).
 func (p *Proxy) ready(w http.ResponseWriter, r *http.Request) {
 	body := map[string]any{"status": "ready"}
 	status := http.StatusOK
 	if p.draining.Load() {
 		status, body["status"] = http.StatusServiceUnavailable, "draining"
+	}
+	if lim := p.reg.peek(normToken(p.cfg.DefaultToken)); lim != nil {
+		body["upstream"] = lim.Load().State
 	}
 	if p.cfg.Redis != nil {
 		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
@@ -331,6 +357,7 @@ func (p *Proxy) relay(w http.ResponseWriter, r *http.Request, start time.Time) {
 	if a, ok := p.cache.get(key, p.cfg.Clock()); ok {
 		h := w.Header()
 		copyHeader(h, a.header)
+		h.Set(RequestIDHeader, idOf(r))
 		h.Set(CacheHeader, "hit")
 		h.Set("Age", strconv.Itoa(int(p.cfg.Clock().Sub(a.stored).Seconds())))
 		w.WriteHeader(a.status)
@@ -379,6 +406,7 @@ func (p *Proxy) relay(w http.ResponseWriter, r *http.Request, start time.Time) {
 	defer resp.Body.Close()
 	h := w.Header()
 	copyHeader(h, resp.Header)
+	h.Set(RequestIDHeader, idOf(r))
 	if p.cache.cacheable(resp.StatusCode) {
 		body, err := io.ReadAll(io.LimitReader(resp.Body, DefaultMaxCachedBody+1))
 		if err == nil && len(body) <= DefaultMaxCachedBody {
@@ -413,7 +441,8 @@ func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, t *tenant, label 
 		level = slog.LevelDebug
 	}
 	p.cfg.Logger.Log(r.Context(), level, "sluice proxy: refused", slog.String("method", method), slog.String("route", label),
-		slog.Int("status", a.status), slog.String("reason", a.reason), slog.String("token", name), slog.String("error", a.message))
+		slog.Int("status", a.status), slog.String("reason", a.reason), slog.String("token", name), slog.String("error", a.message),
+		slog.String("request_id", idOf(r)))
 }
 
 // done records a relayed or cached answer.
@@ -421,7 +450,8 @@ func (p *Proxy) done(r *http.Request, route routes.Route, label string, status i
 	took := time.Since(start)
 	p.m.answered(route.Method, label, status, source, took.Seconds())
 	p.cfg.Logger.Debug("sluice proxy", slog.String("method", route.Method), slog.String("route", route.Redacted()),
-		slog.Int("status", status), slog.String("source", source), slog.String("token", name), slog.Duration("took", took))
+		slog.Int("status", status), slog.String("source", source), slog.String("token", name), slog.Duration("took", took),
+		slog.String("request_id", idOf(r)))
 }
 
 // errWait is a MaxWaitHeader value that is neither seconds nor a duration.

@@ -61,6 +61,7 @@ type registry struct {
 	idle       time.Duration
 	clock      func() time.Time
 	onChange   func(live int, evicted string) // metrics hook, under mu
+	retire     func(token string, lim *sluice.Limiter) // metrics hook, under mu: lim is being closed
 
 	mu      sync.Mutex
 	byKey   map[string]*tenant
@@ -70,8 +71,11 @@ type registry struct {
 	closing sync.WaitGroup
 }
 
-func newRegistry(max int, idle time.Duration, clock func() time.Time, newLimiter func(string) (*sluice.Limiter, error), pinned []string, onChange func(int, string)) *registry {
-	r := &registry{newLimiter: newLimiter, max: max, idle: idle, clock: clock, onChange: onChange, byKey: map[string]*tenant{}, lru: list.New(), pinned: map[string]bool{}}
+func newRegistry(max int, idle time.Duration, clock func() time.Time, newLimiter func(string) (*sluice.Limiter, error), pinned []string, retire func(string, *sluice.Limiter), onChange func(int, string)) *registry {
+	if retire == nil {
+		retire = func(string, *sluice.Limiter) {}
+	}
+	r := &registry{newLimiter: newLimiter, max: max, idle: idle, clock: clock, retire: retire, onChange: onChange, byKey: map[string]*tenant{}, lru: list.New(), pinned: map[string]bool{}}
 	for _, t := range pinned {
 		r.pinned[t] = true
 	}
@@ -163,6 +167,13 @@ func (r *registry) removeLocked(t *tenant, reason string) {
 		r.counted--
 	}
 	r.onChange(len(r.byKey), reason)
+	select {
+	case <-t.ready:
+		if t.lim != nil {
+			r.retire(t.token, t.lim)
+		}
+	default: // still being made: it has counted nothing
+	}
 	r.closing.Add(1)
 	go func() {
 		defer r.closing.Done()
@@ -193,6 +204,23 @@ func (r *registry) sweep() time.Duration {
 		}
 	}
 	return next
+}
+
+// peek returns token's limiter if it is live and made, else nil; it
+// counts no request.
+func (r *registry) peek(token string) *sluice.Limiter {
+	r.mu.Lock()
+	t := r.byKey[token]
+	r.mu.Unlock()
+	if t == nil {
+		return nil
+	}
+	select {
+	case <-t.ready:
+		return t.lim
+	default:
+		return nil
+	}
 }
 
 // live returns the names of the tenants with a limiter (for Snapshot).
