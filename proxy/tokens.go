@@ -60,7 +60,7 @@ type registry struct {
 	pinned     map[string]bool
 	idle       time.Duration
 	clock      func() time.Time
-	onChange   func(live int, evicted string) // metrics hook, under mu
+	onChange   func(live int, evicted string)          // metrics hook, under mu
 	retire     func(token string, lim *sluice.Limiter) // metrics hook, under mu: lim is being closed
 
 	mu      sync.Mutex

@@ -578,7 +578,7 @@ func TestProxyEnvironmentAndFlags(t *testing.T) {
 		"upstream":        srv.APIBase(),
 		"max_queue":       88.0,          // flag over variable
 		"max_wait_header": "X-Flag-Wait", // flag over variable
-		"idle_timeout":    60.0, // durations in seconds
+		"idle_timeout":    60.0,          // durations in seconds
 		"body_timeout":    60.0,
 		"max_body":        float64(proxy.DefaultMaxBody),
 		"overflow_status": 429.0, // variable over default
