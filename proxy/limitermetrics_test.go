@@ -144,3 +144,25 @@ func TestDashboardQueriesExistingMetrics(t *testing.T) {
 	}
 	assert.Greater(t, queried, 15)
 }
+
+// TestReadyReportsTheUpstream: /readyz says the default token's connection
+// state in its body and stays 200 whatever it is; only Drain makes it 503.
+// Every answer carries a request ID: the caller's if usable, else a new one.
+func TestReadyReportsTheUpstream(t *testing.T) {
+	h := newHarness(t, sluicetest.Options{}, proxy.Config{DefaultToken: "Bot ready"})
+	status, hdr, body := h.do("GET", "/api/v10/channels/1/messages", "", "", proxy.RequestIDHeader, "trace-42")
+	require.Equal(t, 200, status, body)
+	assert.Equal(t, "trace-42", hdr.Get(proxy.RequestIDHeader))
+	_, hdr, _ = h.do("GET", "/api/v10/channels/1/messages", "", "", proxy.RequestIDHeader, "bad id with spaces")
+	assert.Regexp(t, `^[0-9a-f]{16}$`, hdr.Get(proxy.RequestIDHeader), "an unusable ID is replaced")
+	_, hdr, _ = h.do("GET", "/api/v10/channels/1/messages", "Bot secret-token-1234", "", proxy.RequestIDHeader, "secret-token-1234")
+	assert.NotEqual(t, "secret-token-1234", hdr.Get(proxy.RequestIDHeader), "a caller's token is never its request ID")
+
+	status, _, body = h.do("GET", proxy.ReadyPath, "", "")
+	assert.Equal(t, 200, status)
+	assert.JSONEq(t, `{"status":"ready","upstream":"connected"}`, body)
+	h.p.Drain()
+	status, _, body = h.do("GET", proxy.ReadyPath, "", "")
+	assert.Equal(t, 503, status)
+	assert.JSONEq(t, `{"status":"draining","upstream":"connected"}`, body)
+}
