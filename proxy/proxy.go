@@ -367,7 +367,10 @@ func (p *Proxy) relay(w http.ResponseWriter, r *http.Request, start time.Time) {
 	}
 	body, held, err := p.readBody(w, r)
 	if err != nil {
-		if r.Context().Err() != nil { // the caller left: nobody to answer
+		// net/http cancels the request's context on any read error, the
+		// body timeout's included: only an unreadable body may mean the
+		// caller left. A slow one is told why.
+		if errors.Is(err, errBodyRead) && r.Context().Err() != nil { // the caller left: nobody to answer
 			p.m.requests.WithLabelValues(route.Method, p.m.route(label), "499", sourceProxy).Inc()
 			return
 		}

@@ -265,3 +265,4 @@ func (r *registry) close(ctx context.Context) error {
 	r.closing.Wait()
 	return errors.Join(errs...)
 }
+
