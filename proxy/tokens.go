@@ -265,4 +265,3 @@ func (r *registry) close(ctx context.Context) error {
 	r.closing.Wait()
 	return errors.Join(errs...)
 }
-
