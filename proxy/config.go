@@ -133,6 +133,11 @@ type Config struct {
 	// proxy's own refusals at warn. Tokens appear only as a short hash.
 	// Default: nothing is logged.
 	Logger *slog.Logger
+	// MetricsElsewhere, when true, makes ServeHTTP answer MetricsPath 404:
+	// the metrics are served only where the embedder mounts
+	// MetricsHandler, such as a listener on a private address ("sluice
+	// proxy -metrics-listen"). Default false: ServeHTTP serves them.
+	MetricsElsewhere bool
 	// Registry receives the proxy's metrics, served at /metrics. Default:
 	// a new registry with the Go and process collectors.
 	Registry *prometheus.Registry

@@ -224,7 +224,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.ready(w, r)
 		return
 	case MetricsPath:
-		p.metricsH.ServeHTTP(w, r)
+		if p.cfg.MetricsElsewhere {
+			writeStatus(w, http.StatusNotFound, map[string]any{"message": "404: Not Found", "code": 0})
+		} else {
+			p.metricsH.ServeHTTP(w, r)
+		}
 		return
 	}
 	start := time.Now()
@@ -252,6 +256,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}()
 	p.relay(w, r, start)
 }
+
+// MetricsHandler serves the proxy's metrics in the Prometheus text
+// format, as MetricsPath does unless Config.MetricsElsewhere.
+func (p *Proxy) MetricsHandler() http.Handler { return p.metricsH }
 
 // ready answers ReadyPath: 200 while this replica takes requests, 503
 // once Drain or Close began. The body says more without changing the

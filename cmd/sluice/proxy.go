@@ -67,7 +67,11 @@ to every token: a default set, and those of the YAML or JSON file -limits
 defaults out. A bad file stops the proxy before it starts.
 
 Its own endpoints: /healthz (200 while it runs), /readyz (200, 503 once it
-is shutting down) and /metrics (Prometheus). It logs to stderr.
+is shutting down) and /metrics (Prometheus); -metrics-listen moves /metrics
+to another address, such as a private one. It logs to stderr.
+
+Anyone who reaches the listen address can send requests with SLUICE_TOKEN:
+keep it on loopback or a private network (docs/proxy.md, "Security").
 
 On SIGTERM or SIGINT /readyz answers 503; after -drain-delay (default 0: at
 once) it stops accepting connections; accepted requests keep their place in
@@ -80,6 +84,7 @@ A second signal ends it at once.
 // proxyFlags is the parsed and checked command line and environment.
 type proxyFlags struct {
 	listen, upstream, caFile      string
+	metricsListen                 string
 	redisURL, redisIPKey          string
 	maxWaitHeader                 string
 	logLevel, logFormat           string
@@ -124,6 +129,7 @@ func parseProxyFlags(args []string, getenv func(string) (string, bool), stdout i
 	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
 	f = &proxyFlags{from: map[string]string{}}
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:8080", "listen `address`, host:port (port 0 picks a free one; \":8080\" listens on every interface)")
+	fs.StringVar(&f.metricsListen, "metrics-listen", "", "serve /metrics (and /healthz, /readyz) on this other `address` only, e.g. a private one, instead of on -listen")
 	fs.StringVar(&f.upstream, "upstream", sluice.DefaultBaseURL, "API `base` the requests are relayed to: Discord's, or the API base \"sluice simulate\" prints")
 	fs.BoolVar(&f.h2c, "h2c", false, "cleartext HTTP/2 to an http:// upstream (what the proxy speaks to any http:// upstream anyway: it never uses HTTP/1.1)")
 	fs.StringVar(&f.caFile, "ca-file", "", "PEM `file` of a CA certificate to trust for an https upstream, beside the system's (e.g. the certificate \"sluice simulate\" writes)")
@@ -189,6 +195,9 @@ func (f *proxyFlags) check() error {
 	}
 	if _, _, err := net.SplitHostPort(f.listen); err != nil {
 		return bad("listen", "%q: want host:port, e.g. 127.0.0.1:8080 or :8080", f.listen)
+	}
+	if _, _, err := net.SplitHostPort(f.metricsListen); f.metricsListen != "" && err != nil {
+		return bad("metrics-listen", "%q: want host:port, e.g. 10.0.0.5:9090", f.metricsListen)
 	}
 	u, err := url.Parse(f.upstream)
 	switch {
@@ -383,20 +392,21 @@ func proxyCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	log := f.logger(stderr)
 	cfg := proxy.Config{
-		Upstream:       f.upstream,
-		DefaultToken:   f.token,
-		WebhookAuth:    f.webhookAuth,
-		Limiter:        f.limiterOptions(tlsConfig),
-		MaxTokens:      f.maxTokens,
-		IdleTimeout:    f.idleTimeout,
-		MaxQueue:       f.maxQueue,
-		OverflowStatus: f.overflow,
-		MaxWaitHeader:  f.maxWaitHeader,
-		MaxBody:        f.maxBody,
-		MaxBuffered:    f.maxBuffered,
-		BodyTimeout:    f.bodyTimeout,
-		CacheTTL:       f.cacheTTL(),
-		Logger:         log,
+		Upstream:         f.upstream,
+		DefaultToken:     f.token,
+		WebhookAuth:      f.webhookAuth,
+		Limiter:          f.limiterOptions(tlsConfig),
+		MaxTokens:        f.maxTokens,
+		IdleTimeout:      f.idleTimeout,
+		MaxQueue:         f.maxQueue,
+		OverflowStatus:   f.overflow,
+		MaxWaitHeader:    f.maxWaitHeader,
+		MaxBody:          f.maxBody,
+		MetricsElsewhere: f.metricsListen != "",
+		MaxBuffered:      f.maxBuffered,
+		BodyTimeout:      f.bodyTimeout,
+		CacheTTL:         f.cacheTTL(),
+		Logger:           log,
 	}
 	redisDesc := ""
 	if f.redisURL != "" {
@@ -443,9 +453,29 @@ func proxyCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	front := "http://" + ln.Addr().String()
 	upstream := strings.TrimSuffix(f.upstream, "/")
+	var mln net.Listener
+	if f.metricsListen != "" {
+		if mln, err = net.Listen("tcp", f.metricsListen); err != nil {
+			ln.Close()
+			closeProxy(p, log, 0)
+			return fmt.Errorf("%s: %w", f.name("metrics-listen"), err)
+		}
+	}
 	fmt.Fprintf(stdout, "sluice proxy listening on %s → %s\n", front, upstream)
+	if mln != nil {
+		// The metrics on their own listener: /metrics there only (the
+		// proxy answers it 404), /healthz and /readyz on both.
+		mux := http.NewServeMux()
+		mux.Handle(proxy.MetricsPath, p.MetricsHandler())
+		mux.Handle(proxy.HealthPath, p)
+		mux.Handle(proxy.ReadyPath, p)
+		msrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		go func() { _ = msrv.Serve(mln) }()
+		defer msrv.Close() // after the proxy has stopped: scrapes see the shutdown
+		fmt.Fprintf(stdout, "sluice proxy metrics on http://%s%s\n", mln.Addr(), proxy.MetricsPath)
+	}
 	log.Info("sluice proxy listening",
-		slog.String("listen", ln.Addr().String()), slog.String("upstream", upstream),
+		slog.String("listen", ln.Addr().String()), slog.String("metrics_listen", f.metricsListen), slog.String("upstream", upstream),
 		slog.Bool("h2c", f.h2c), slog.String("ca_file", f.caFile),
 		slog.String("redis", redisDesc), slog.String("redis_ip_key", f.redisIPKey),
 		slog.Int("max_tokens", f.maxTokens), slog.Duration("idle_timeout", f.idleTimeout),

@@ -53,11 +53,30 @@ type proxyProc struct {
 	client   *http.Client
 
 	first   string       // its listening line
-	rest    bytes.Buffer // the rest of its stdout, complete once outDone is closed
+	rest    syncBuffer   // the rest of its stdout, complete once outDone is closed
 	stderr  bytes.Buffer // complete once it has been waited for
 	outDone chan struct{}
 	exited  bool
 	code    int
+}
+
+// syncBuffer is a bytes.Buffer safe to read while another goroutine
+// writes to it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // proxyTestEnv is this process's environment without any SLUICE_
@@ -680,6 +699,24 @@ func TestProxyBadValuesExit2(t *testing.T) {
 
 // TestProxyHelp: "sluice proxy -h" and "sluice help proxy" print the usage
 // with every flag, and no environment value is read for it.
+// TestProxyMetricsOnTheirOwnListener: with -metrics-listen, /metrics is
+// served there only (404 on the proxy's port, where clients are), and
+// counts the requests the proxy's port relayed.
+func TestProxyMetricsOnTheirOwnListener(t *testing.T) {
+	t.Parallel()
+	srv, ca := newUpstream(t, sluicetest.Options{})
+	p := startProxy(t, []string{"SLUICE_TOKEN=Bot metrics"}, "-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0", "-upstream", srv.APIBase(), "-ca-file", ca)
+	waitFor(t, 10*time.Second, "the metrics line", func() bool { return strings.Contains(p.rest.String(), "metrics on") })
+	m := regexp.MustCompile(`sluice proxy metrics on (http://\S+)/metrics`).FindStringSubmatch(p.rest.String())
+	require.NotNil(t, m, p.rest.String())
+	status, _, body := p.get("/api/v10/channels/1/messages")
+	require.Equal(t, http.StatusOK, status, body)
+	status, _, _ = p.get(proxy.MetricsPath)
+	assert.Equal(t, http.StatusNotFound, status, "no metrics on the clients' port")
+	assert.Equal(t, 1.0, scrape(t, p.client, m[1], "sluice_proxy_requests_total"))
+	assert.Equal(t, 0, p.stop(syscall.SIGTERM))
+}
+
 func TestProxyHelp(t *testing.T) {
 	for _, args := range [][]string{{"proxy", "-h"}, {"help", "proxy"}, {"proxy", "--help"}} {
 		var out, errOut strings.Builder
@@ -687,7 +724,8 @@ func TestProxyHelp(t *testing.T) {
 		assert.Empty(t, errOut.String())
 		assert.Contains(t, out.String(), "Usage: sluice proxy [flags]")
 		for _, f := range []string{"listen", "upstream", "h2c", "ca-file", "redis", "redis-ip-key", "max-tokens", "idle-timeout", "max-queue",
-			"overflow-status", "max-wait-header", "cache-404", "cache-401", "webhook-auth", "grace", "drain-delay", "log-level", "log-format"} {
+			"overflow-status", "max-wait-header", "cache-404", "cache-401", "webhook-auth", "grace", "drain-delay", "log-level", "log-format",
+			"max-body", "max-buffered", "body-timeout", "metrics-listen"} {
 			assert.Regexp(t, `\n  -`+f+`[ \n]`, out.String())
 		}
 		assert.Contains(t, out.String(), "SLUICE_TOKEN")
