@@ -80,11 +80,11 @@ func (p *Proxy) classify(err error, t *tenant) refusal {
 	case errors.Is(err, errMethod):
 		return refusal{status: http.StatusMethodNotAllowed, reason: ReasonMethod, message: "405: Method Not Allowed"}
 	case errors.Is(err, errBodyTooLarge):
-		return refusal{status: http.StatusRequestEntityTooLarge, reason: ReasonBodyTooLarge, code: 40005, close: true, message: maxBodyMessage(p.cfg.MaxBody)}
+		return refusal{status: http.StatusRequestEntityTooLarge, reason: ReasonBodyTooLarge, code: 40005, message: maxBodyMessage(p.cfg.MaxBody)}
 	case errors.Is(err, errBodyTimeout):
-		return refusal{status: http.StatusRequestTimeout, reason: ReasonBodyTimeout, close: true, message: err.Error()}
+		return refusal{status: http.StatusRequestTimeout, reason: ReasonBodyTimeout, message: err.Error()}
 	case errors.Is(err, errBodyBudget):
-		return refusal{status: http.StatusServiceUnavailable, reason: ReasonOverloaded, retryAfter: time.Second, close: true, message: err.Error()}
+		return refusal{status: http.StatusServiceUnavailable, reason: ReasonOverloaded, retryAfter: time.Second, message: err.Error()}
 	case errors.Is(err, errBodyRead), errors.Is(err, errAuthorization), errors.Is(err, errWait),
 		errors.As(err, &oe) && oe.Option == "Token": // a caller's token New refused: the input's fault
 		return refusal{status: http.StatusBadRequest, reason: ReasonBadRequest, message: err.Error()}
@@ -140,11 +140,6 @@ func (r refusal) write(w http.ResponseWriter) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set(ProxyHeader, r.reason)
-	if r.close {
-		// The rest of the request is unread or was cut: the connection
-		// cannot carry another one.
-		h.Set("Connection", "close")
-	}
 	if r.status == http.StatusMethodNotAllowed {
 		h.Set("Allow", strings.Join(routes.Methods, ", "))
 	}

@@ -54,8 +54,11 @@
 //   - A token route in any spelling is sent without the bot token
 //     (unless Config.WebhookAuth) and counted on the per-IP limits.
 //   - Request bodies held at once never exceed Config.MaxBuffered bytes.
-//   - An HTTP/1 connection that carried a chunked request is closed after
-//     its answer (request smuggling, RFC 9112 §6.1).
+//   - An HTTP/1 answer given before the request's body was read in full
+//     closes the connection (net/http would otherwise wait, with no
+//     deadline, for the rest of a body the client may never send), and so
+//     does the answer to any chunked request (request smuggling, RFC 9112
+//     §6.1).
 //
 // # Several replicas
 //

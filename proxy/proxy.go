@@ -238,6 +238,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set(RequestIDHeader, id)
 	r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
+	if r.ProtoMajor == 1 && (r.ContentLength != 0 || len(r.TransferEncoding) > 0) {
+		// Until its body has been read in full, an answer closes the
+		// HTTP/1 connection: net/http would otherwise read the rest of
+		// the body first, with no deadline, from a client that may never
+		// send it. relay lifts this once the body is read (see there).
+		w.Header().Set("Connection", "close")
+	}
 	if !p.enter() {
 		p.refuse(w, r, nil, "", p.classify(sluice.ErrClosed, nil), start)
 		return
@@ -328,13 +335,6 @@ func checkAuthorization(v string) error {
 // answer back. The order is the one of the package doc: the cheap checks
 // first, the body read before a limiter is taken.
 func (p *Proxy) relay(w http.ResponseWriter, r *http.Request, start time.Time) {
-	if r.ProtoMajor == 1 && len(r.TransferEncoding) > 0 {
-		// net/http drops a Content-Length sent beside Transfer-Encoding
-		// before a handler sees it, so an ambiguous request (RFC 9112
-		// §6.1, a smuggling attempt) cannot be told from a chunked one:
-		// the connection is closed after every chunked request.
-		w.Header().Set("Connection", "close")
-	}
 	if routes.MethodLabel(r.Method) == routes.OtherLabel || r.Method == http.MethodConnect {
 		p.refuse(w, r, nil, "", p.classify(errMethod, nil), start)
 		return
@@ -386,6 +386,15 @@ func (p *Proxy) relay(w http.ResponseWriter, r *http.Request, start time.Time) {
 		return
 	}
 	defer p.body.give(held)
+	if len(r.TransferEncoding) == 0 {
+		// The body is read: the connection may carry the next request.
+		// Not after a chunked one: net/http drops a Content-Length sent
+		// beside Transfer-Encoding before a handler sees it, so an
+		// ambiguous request (RFC 9112 §6.1, a smuggling attempt) cannot be
+		// told from a chunked one, and the connection closes after every
+		// chunked request.
+		w.Header().Del("Connection")
+	}
 	ctx := sluice.WithMaxWait(r.Context(), maxWait)
 	t, err := p.reg.acquire(ctx, token)
 	if err != nil {
