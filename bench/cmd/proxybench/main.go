@@ -3,7 +3,7 @@
 // GET workload sent through Limiter.Do and through the proxy (a plain
 // HTTP/1.1 client with keep-alive to a loopback net/http server serving
 // proxy.Proxy), and the memory and goroutines each idle token's limiter
-// keeps.
+// keeps; with -only uploads, the memory of a proxy under hostile uploads.
 //
 // Run it from the bench module:
 //
@@ -30,6 +30,23 @@
 // connection is not counted. -memprofile PREFIX writes a heap profile of
 // each configuration once idle.
 //
+// Uploads (-only uploads, not part of the default run: it takes about four
+// minutes and opens thousands of connections): for each scenario, a
+// fresh child process serves proxy.Proxy behind a loopback net/http
+// server in front of a child simulator, with the default Config and, if
+// -small-buffered is not 0, with MaxBuffered that many MiB; this process
+// sends hostile uploads to POST /api/v10/channels/{id}/messages over raw
+// TCP connections: -uploads concurrent uploads of -upload-bytes each,
+// chunked ("chunked") and with Content-Length ("length"), and -stalled
+// uploads that send -stall-sent bytes of body and then nothing, with
+// Content-Length 1 MiB ("stalled-length") and chunked
+// ("stalled-chunked"); -scenarios accepted adds -uploads uploads of
+// -accepted-bytes, under MaxBody, which the proxy relays upstream. The
+// child samples its RSS, heap in use and goroutines every 10 ms and
+// reports the peaks; the clients count the statuses they got and when. It also builds against the proxy before
+// the body options (MaxBody, MaxBuffered, BodyTimeout) existed, and
+// then measures the default Config only.
+//
 // It prints a Markdown report (and writes it to -out) with the command, Go
 // version and machine; progress goes to stderr.
 package main
@@ -52,6 +69,13 @@ type params struct {
 	latency, settle               time.Duration
 	ks, conns                     []int
 	only, memUpstream, memprofile string
+
+	// the uploads part
+	uploads, stalled, smallBuffered int
+	uploadBytes, stallSent          int64
+	acceptedBytes                   int64
+	upWait                          time.Duration
+	scenarios                       string
 }
 
 func main() {
@@ -61,6 +85,10 @@ func main() {
 	}
 	if os.Getenv(measureEnv) != "" {
 		measureChild()
+		return
+	}
+	if os.Getenv(uploadsEnv) != "" {
+		uploadsChild()
 		return
 	}
 	var p params
@@ -73,9 +101,17 @@ func main() {
 	ks := flag.String("k", "200,1000", "comma-separated token counts of the memory phase")
 	conns := flag.String("conns", "0,1", "comma-separated Options.Connections of the limiter template in the memory phase (0: default, 4); the first is measured at every -k, the others at the smallest -k only")
 	flag.DurationVar(&p.settle, "settle", 31*time.Second, "wait after the memory phase's answers before measuring idle tokens (over 30 s: a limiter's idle worker goroutines exit after 30 s)")
-	flag.StringVar(&p.only, "only", "", `"throughput" or "memory" to run one phase`)
+	flag.StringVar(&p.only, "only", "", `"throughput" or "memory" to run one phase of the default run, "uploads" for the hostile uploads (not in the default run)`)
 	flag.StringVar(&p.memUpstream, "mem-upstream", "child", `where the memory phase's simulator runs: "child" (a child process) or "inprocess"`)
 	flag.StringVar(&p.memprofile, "memprofile", "", "write heap profiles of the memory phase to PREFIX-k<K>-conns<C>.pprof")
+	flag.IntVar(&p.uploads, "uploads", 20, "uploads: concurrent large uploads of the chunked and length scenarios")
+	flag.Int64Var(&p.uploadBytes, "upload-bytes", 100_000_000, "uploads: bytes of each large upload")
+	flag.Int64Var(&p.acceptedBytes, "accepted-bytes", 8_000_000, "uploads: bytes of each upload of the accepted scenario (under MaxBody, and under the simulator's 8 MiB)")
+	flag.IntVar(&p.stalled, "stalled", 5000, "uploads: connections of the stalled scenarios")
+	flag.Int64Var(&p.stallSent, "stall-sent", 10_000, "uploads: body bytes a stalled upload sends before it stalls")
+	flag.IntVar(&p.smallBuffered, "small-buffered", 64, "uploads: Config.MaxBuffered in MiB of the second configuration (0: the default Config only)")
+	flag.DurationVar(&p.upWait, "upload-wait", 90*time.Second, "uploads: how long a client waits for its answer before the scenario ends (the default BodyTimeout is 1 min)")
+	flag.StringVar(&p.scenarios, "scenarios", "chunked,length,stalled-length,stalled-chunked", "uploads: comma-separated scenarios to run (also: accepted)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the throughput phase to FILE")
 	out := flag.String("out", "", "also write the Markdown report to FILE")
 	flag.Parse()
@@ -89,8 +125,12 @@ func main() {
 		err = fmt.Errorf("-n, -c, -rounds, -channels must be positive and -limit in [1, 1000000]")
 	case slices.Min(p.ks) < 1 || slices.Max(p.conns) > 64:
 		err = fmt.Errorf("-k values must be positive and -conns values at most 64")
-	case p.only != "" && p.only != "throughput" && p.only != "memory":
-		err = fmt.Errorf("-only must be throughput or memory")
+	case p.only != "" && p.only != "throughput" && p.only != "memory" && p.only != "uploads":
+		err = fmt.Errorf("-only must be throughput, memory or uploads")
+	case p.uploads < 1 || p.stalled < 1 || p.uploadBytes < 1 || p.stallSent < 1 || p.acceptedBytes < 1 || p.smallBuffered < 0 || p.upWait <= 0:
+		err = fmt.Errorf("-uploads, -stalled, -upload-bytes, -stall-sent, -accepted-bytes and -upload-wait must be positive, -small-buffered not negative")
+	case p.smallBuffered > 0 && p.smallBuffered < 25:
+		err = fmt.Errorf("-small-buffered must be at least 25 (MiB): MaxBuffered is at least the default MaxBody")
 	case p.memUpstream != "child" && p.memUpstream != "inprocess":
 		err = fmt.Errorf("-mem-upstream must be child or inprocess")
 	}
@@ -101,7 +141,7 @@ func main() {
 
 	began := time.Now()
 	rep := report{p: p}
-	if p.only != "memory" {
+	if p.only == "" || p.only == "throughput" {
 		if *cpuprofile != "" {
 			f, err := os.Create(*cpuprofile)
 			if err != nil {
@@ -121,7 +161,14 @@ func main() {
 		}
 		rep.tp = &tr
 	}
-	if p.only != "throughput" {
+	if p.only == "uploads" {
+		ups, notes, err := measureUploads(p)
+		if err != nil {
+			fail(fmt.Errorf("uploads: %w", err))
+		}
+		rep.uploads, rep.upNotes = ups, notes
+	}
+	if p.only == "" || p.only == "memory" {
 		mem, where, err := measureAllMemory(p)
 		if err != nil {
 			fail(fmt.Errorf("memory: %w", err))

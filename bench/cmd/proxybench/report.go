@@ -18,6 +18,8 @@ type report struct {
 	tp       *throughputResult
 	mem      []memResult
 	memWhere string
+	uploads  []upResult
+	upNotes  []string
 	took     time.Duration
 }
 
@@ -39,11 +41,18 @@ func (r report) markdown() string {
 	if r.mem != nil {
 		fmt.Fprintf(&b, "- Memory: K=%s, Connections=%s (values after the first at the smallest K), settle %v\n", joinInts(p.ks), joinInts(p.conns), p.settle)
 	}
+	if r.uploads != nil {
+		fmt.Fprintf(&b, "- Uploads: scenarios %s; %d large uploads of %d bytes (accepted: of %d bytes); %d stalled uploads sending %d bytes; configurations: default Config, MaxBuffered %d MiB (0: not measured); clients wait at most %v\n",
+			p.scenarios, p.uploads, p.uploadBytes, p.acceptedBytes, p.stalled, p.stallSent, p.smallBuffered, p.upWait)
+	}
 	if r.tp != nil {
 		r.writeThroughput(&b)
 	}
 	if r.mem != nil {
 		r.writeMemory(&b)
+	}
+	if r.uploads != nil {
+		r.writeUploads(&b)
 	}
 	return b.String()
 }
