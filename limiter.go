@@ -239,7 +239,8 @@ func (l *Limiter) newCall(ctx context.Context, req *http.Request) (c *actors.Cal
 		r.Header.Del("Authorization") // a bot token is for the API only
 	}
 	policy := route.Resend()
-	body, err := l.buffer(ctx, req, policy == routes.ResendWithNonce || !direct && l.limits.needsBody(route))
+	nonce := policy == routes.ResendWithNonce && JSONBody(r.Header.Get("Content-Type"))
+	body, err := l.buffer(ctx, req, nonce || !direct && l.limits.needsBody(route))
 	if err != nil {
 		return fail(r, route, err)
 	}

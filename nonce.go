@@ -32,7 +32,7 @@ func newNonce(now time.Time) string {
 // not to deduplicate), for a body that is not a JSON object, and for
 // multipart bodies (files), which are left as they are.
 func withNonce(contentType string, body []byte, now time.Time) ([]byte, bool) {
-	if mt, _, err := mime.ParseMediaType(contentType); contentType != "" && (err != nil || mt != "application/json") {
+	if !JSONBody(contentType) {
 		return body, false
 	}
 	trimmed := bytes.TrimSpace(body)
@@ -55,4 +55,18 @@ func withNonce(contentType string, body []byte, now time.Time) ([]byte, bool) {
 		out = append(out, ',')
 	}
 	return append(out, add...), true
+}
+
+// JSONBody reports whether a request body of contentType is one a Limiter
+// reads as JSON: no Content-Type, or application/json. A message creation
+// with such a body is held in memory to get a nonce (two copies of it
+// while that is added); any other body is sent as it is, from the
+// request's GetBody when it has one, without a copy (package proxy counts
+// its buffers by this rule).
+func JSONBody(contentType string) bool {
+	if contentType == "" {
+		return true
+	}
+	mt, _, err := mime.ParseMediaType(contentType)
+	return err == nil && mt == "application/json"
 }

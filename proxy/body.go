@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"net/http"
@@ -8,6 +9,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice"
 )
 
 // bodyBudget bounds the bytes of request bodies held at once across every
@@ -37,8 +40,14 @@ func (b *bodyBudget) take(n int64) bool {
 // give returns n bytes taken earlier.
 func (b *bodyBudget) give(n int64) { b.used.Add(-n) }
 
-// bodyChunk is the least a body's buffer grows by.
-const bodyChunk = 64 << 10
+// Chunk sizes of a body's buffer: the first is small and each next one
+// twice the last, up to the largest, so a body held in memory is one list
+// of chunks with no copy, and a stalled upload holds at most about twice
+// what it sent (a 10 KB one holds 12 KiB).
+const (
+	firstChunk = 4 << 10
+	maxChunk   = 64 << 10
+)
 
 // Errors of readBody, each a row of classify.
 var (
@@ -48,14 +57,32 @@ var (
 	errBodyRead     = errors.New("proxy: the request body could not be read")
 )
 
+// requestBody is a body read into memory: chunks, in order.
+type requestBody struct {
+	chunks [][]byte
+	n      int64
+}
+
+// reader returns a reader of the whole body; each call a new one, over
+// the same chunks (an http.Request's GetBody).
+func (b *requestBody) reader() io.ReadCloser {
+	rs := make([]io.Reader, len(b.chunks))
+	for i, c := range b.chunks {
+		rs[i] = bytes.NewReader(c)
+	}
+	return io.NopCloser(io.MultiReader(rs...))
+}
+
 // readBody reads r's body into memory before the request takes any place
 // in a limiter: at most Config.MaxBody bytes, within Config.BodyTimeout,
-// holding its buffer's bytes in the budget as they arrive (a client that
-// announces 25 MiB and sends one byte holds 64 KiB). It returns the body
-// (nil for none) and the bytes held, to be given back once the request is
-// answered; on error nothing is held. r.Body is read to its end or to the
-// error, never further.
-func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) (body []byte, held int64, err error) {
+// holding in the budget the chunks it allocates as the bytes arrive (a
+// client that announces 25 MiB and sends one byte holds 4 KiB). A JSON
+// body (sluice.JSONBody) is counted three times once read: the limiter
+// holds two more copies of a message creation's while it adds a nonce.
+// It returns the body (nil for none) and the bytes held, to be given back
+// once the request is answered; on error nothing is held. r.Body is read
+// to its end or to the error, never further.
+func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) (body *requestBody, held int64, err error) {
 	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
 		return nil, 0, nil
 	}
@@ -67,33 +94,44 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) (body []byte, h
 	if rc.SetReadDeadline(time.Now().Add(p.cfg.BodyTimeout)) == nil {
 		defer rc.SetReadDeadline(time.Time{})
 	}
-	want := r.ContentLength // -1: unknown (chunked)
-	fail := func(err error) ([]byte, int64, error) {
+	fail := func(err error) (*requestBody, int64, error) {
 		p.body.give(held)
 		return nil, 0, err
 	}
+	body = &requestBody{}
+	var cur []byte // the last chunk, filled up to len
+	next := int64(firstChunk)
+read:
 	for {
-		if len(body) == cap(body) {
-			grow := max(int64(cap(body)), bodyChunk)
-			if want >= 0 {
-				grow = min(grow, want-int64(len(body))+1) // +1: room to see the end
+		if r.ContentLength > 0 && body.n == r.ContentLength {
+			break // net/http ends the body there: nothing more to see
+		}
+		if len(cur) == cap(cur) {
+			size := next
+			if r.ContentLength > 0 {
+				size = min(size, r.ContentLength-body.n)
 			}
-			grow = min(grow, limit+1-int64(cap(body)))
-			if !p.body.take(grow) {
+			size = min(size, limit+1-body.n)
+			if !p.body.take(size) {
 				return fail(errBodyBudget)
 			}
-			held += grow
-			nb := make([]byte, len(body), int64(cap(body))+grow)
-			copy(nb, body)
-			body = nb
+			held += size
+			cur = make([]byte, 0, size)
+			body.chunks = append(body.chunks, cur)
+			next = min(2*next, maxChunk)
 		}
-		n, rerr := r.Body.Read(body[len(body):cap(body)])
-		body = body[:len(body)+n]
+		n, rerr := r.Body.Read(cur[len(cur):cap(cur)])
+		cur = cur[:len(cur)+n]
+		body.chunks[len(body.chunks)-1] = cur
+		body.n += int64(n)
 		switch {
-		case int64(len(body)) > limit:
+		case body.n > limit:
 			return fail(errBodyTooLarge)
 		case rerr == io.EOF:
-			return body, held, nil
+			if r.ContentLength > 0 && body.n < r.ContentLength {
+				return fail(errBodyRead)
+			}
+			break read
 		case errors.Is(rerr, os.ErrDeadlineExceeded):
 			return fail(errBodyTimeout)
 		case rerr != nil:
@@ -104,6 +142,13 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) (body []byte, h
 			return fail(errBodyRead)
 		}
 	}
+	if sluice.JSONBody(r.Header.Get("Content-Type")) {
+		if !p.body.take(2 * body.n) {
+			return fail(errBodyBudget)
+		}
+		held += 2 * body.n
+	}
+	return body, held, nil
 }
 
 // maxBodyMessage is the text of a 413, as Discord words it.

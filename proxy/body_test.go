@@ -73,7 +73,7 @@ func TestStalledBodyIsAnswered408(t *testing.T) {
 // 413 with Discord's code; bodies that fit are relayed; the budget is
 // back at zero after every kind of answer.
 func TestBodyBoundsAndBudget(t *testing.T) {
-	p, front := bodyProxy(t, Config{DefaultToken: "Bot x", MaxBody: 4096, MaxBuffered: 8192})
+	p, front := bodyProxy(t, Config{DefaultToken: "Bot x", MaxBody: 4096, MaxBuffered: 3 * 4096})
 	big := strings.Repeat("x", 5000)
 	resp := rawRequest(t, front, "POST /api/v10/channels/1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 5000\r\n\r\n")
 	assert.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode, "refused on its Content-Length, before its body")
@@ -92,14 +92,14 @@ func TestBodyBoundsAndBudget(t *testing.T) {
 // request, one that needs more is answered 503 overloaded with
 // Retry-After.
 func TestBodyBudgetRefusesBeyondItsBound(t *testing.T) {
-	p, front := bodyProxy(t, Config{DefaultToken: "Bot x", MaxBody: 1 << 20, MaxBuffered: 1 << 20})
-	require.True(t, p.body.take(1<<20-1000), "another request holds nearly all of it")
-	defer p.body.give(1<<20 - 1000)
+	p, front := bodyProxy(t, Config{DefaultToken: "Bot x", MaxBody: 1 << 20, MaxBuffered: 3 << 20})
+	require.True(t, p.body.take(3<<20-1000), "another request holds nearly all of it")
+	defer p.body.give(3<<20 - 1000)
 	resp := rawRequest(t, front, "POST /api/v10/channels/1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 5000\r\n\r\n"+strings.Repeat("x", 5000))
 	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
 	assert.Equal(t, ReasonOverloaded, resp.Header.Get(ProxyHeader))
 	assert.Equal(t, "1", resp.Header.Get("Retry-After"))
-	assert.Equal(t, int64(1<<20-1000), p.body.used.Load(), "the refused request holds nothing")
+	assert.Equal(t, int64(3<<20-1000), p.body.used.Load(), "the refused request holds nothing")
 }
 
 // peekName returns the name of token's tenant if it is live, else "".
@@ -110,4 +110,29 @@ func (r *registry) peekName(token string) string {
 		return t.name
 	}
 	return ""
+}
+
+// TestStalledUploadHoldsWhatItSent: memory is taken in chunks as the bytes
+// arrive (4 KiB, then doubling to 64 KiB), so an upload that announces
+// 1 MiB, sends 10,000 bytes and stalls holds 12 KiB, not what it announced.
+func TestStalledUploadHoldsWhatItSent(t *testing.T) {
+	p, front := bodyProxy(t, Config{DefaultToken: "Bot x", BodyTimeout: time.Minute})
+	c, err := net.Dial("tcp", front.Listener.Addr().String())
+	require.NoError(t, err)
+	_, err = io.WriteString(c, "POST /api/v10/channels/1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=x\r\nContent-Length: 1048576\r\n\r\n"+strings.Repeat("x", 10000))
+	require.NoError(t, err)
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for p.body.used.Load() < 10000 {
+		require.True(t, time.Now().Before(deadline), "the proxy never read the 10,000 bytes (holds %d)", p.body.used.Load())
+		<-tick.C
+	}
+	assert.Equal(t, int64(4+8)<<10, p.body.used.Load(), "two chunks: 4 and 8 KiB")
+	require.NoError(t, c.Close())
+	deadline = time.Now().Add(10 * time.Second)
+	for p.body.used.Load() != 0 {
+		require.True(t, time.Now().Before(deadline), "a client that hung up still holds %d bytes", p.body.used.Load())
+		<-tick.C
+	}
 }

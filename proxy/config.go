@@ -112,9 +112,12 @@ type Config struct {
 	// once, across every request: a body is read in full before its token's
 	// limiter is taken (so a stalled upload holds no token's place), and
 	// one that would go over the bound is answered 503 (reason overloaded)
-	// with Retry-After. Memory is taken as the bytes arrive, so a stalled
-	// upload holds only what it sent. Default DefaultMaxBuffered (256 MiB);
-	// at least MaxBody.
+	// with Retry-After. Memory is taken in chunks as the bytes arrive (4
+	// KiB, then twice the last, up to 64 KiB), so a stalled upload holds
+	// at most about twice what it sent; a JSON body counts three times
+	// once read, for the copies the limiter makes of a message creation's
+	// to add its nonce (sluice.JSONBody). Default DefaultMaxBuffered (256
+	// MiB); at least 3 × MaxBody.
 	MaxBuffered int64
 	// BodyTimeout bounds the time a client may take to send a request's
 	// body, from when its headers have been read; a slower one is answered
@@ -211,10 +214,10 @@ func (c Config) settings() (settings, error) {
 		return bad("MaxBody", "must be between 1 and %d bytes (sluice.MaxRequestBody), not %d", sluice.MaxRequestBody, c.MaxBody)
 	}
 	if c.MaxBuffered == 0 {
-		c.MaxBuffered = max(DefaultMaxBuffered, c.MaxBody)
+		c.MaxBuffered = max(DefaultMaxBuffered, 3*c.MaxBody)
 	}
-	if c.MaxBuffered < c.MaxBody {
-		return bad("MaxBuffered", "must be at least MaxBody (%d bytes), not %d", c.MaxBody, c.MaxBuffered)
+	if c.MaxBuffered < 3*c.MaxBody {
+		return bad("MaxBuffered", "must be at least 3 × MaxBody (%d bytes: a JSON body and the limiter's two copies of it), not %d", 3*c.MaxBody, c.MaxBuffered)
 	}
 	if c.BodyTimeout == 0 {
 		c.BodyTimeout = DefaultBodyTimeout

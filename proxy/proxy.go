@@ -409,10 +409,9 @@ func (p *Proxy) relay(w http.ResponseWriter, r *http.Request, start time.Time) {
 	}
 	out.URL = target
 	copyHeader(out.Header, r.Header, "Authorization", "Host", "Content-Length", p.cfg.MaxWaitHeader)
-	if len(body) > 0 {
-		out.Body = io.NopCloser(bytes.NewReader(body))
-		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-		out.ContentLength = int64(len(body))
+	if body != nil && body.n > 0 {
+		out.Body, out.ContentLength = body.reader(), body.n
+		out.GetBody = func() (io.ReadCloser, error) { return body.reader(), nil }
 	}
 	resp, err := t.lim.Do(ctx, out)
 	if err != nil {

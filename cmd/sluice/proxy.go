@@ -140,7 +140,7 @@ func parseProxyFlags(args []string, getenv func(string) (string, bool), stdout i
 	fs.IntVar(&f.maxQueue, "max-queue", proxy.DefaultMaxQueue, "requests of one token without an answer yet at most; more get the overflow answer at once")
 	fs.IntVar(&f.overflow, "overflow-status", proxy.DefaultOverflowStatus, "`status` of the overflow answer, 400 to 599 (with Retry-After and X-Sluice-Proxy: queue_full)")
 	fs.Int64Var(&f.maxBody, "max-body", proxy.DefaultMaxBody, "largest request body in `bytes`; a larger one is answered 413 (at most 67108864, the limiter's bound)")
-	fs.Int64Var(&f.maxBuffered, "max-buffered", proxy.DefaultMaxBuffered, "request body `bytes` held in memory at once across every request; beyond it requests are answered 503 with Retry-After (at least -max-body)")
+	fs.Int64Var(&f.maxBuffered, "max-buffered", proxy.DefaultMaxBuffered, "request body `bytes` held in memory at once across every request; beyond it requests are answered 503 with Retry-After (at least 3 × -max-body)")
 	fs.DurationVar(&f.bodyTimeout, "body-timeout", proxy.DefaultBodyTimeout, "longest a client may take to send a request's body once its headers are read; a slower one is answered 408")
 	fs.StringVar(&f.maxWaitHeader, "max-wait-header", proxy.DefaultMaxWaitHeader, "request `header` in which a caller gives the longest wait it accepts (\"2.5\" seconds or \"2500ms\"); a longer predicted wait is answered 429 at once")
 	fs.DurationVar(&f.cache404, "cache-404", proxy.DefaultCacheTTL()[http.StatusNotFound], "replay a 404 to the same token for the same method, path and query for this long (0: never)")
@@ -230,8 +230,8 @@ func (f *proxyFlags) check() error {
 		return bad("max-queue", "must be 1 or more, got %d", f.maxQueue)
 	case f.maxBody < 1 || f.maxBody > sluice.MaxRequestBody:
 		return bad("max-body", "must be between 1 and %d, got %d", sluice.MaxRequestBody, f.maxBody)
-	case f.maxBuffered < f.maxBody:
-		return bad("max-buffered", "must be at least %s (%d), got %d", f.name("max-body"), f.maxBody, f.maxBuffered)
+	case f.maxBuffered < 3*f.maxBody:
+		return bad("max-buffered", "must be at least 3 × %s (%d: a JSON body and the limiter's two copies), got %d", f.name("max-body"), 3*f.maxBody, f.maxBuffered)
 	case f.bodyTimeout <= 0:
 		return bad("body-timeout", "must be more than 0s, got %v", f.bodyTimeout)
 	case f.overflow < 400 || f.overflow > 599:

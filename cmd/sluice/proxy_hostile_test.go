@@ -674,11 +674,12 @@ func TestProxyHostileMetricsLabelsStayBounded(t *testing.T) {
 }
 
 // TestProxyHostileBodiesAreBounded (resources: memory held by request
-// bodies). With -max-body 1 MiB and -max-buffered 4 MiB: a Content-Length
+// bodies). With -max-body 1 MiB and -max-buffered 3 MiB: a Content-Length
 // of 2 MiB is answered 413 body_too_large (Discord's code 40005) before a
 // byte of the body is sent; a chunked upload of 3 MiB is answered 413
-// too. Five uploads of 1 MiB that each send 600 KiB and stall need 5 MiB
-// together: once four hold their 1 MiB, the next one to need memory is
+// too. Five uploads of 1 MiB that each send 900 KiB and stall hold about
+// 950 KiB each (the chunks their bytes filled): once three hold theirs,
+// the next one to need memory is
 // answered 503 overloaded with Retry-After and Connection: close (which
 // one depends on the order the proxy reads them; the first answer is
 // awaited). Once the stalled ones hang up, their memory is given back: a
@@ -688,7 +689,7 @@ func TestProxyHostileBodiesAreBounded(t *testing.T) {
 	up := newDiscordUpstream(t, "")
 	p := startProxy(t, []string{"SLUICE_TOKEN=" + hostileBotToken},
 		"-listen", "127.0.0.1:0", "-upstream", up.APIBase(), "-ca-file", up.caFile,
-		"-max-body", "1048576", "-max-buffered", "4194304")
+		"-max-body", "1048576", "-max-buffered", "3145728")
 	const mib = 1 << 20
 	post := func(channel int, header ...string) string {
 		return hostileRequest("POST", fmt.Sprintf("/api/v10/channels/%d/messages", channel), append([]string{"Content-Type: application/json"}, header...)...)
@@ -730,7 +731,7 @@ func TestProxyHostileBodiesAreBounded(t *testing.T) {
 	tooLarge("chunked 3 MiB", hc.answer())
 
 	// Five stalled uploads: four fit, the fifth to need memory does not.
-	const stalledN, sent = 5, 600 << 10
+	const stalledN, sent = 5, 900 << 10
 	stalled := make([]*hostileConn, stalledN)
 	answers := make(chan hostileAnswer, stalledN)
 	for i := range stalled {
