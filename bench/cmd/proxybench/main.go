@@ -109,7 +109,7 @@ func main() {
 	flag.Int64Var(&p.acceptedBytes, "accepted-bytes", 8_000_000, "uploads: bytes of each upload of the accepted scenario (under MaxBody, and under the simulator's 8 MiB)")
 	flag.IntVar(&p.stalled, "stalled", 5000, "uploads: connections of the stalled scenarios")
 	flag.Int64Var(&p.stallSent, "stall-sent", 10_000, "uploads: body bytes a stalled upload sends before it stalls")
-	flag.IntVar(&p.smallBuffered, "small-buffered", 64, "uploads: Config.MaxBuffered in MiB of the second configuration (0: the default Config only)")
+	flag.IntVar(&p.smallBuffered, "small-buffered", 75, "uploads: Config.MaxBuffered in MiB of the second configuration (0: the default Config only)")
 	flag.DurationVar(&p.upWait, "upload-wait", 90*time.Second, "uploads: how long a client waits for its answer before the scenario ends (the default BodyTimeout is 1 min)")
 	flag.StringVar(&p.scenarios, "scenarios", "chunked,length,stalled-length,stalled-chunked", "uploads: comma-separated scenarios to run (also: accepted)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the throughput phase to FILE")
@@ -129,8 +129,8 @@ func main() {
 		err = fmt.Errorf("-only must be throughput, memory or uploads")
 	case p.uploads < 1 || p.stalled < 1 || p.uploadBytes < 1 || p.stallSent < 1 || p.acceptedBytes < 1 || p.smallBuffered < 0 || p.upWait <= 0:
 		err = fmt.Errorf("-uploads, -stalled, -upload-bytes, -stall-sent, -accepted-bytes and -upload-wait must be positive, -small-buffered not negative")
-	case p.smallBuffered > 0 && p.smallBuffered < 25:
-		err = fmt.Errorf("-small-buffered must be at least 25 (MiB): MaxBuffered is at least the default MaxBody")
+	case p.smallBuffered > 0 && p.smallBuffered < 75:
+		err = fmt.Errorf("-small-buffered must be at least 75 (MiB): MaxBuffered is at least 3 x the default MaxBody")
 	case p.memUpstream != "child" && p.memUpstream != "inprocess":
 		err = fmt.Errorf("-mem-upstream must be child or inprocess")
 	}
