@@ -41,6 +41,10 @@ const (
 	flushMin = time.Second
 	// redisPingTimeout bounds the check of -redis at start.
 	redisPingTimeout = 5 * time.Second
+	// defaultMaxConns is -max-conns' default: an open connection costs
+	// about 40 KiB whatever it sends, so 4,096 stalled ones hold about
+	// 170 MiB (docs/proxy-performance.md).
+	defaultMaxConns = 4096
 )
 
 const proxyUsage = `Usage: sluice proxy [flags]
@@ -91,6 +95,7 @@ type proxyFlags struct {
 	h2c, webhookAuth              bool
 	maxTokens, maxQueue, overflow int
 	maxBody, maxBuffered          int64
+	maxConns                      int
 	bodyTimeout                   time.Duration
 	idleTimeout, grace            time.Duration
 	drainDelay                    time.Duration
@@ -141,6 +146,7 @@ func parseProxyFlags(args []string, getenv func(string) (string, bool), stdout i
 	fs.IntVar(&f.overflow, "overflow-status", proxy.DefaultOverflowStatus, "`status` of the overflow answer, 400 to 599 (with Retry-After and X-Sluice-Proxy: queue_full)")
 	fs.Int64Var(&f.maxBody, "max-body", proxy.DefaultMaxBody, "largest request body in `bytes`; a larger one is answered 413 (at most 67108864, the limiter's bound)")
 	fs.Int64Var(&f.maxBuffered, "max-buffered", proxy.DefaultMaxBuffered, "request body `bytes` held in memory at once across every request; beyond it requests are answered 503 with Retry-After (at least 3 × -max-body)")
+	fs.IntVar(&f.maxConns, "max-conns", defaultMaxConns, "client connections open at once at most; more wait in the listen backlog until one closes (0: no limit)")
 	fs.DurationVar(&f.bodyTimeout, "body-timeout", proxy.DefaultBodyTimeout, "longest a client may take to send a request's body once its headers are read; a slower one is answered 408")
 	fs.StringVar(&f.maxWaitHeader, "max-wait-header", proxy.DefaultMaxWaitHeader, "request `header` in which a caller gives the longest wait it accepts (\"2.5\" seconds or \"2500ms\"); a longer predicted wait is answered 429 at once")
 	fs.DurationVar(&f.cache404, "cache-404", proxy.DefaultCacheTTL()[http.StatusNotFound], "replay a 404 to the same token for the same method, path and query for this long (0: never)")
@@ -232,6 +238,8 @@ func (f *proxyFlags) check() error {
 		return bad("max-body", "must be between 1 and %d, got %d", sluice.MaxRequestBody, f.maxBody)
 	case f.maxBuffered < 3*f.maxBody:
 		return bad("max-buffered", "must be at least 3 × %s (%d: a JSON body and the limiter's two copies), got %d", f.name("max-body"), 3*f.maxBody, f.maxBuffered)
+	case f.maxConns < 0:
+		return bad("max-conns", "must be 0 (no limit) or more, got %d", f.maxConns)
 	case f.bodyTimeout <= 0:
 		return bad("body-timeout", "must be more than 0s, got %v", f.bodyTimeout)
 	case f.overflow < 400 || f.overflow > 599:
@@ -438,6 +446,7 @@ func proxyCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		closeProxy(p, log, 0)
 		return fmt.Errorf("%s: %w", f.name("listen"), err)
 	}
+	ln = newLimitListener(ln, f.maxConns)
 	// HTTP/1.1, and cleartext HTTP/2 for clients that speak it with prior
 	// knowledge: many requests on one connection.
 	var protocols http.Protocols
@@ -480,7 +489,7 @@ func proxyCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		slog.String("redis", redisDesc), slog.String("redis_ip_key", f.redisIPKey),
 		slog.Int("max_tokens", f.maxTokens), slog.Duration("idle_timeout", f.idleTimeout),
 		slog.Int("max_queue", f.maxQueue), slog.Int("overflow_status", f.overflow),
-		slog.Int64("max_body", f.maxBody), slog.Int64("max_buffered", f.maxBuffered), slog.Duration("body_timeout", f.bodyTimeout),
+		slog.Int("max_conns", f.maxConns), slog.Int64("max_body", f.maxBody), slog.Int64("max_buffered", f.maxBuffered), slog.Duration("body_timeout", f.bodyTimeout),
 		slog.String("max_wait_header", http.CanonicalHeaderKey(f.maxWaitHeader)),
 		slog.Duration("cache_404", f.cache404), slog.Duration("cache_401", f.cache401),
 		slog.String("limits_file", f.limitsFile), slog.Int("limits", len(f.limits)), slog.Bool("no_default_limits", f.noDefaultLimits),

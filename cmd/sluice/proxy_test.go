@@ -725,7 +725,7 @@ func TestProxyHelp(t *testing.T) {
 		assert.Contains(t, out.String(), "Usage: sluice proxy [flags]")
 		for _, f := range []string{"listen", "upstream", "h2c", "ca-file", "redis", "redis-ip-key", "max-tokens", "idle-timeout", "max-queue",
 			"overflow-status", "max-wait-header", "cache-404", "cache-401", "webhook-auth", "grace", "drain-delay", "log-level", "log-format",
-			"max-body", "max-buffered", "body-timeout", "metrics-listen"} {
+			"max-body", "max-buffered", "body-timeout", "metrics-listen", "max-conns"} {
 			assert.Regexp(t, `\n  -`+f+`[ \n]`, out.String())
 		}
 		assert.Contains(t, out.String(), "SLUICE_TOKEN")
