@@ -39,9 +39,8 @@ func ExampleLimiter_Load() {
 }
 
 // TestLoadFollowsTheRequests: while requests wait for their bucket, Load
-// counts them pending; afterwards none, the global window's use and the
-// invalid-request budget as the requests left them. Load agrees with
-// Snapshot on what both report.
+// counts them pending, as Snapshot counts them queued; afterwards none
+// pending or running, the connection up, the global window open.
 func TestLoadFollowsTheRequests(t *testing.T) {
 	srv, lim := exampleSimulator(sluicetest.RuleSet{})
 	defer srv.Close()
@@ -80,7 +79,8 @@ func TestLoadFollowsTheRequests(t *testing.T) {
 	require.Len(t, ld.Windows, 2)
 	assert.Equal(t, "bot", ld.Windows[0].Name)
 	assert.Equal(t, 50, ld.Windows[0].Limit)
-	assert.GreaterOrEqual(t, ld.Windows[0].Used, 2, "the last two requests within the global window")
+	// How many of the seven are still within the 1 s window depends on the
+	// time since they went: at most all of them.
 	assert.LessOrEqual(t, ld.Windows[0].Used, 7)
 	assert.Equal(t, "open", ld.Windows[0].State)
 }

@@ -59,8 +59,7 @@ type refusal struct {
 	global     bool
 	scope      string // X-RateLimit-Scope on a relayed rate limit
 	message    string
-	code       int  // Discord's JSON error code; 0 for the proxy's own
-	close      bool // close the connection after the answer
+	code       int // Discord's JSON error code; 0 for the proxy's own
 	// eta, limit and declared: a max_wait refusal's ETA (zero otherwise).
 	eta             time.Time
 	limit, declared string

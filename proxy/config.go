@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/routes"
 )
 
 // Defaults of Config, in one place. Each field's comment names its
@@ -252,5 +253,5 @@ func (c Config) settings() (settings, error) {
 	if c.Clock == nil {
 		c.Clock = time.Now
 	}
-	return settings{Config: c, upstream: u, version: baseVersion(u.Path)}, nil
+	return settings{Config: c, upstream: u, version: routes.BaseVersion(u.Path)}, nil
 }

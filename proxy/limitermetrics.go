@@ -54,8 +54,9 @@ var limiterStates = []string{"disconnected", "connecting", "connected", "global_
 // Invariant (under mu): retired holds the Redis counters of the limiters
 // closed so far, so the exported counters only grow.
 type limiterMetrics struct {
-	p        *Proxy
-	provider *sdkmetric.MeterProvider
+	p            *Proxy
+	provider     *sdkmetric.MeterProvider
+	defaultToken string // normToken(Config.DefaultToken), "" without one
 
 	pending, running, buckets, states      *prometheus.Desc
 	globalUsed, globalLimit, globalPaused  *prometheus.Desc
@@ -77,7 +78,7 @@ func newLimiterMetrics(p *Proxy, reg *prometheus.Registry) (*limiterMetrics, err
 	// The SDK's default boundaries (0 to 10,000) suit milliseconds; the
 	// waits are in seconds, as the proxy's own duration histogram.
 	waits := sdkmetric.NewView(sdkmetric.Instrument{Name: "sluice.wait"}, sdkmetric.Stream{Aggregation: sdkmetric.AggregationExplicitBucketHistogram{Boundaries: durationBuckets}})
-	m := &limiterMetrics{p: p, provider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp), sdkmetric.WithView(drop, waits)), retired: map[string]*redisCounts{}}
+	m := &limiterMetrics{p: p, defaultToken: normToken(p.cfg.DefaultToken), provider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp), sdkmetric.WithView(drop, waits)), retired: map[string]*redisCounts{}}
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(name, help, append([]string{"tokens"}, labels...), nil)
 	}
@@ -105,7 +106,7 @@ func (m *limiterMetrics) class(token string) string {
 	switch {
 	case token == "":
 		return classNone
-	case token == normToken(m.p.cfg.DefaultToken):
+	case token == m.defaultToken:
 		return classDefault
 	default:
 		return classCaller
@@ -142,7 +143,6 @@ func (m *limiterMetrics) Describe(ch chan<- *prometheus.Desc) {
 
 // classTotals are one class's figures at a scrape.
 type classTotals struct {
-	live                      bool
 	pending, running, buckets int
 	states                    map[string]int
 	used, limit, paused       map[string]int
@@ -174,7 +174,6 @@ func (m *limiterMetrics) Collect(ch chan<- prometheus.Metric) {
 		}
 		ld := t.lim.Load()
 		c := totals[m.class(t.token)]
-		c.live = true
 		c.pending += ld.Pending
 		c.running += ld.Running
 		c.buckets += ld.Buckets

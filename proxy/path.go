@@ -45,29 +45,6 @@ func (p *Proxy) target(r *http.Request) (*url.URL, routes.Route, error) {
 	return u, route, nil
 }
 
-// baseVersion is the API version an upstream base path ends with
-// ("/api/v10" → "v10"), or "".
-func baseVersion(base string) string {
-	i := strings.LastIndexByte(base, '/')
-	if i < 0 || !isVersion(base[i+1:]) {
-		return ""
-	}
-	return strings.ToLower(base[i+1:])
-}
-
-// isVersion reports "v" followed by digits.
-func isVersion(s string) bool {
-	if len(s) < 2 || (s[0] != 'v' && s[0] != 'V') {
-		return false
-	}
-	for _, c := range s[1:] {
-		if c < '0' || c > '9' {
-			return false
-		}
-	}
-	return true
-}
-
 // hopHeaders are dropped in both directions (RFC 9110 §7.6.1), as
 // httputil.ReverseProxy does.
 var hopHeaders = []string{

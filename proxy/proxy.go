@@ -335,7 +335,7 @@ func checkAuthorization(v string) error {
 // answer back. The order is the one of the package doc: the cheap checks
 // first, the body read before a limiter is taken.
 func (p *Proxy) relay(w http.ResponseWriter, r *http.Request, start time.Time) {
-	if routes.MethodLabel(r.Method) == routes.OtherLabel || r.Method == http.MethodConnect {
+	if routes.MethodLabel(r.Method) == routes.OtherLabel { // CONNECT, TRACE and junk too
 		p.refuse(w, r, nil, "", p.classify(errMethod, nil), start)
 		return
 	}

@@ -32,6 +32,18 @@ func (p Path) String() string {
 	return "/api/" + p.Version + p.Escaped
 }
 
+// BaseVersion returns the API version an API base path ends with,
+// lower-cased ("/api/v10" → "v10", "/discord/api/V9/" → "v9"), or "" when
+// its last segment is not a version: the version CanonicalPath gives a
+// path that names none, when it is sent below that base.
+func BaseVersion(base string) string {
+	base = strings.TrimSuffix(base, "/")
+	if i := strings.LastIndexByte(base, '/'); i >= 0 && isVersion(base[i+1:]) {
+		return strings.ToLower(base[i+1:])
+	}
+	return ""
+}
+
 // CanonicalPath returns rawPath (escaped, as a client sent it, optionally
 // with an /api or /api/vN prefix and a query string) in canonical form,
 // after the rules of RFC 3986 §6.2.2 that cannot change which resource a
@@ -110,6 +122,18 @@ func canonicalSegments(rawPath string) (segs []string, version string, err error
 // canonicalSegment normalises one non-empty raw segment and refuses the
 // ambiguous ones (see CanonicalPath).
 func canonicalSegment(s string) (string, error) {
+	if !strings.ContainsAny(s, "%\\") {
+		// No escape: the segment is canonical as written (no copy).
+		for i := 0; i < len(s); i++ {
+			if s[i] <= ' ' || s[i] == 0x7f {
+				return "", pathError("path contains a control character or a space")
+			}
+		}
+		if name, _, _ := strings.Cut(s, ";"); name == "." || name == ".." {
+			return "", pathError("path contains a dot segment")
+		}
+		return s, nil
+	}
 	var b strings.Builder
 	for i := 0; i < len(s); i++ {
 		c := s[i]
