@@ -66,6 +66,7 @@ func BaseVersion(base string) string {
 //   - an encoded slash or backslash (%2F, %5C) and a raw backslash, which
 //     some servers and gateways take for a separator;
 //   - an encoded control character (%00-%1F, %7F);
+//   - the /api prefix twice (/api/api/x, /api/v10/API/x);
 //   - everything [Parse] refuses: an empty path, one not starting with
 //     "/", longer than [MaxPathLength], with a raw control character or
 //     space, a malformed escape, or nothing after the prefix.
@@ -112,6 +113,12 @@ func canonicalSegments(rawPath string) (segs []string, version string, err error
 	}
 	if len(segs) == 0 {
 		return nil, "", pathError("path has no segment after the /api/vN prefix")
+	}
+	if strings.EqualFold(segs[0], "api") {
+		// No route of Discord's starts so, and without a version between
+		// them the two prefixes could not be told apart again (/api/api/x
+		// would be sent as /api/x).
+		return nil, "", pathError("path repeats the /api prefix")
 	}
 	if k := strings.ToLower(segs[0]); k == "webhooks" || k == "interactions" {
 		segs[0] = k

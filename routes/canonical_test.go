@@ -20,6 +20,7 @@ func TestDotSegmentsRefusedInEverySpelling(t *testing.T) {
 		"/api/v10/channels/1/.;/messages", "/..", "/api/../../secret", "/api/v10/..%2F..%2Fsecret",
 		"/api/v10/channels/1/a%2Fb", "/api/v10/channels/1/a%2fb", "/api/v10/channels%5C1", `/api/v10/channels\..\x`,
 		"/api/v10/channels/%00", "/api/v10/channels/%1f", "/api/v10/channels/%7F",
+		"/Api/Api", "/api/api/v10/channels/1", "/api/v10/API/channels/1",
 	} {
 		_, err := CanonicalPath(p)
 		assert.ErrorIs(t, err, ErrInvalidPath, p)
