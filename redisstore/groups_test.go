@@ -225,7 +225,11 @@ func TestGroupWindowsCountFromTheReply(t *testing.T) {
 func TestGroupStates(t *testing.T) {
 	srv := redistest.Start(t)
 	ns := Namespace("tok-states")
-	rdb := srv.Client(t)
+	opt, err := redis.ParseURL(srv.URL)
+	require.NoError(t, err)
+	opt.ContextTimeoutEnabled = true // the store uses it as it is, hooks and all
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
 	calls := &scriptCalls{sha: groupStateScript.Hash()}
 	rdb.AddHook(calls)
 	a, err := New(rdb, Config{Namespace: ns, Heartbeat: time.Hour}) // no heartbeat notices the kill below

@@ -28,6 +28,7 @@ import "github.com/redis/go-redis/v9"
 //	P:gb          string the global window is blocked until (ms)
 //	P:a           hash   "METHOD /template" -> X-RateLimit-Bucket hash
 //	P:i:<minute>  string invalid answers (401, 403, non-shared 429) that minute
+//	P:x:<lease>   string a reservation given back before it ran (tombstone)
 //	P:procs       zset   live processes: id -> heartbeat expiry (ms)
 //	P:pmax        string the most processes seen alive at once recently
 //	P:d:<group>:* a declared group's schedule and guard (groups.go)
@@ -49,7 +50,13 @@ import "github.com/redis/go-redis/v9"
 // bucket is kept after its window ms, 17 the hash the caller knows for
 // the template ("" if none), 18 the caller sends one at a time here (0/1),
 // 19 the request's id in its declared groups, 20 the number of groups,
-// then per group: key, count, window ms (groups.go).
+// 21 the caller's deadline on Redis's clock (Unix ms, 0: none), then per
+// group: key, count, window ms (groups.go).
+//
+// A reservation that runs after its caller's deadline, or whose lease was
+// given back already (the tombstone P:x:<lease>, see reportScript), takes
+// nothing: its caller gave up on it (Redis was frozen or slow, the call
+// queued), and it would hold its slots until the lease expired.
 //
 // Returns {granted 0/1, wait ms, scope, hash, notify-or-pioneer 0/1, bucket
 // key used}. When granted, the 5th is 1 for a pioneer; when refused, 1 if
@@ -64,6 +71,10 @@ local margin, invLimit, invMin, keep = tonumber(ARGV[13]), tonumber(ARGV[14]), t
 local known = ARGV[17]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local deadline = tonumber(ARGV[21])
+if (deadline > 0 and now > deadline) or redis.call('EXISTS', P .. ':x:' .. lease) == 1 then
+  return {0, 1, 'bucket', '', 0, key}
+end
 
 if invLimit > 0 then
   local minute = math.floor(now / 60000)
@@ -209,8 +220,8 @@ end
 local gid, ng = ARGV[19] or '', tonumber(ARGV[20] or '0')
 local groups = {}
 for j = 0, ng - 1 do
-  local D = gkey(P, ARGV[21 + 3 * j])
-  local gn, gper = tonumber(ARGV[22 + 3 * j]), tonumber(ARGV[23 + 3 * j])
+  local D = gkey(P, ARGV[22 + 3 * j])
+  local gn, gper = tonumber(ARGV[23 + 3 * j]), tonumber(ARGV[24 + 3 * j])
   local gstart, gseq, glease = greserve(D, gn, gper, ttl, gid, now)
   if glease ~= '' then
     -- taken by an attempt whose answer is not reported yet: this attempt
@@ -264,7 +275,15 @@ return {1, 0, '', hash, pioneer, key}
 // reserved: a lease's score less it is its reservation time), 21
 // X-RateLimit-Reset in Unix ms (0: none), which tells windows
 // apart, 22 the request's id in its declared groups, 23 the number of
-// groups, then per group: key, count, window ms.
+// groups, 24 1 to give back a reservation that may or may not have run
+// (its call failed or timed out), 25 then the request's route key, then
+// per group: key, count, window ms.
+//
+// Giving a reservation back is a report of a request never sent, whose
+// bucket key is found as the reservation found it (by the template's
+// learned hash, else the route key), and which leaves the tombstone
+// P:x:<lease> (for a lease TTL): a reservation with that lease still
+// queued in Redis takes nothing when it runs.
 //
 // Returns the number of processes woken.
 var reportScript = redis.NewScript(groupLua + `
@@ -279,6 +298,15 @@ local ttl, dr = tonumber(ARGV[20]), tonumber(ARGV[21])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local woken = 0
+if ARGV[24] == '1' then
+  redis.call('SET', P .. ':x:' .. lease, 1, 'PX', ttl)
+  local learned = redis.call('HGET', P .. ':a', tpl)
+  if learned and learned ~= '' then
+    -- reserved under the bucket's key; a pioneer, under its route's
+    redis.call('ZREM', P .. ':f:' .. ARGV[25], lease)
+    key = 'bucket ' .. learned .. ' ' .. major
+  end
+end
 local function wake(b)
   if redis.call('HGET', b, 'n') then
     redis.call('HDEL', b, 'n')
@@ -312,8 +340,8 @@ end
 -- slot back and keeps its place.
 local gid, ng = ARGV[22] or '', tonumber(ARGV[23] or '0')
 for j = 0, ng - 1 do
-  local D = gkey(P, ARGV[24 + 3 * j])
-  local gn, gper = tonumber(ARGV[25 + 3 * j]), tonumber(ARGV[26 + 3 * j])
+  local D = gkey(P, ARGV[26 + 3 * j])
+  local gn, gper = tonumber(ARGV[27 + 3 * j]), tonumber(ARGV[28 + 3 * j])
   local rec = redis.call('HGET', D .. ':r', gid)
   local gstart, gseq, glease = 0, 0, ''
   if rec then gstart, gseq, glease = gparse(rec) end
@@ -452,7 +480,8 @@ return woken
 `)
 
 // heartbeatScript records a live process and returns how many share the
-// token: the most seen alive at once within the last ARGV[3] ms.
+// token (the most seen alive at once within the last ARGV[3] ms) and
+// Redis's clock (Unix ms).
 //
 // ARGV: 1 process id, 2 how long the record lives ms, 3 how long the
 // largest count is remembered ms.
@@ -470,7 +499,7 @@ local mk = KEYS[1] .. ':pmax'
 local m = tonumber(redis.call('GET', mk) or '0')
 if n >= m then
   redis.call('SET', mk, n, 'PX', tonumber(ARGV[3]))
-  return n
+  return {n, now}
 end
-return m
+return {m, now}
 `)

@@ -122,6 +122,12 @@ type Config struct {
 	// Clock is the clock of the times in SharedRequest and SharedAnswer
 	// (the limiter's Options.Clock). Default time.Now.
 	Clock func() time.Time
+	// FallbackOnRefusal makes New start in the fallback when Redis refuses
+	// the store (NOAUTH, a wrong password, an ACL without EVALSHA), as it
+	// does when Redis cannot be reached. Default false: New returns an
+	// error wrapping ErrRefused, since a store that can never count in
+	// Redis would run on its fallback share for good, silently.
+	FallbackOnRefusal bool
 }
 
 // Namespace returns the hash tag for a token's keys: "{sluice:" and the
@@ -187,12 +193,20 @@ type Stats struct {
 	Outages int64
 	// Errors counts failed Redis calls.
 	Errors int64
+	// Owed is the number of calls kept for when Redis answers again: the
+	// leases of reservations that failed or timed out (which may have run
+	// in Redis, or may yet run there), and the reports of answers that
+	// came while Redis was unreachable. Dropped counts those dropped
+	// because too many were owed (their leases expire in Redis).
+	Owed    int
+	Dropped int64
 }
 
 // Store shares rate limits through Redis. Create it with New.
 type Store struct {
 	cfg    Config
 	rdb    redis.UniversalClient
+	owned  bool // rdb is the store's copy of the caller's client (bounded), closed by Close
 	ns     string
 	procID string
 	log    *slog.Logger
@@ -207,6 +221,17 @@ type Store struct {
 	errs       atomic.Int64
 
 	fb *fallback
+
+	// skew is Redis's clock less the local one, as the last heartbeat
+	// measured it (nil before one did): a reservation's deadline on
+	// Redis's clock.
+	skew atomic.Pointer[skew]
+
+	// owed are the Redis calls that must still be made once Redis answers
+	// (see owe), oldest first, at most maxOwed.
+	owedMu  sync.Mutex
+	owed    []func(context.Context) error
+	dropped atomic.Int64 // owed calls dropped at maxOwed (their leases expire)
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -223,11 +248,33 @@ var _ ratelimit.Shared = (*Store)(nil)
 // ErrNoNamespace is returned by New without Config.Namespace.
 var ErrNoNamespace = errors.New("redisstore: Config.Namespace is required (use Namespace(token))")
 
+// ErrRefused is wrapped by the error New returns when Redis refuses the
+// store's first call: it needs a password the client lacks (NOAUTH), the
+// password is wrong (WRONGPASS), or the user may not run the store's
+// commands (NOPERM). Config.FallbackOnRefusal starts the store in its
+// fallback instead.
+var ErrRefused = errors.New("redisstore: Redis refuses the store")
+
+// refusal reports whether err is Redis refusing the client for good (its
+// credentials or permissions), rather than failing for a while.
+func refusal(err error) bool { return redis.IsAuthError(err) || redis.IsPermissionError(err) }
+
 // New returns a Store on rdb and starts its heartbeat and subscriber. It
-// waits up to Config.Timeout for the subscription to the wake-ups to be
-// active, so no answer published after New returns is missed (a limiter
-// told to wait for another process's pioneer would otherwise wait for the
-// lease to expire); an unreachable Redis starts it in fallback.
+// makes the first heartbeat, and waits up to Config.Timeout for the
+// subscription to the wake-ups to be active, so no answer published after
+// New returns is missed (a limiter told to wait for another process's
+// pioneer would otherwise wait for the lease to expire). An unreachable
+// Redis starts the store in fallback; one that refuses it (ErrRefused)
+// makes New fail, unless Config.FallbackOnRefusal.
+//
+// Every call the store makes ends by its deadline (Config.Timeout), even
+// on a connection that went silent: a *redis.Client, *redis.ClusterClient
+// or *redis.Ring without ContextTimeoutEnabled (go-redis's default, whose
+// commands ignore their context's deadline and wait for ReadTimeout, 3 s)
+// is copied, with ContextTimeoutEnabled set, into a client of the store's
+// own that Close closes; hooks added to rdb do not run on the copy (set
+// ContextTimeoutEnabled on rdb to have the store use it as it is). rdb
+// itself is never closed.
 func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 	if rdb == nil {
 		return nil, errors.New("redisstore: nil Redis client")
@@ -267,12 +314,23 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 	for i := range id {
 		id[i] = byte(rand.Uint32())
 	}
-	s := &Store{cfg: cfg, rdb: rdb, ns: cfg.Namespace, procID: hex.EncodeToString(id[:]), log: log,
+	s := &Store{cfg: cfg, ns: cfg.Namespace, procID: hex.EncodeToString(id[:]), log: log,
 		probe: make(chan struct{}, 1)}
+	s.rdb, s.owned = bounded(rdb)
 	s.processes.Store(DefaultFallbackProcesses)
 	s.fb = newFallback(cfg.GlobalLimit, cfg.GlobalPeriod, s.share)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	ps := rdb.Subscribe(s.ctx, s.ns+":wake")
+	if err := s.beat(); err != nil {
+		if refusal(err) && !cfg.FallbackOnRefusal {
+			s.cancel()
+			if s.owned {
+				s.rdb.Close()
+			}
+			return nil, fmt.Errorf("%w: %w", ErrRefused, err)
+		}
+		s.failed(err, cfg.Clock())
+	}
+	ps := s.rdb.Subscribe(s.ctx, s.ns+":wake")
 	rctx, cancel := context.WithTimeout(s.ctx, cfg.Timeout)
 	_, _ = ps.Receive(rctx) // the confirmation; on failure Channel retries
 	cancel()
@@ -282,15 +340,117 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// Close stops the store's goroutines and waits for them. The Redis client
-// stays open.
+// Close stops the store's goroutines and waits for them: within
+// Config.Timeout, since every Redis call ends by its deadline. The
+// caller's Redis client stays open (the store's own copy, see New, is
+// closed). Calls still owed to Redis (see Stats.Owed) are not made: their
+// leases expire there (Config.LeaseTTL).
 func (s *Store) Close() error {
 	s.relMu.Lock()
 	s.relClosed = true
 	s.relMu.Unlock()
 	s.cancel()
 	s.wg.Wait()
+	if s.owned {
+		return s.rdb.Close()
+	}
 	return nil
+}
+
+// bounded returns a client whose commands end at their context's deadline
+// (ContextTimeoutEnabled): rdb if it is one, else a copy of it, which the
+// store owns (owned), for the client types whose options can be copied.
+// Another implementation is used as it is.
+func bounded(rdb redis.UniversalClient) (c redis.UniversalClient, owned bool) {
+	switch r := rdb.(type) {
+	case *redis.Client:
+		if o := r.Options(); !o.ContextTimeoutEnabled {
+			cp := *o
+			cp.ContextTimeoutEnabled = true
+			// NewClient put its own processor here, with handlers that
+			// cannot be registered twice: the copy makes one of its own.
+			cp.PushNotificationProcessor = nil
+			return redis.NewClient(&cp), true
+		}
+	case *redis.ClusterClient:
+		if o := r.Options(); !o.ContextTimeoutEnabled {
+			cp := *o
+			cp.ContextTimeoutEnabled = true
+			cp.PushNotificationProcessor = nil
+			return redis.NewClusterClient(&cp), true
+		}
+	case *redis.Ring:
+		if o := r.Options(); !o.ContextTimeoutEnabled {
+			cp := *o
+			cp.ContextTimeoutEnabled = true
+			return redis.NewRing(&cp), true
+		}
+	}
+	return rdb, false
+}
+
+// skew is a measure of Redis's clock against the local one.
+type skew struct {
+	offset int64 // Redis's Unix ms less the local Unix ms
+	err    int64 // how far off offset may be, ms (half the round trip)
+}
+
+// owe keeps a Redis call that must be made once Redis answers: a lease
+// to give back (its reservation failed or timed out, and may have run in
+// Redis or be queued there), a report that could not be made. The
+// heartbeat makes them, oldest first, right after its next call succeeds
+// (it is nudged now). At maxOwed the oldest is dropped: its lease expires
+// in Redis after Config.LeaseTTL.
+func (s *Store) owe(f func(context.Context) error) {
+	s.owedMu.Lock()
+	if len(s.owed) >= maxOwed {
+		s.owed[0] = nil
+		s.owed = s.owed[1:]
+		s.dropped.Add(1)
+	}
+	s.owed = append(s.owed, f)
+	s.owedMu.Unlock()
+	if s.Mode() != Fallback {
+		s.nudge() // in fallback the probe runs often enough
+	}
+}
+
+// maxOwed bounds the calls a store keeps for when Redis answers again.
+const maxOwed = 4096
+
+// settle makes the owed calls, oldest first, until one fails (it is kept,
+// and the store falls back): it reports whether all were made.
+func (s *Store) settle() bool {
+	for s.ctx.Err() == nil {
+		s.owedMu.Lock()
+		if len(s.owed) == 0 {
+			s.owedMu.Unlock()
+			return true
+		}
+		f := s.owed[0]
+		s.owed[0] = nil
+		s.owed = s.owed[1:]
+		s.owedMu.Unlock()
+		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.Timeout)
+		err := f(ctx)
+		cancel()
+		if err != nil {
+			s.owedMu.Lock()
+			s.owed = append([]func(context.Context) error{f}, s.owed...)
+			s.owedMu.Unlock()
+			s.failed(err, s.cfg.Clock())
+			return false
+		}
+	}
+	return false
+}
+
+// nudge makes the heartbeat run now.
+func (s *Store) nudge() {
+	select {
+	case s.probe <- struct{}{}:
+	default:
+	}
 }
 
 // Mode returns where the store counts now.
@@ -298,9 +458,12 @@ func (s *Store) Mode() Mode { return Mode(s.mode.Load()) }
 
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
+	s.owedMu.Lock()
+	owed := len(s.owed)
+	s.owedMu.Unlock()
 	return Stats{Mode: s.Mode(), Processes: int(s.processes.Load()),
 		Reserved: s.reserved.Load(), FallbackReserved: s.fbReserved.Load(),
-		Outages: s.outages.Load(), Errors: s.errs.Load()}
+		Outages: s.outages.Load(), Errors: s.errs.Load(), Owed: owed, Dropped: s.dropped.Load()}
 }
 
 // share is the fallback share now.
@@ -338,7 +501,26 @@ func (s *Store) Reserve(ctx context.Context, r ratelimit.SharedRequest) ratelimi
 			return local
 		}
 	}
-	g, err := s.reserve(ctx, r)
+	lease := s.procID + ":" + strconv.FormatUint(s.leases.Add(1), 36)
+	g, err := s.reserve(ctx, lease, r)
+	if err != nil {
+		// The script may have run (its answer is what failed) or may run
+		// yet (queued in a frozen Redis): its lease is given back as soon
+		// as Redis answers, and a late run takes nothing (its deadline and
+		// the lease's tombstone).
+		s.owe(func(ctx context.Context) error { return s.cancelLease(ctx, lease, r) })
+	}
+	if err == nil && g.OK && mode == Shared && s.Mode() != Shared {
+		// The store fell back while this call was under way: the grant is
+		// spent only if the local share counts it too (the fallback's hold
+		// at the switch), else it is given back.
+		if local = s.local(r); !local.OK {
+			a := ratelimit.SharedAnswer{Now: r.Now, Template: r.Template, Major: r.Major}
+			s.owe(func(ctx context.Context) error { return s.report(ctx, lease, g, a) })
+			return local
+		}
+		mode = Recovering
+	}
 	switch {
 	case err != nil && ctx.Err() != nil:
 		// The caller's context ended (the request was cancelled, its
@@ -387,10 +569,9 @@ func fallbackKey(l string) string {
 	return k
 }
 
-func (s *Store) reserve(ctx context.Context, r ratelimit.SharedRequest) (ratelimit.SharedGrant, error) {
+func (s *Store) reserve(ctx context.Context, lease string, r ratelimit.SharedRequest) (ratelimit.SharedGrant, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	lease := s.procID + ":" + strconv.FormatUint(s.leases.Add(1), 36)
 	var limit, remaining, resetIn int64
 	if r.Local.Known {
 		// What Discord counted, as far as this process knows: its own
@@ -404,7 +585,7 @@ func (s *Store) reserve(ctx context.Context, r ratelimit.SharedRequest) (ratelim
 		s.cfg.GlobalLimit, ms(s.cfg.GlobalPeriod), ms(s.cfg.LeaseTTL),
 		limit, remaining, resetIn, ms(r.Window), ms(r.Margin),
 		s.cfg.InvalidLimit, ms(s.cfg.InvalidWindow) / 60000, ms(DefaultKeep), r.Hash, b2i(r.Serial),
-		s.groupID(r.GroupID), len(r.Groups)}
+		s.groupID(r.GroupID), len(r.Groups), s.deadline(ctx)}
 	res, err := reserveScript.Run(ctx, s.rdb, []string{s.ns}, groupArgs(args, r.Groups, true)...).Slice()
 	if err != nil {
 		return ratelimit.SharedGrant{}, err
@@ -430,21 +611,57 @@ func (s *Store) reserve(ctx context.Context, r ratelimit.SharedRequest) (ratelim
 	return g, nil
 }
 
-// Report implements ratelimit.Shared.
+// deadline is ctx's deadline on Redis's clock (Unix ms), later by the
+// clock measure's error: a reservation script that runs after it takes
+// nothing, its caller having given up. 0 (no deadline) before the first
+// heartbeat measured the clock.
+func (s *Store) deadline(ctx context.Context) int64 {
+	d, ok := ctx.Deadline()
+	k := s.skew.Load()
+	if !ok || k == nil {
+		return 0
+	}
+	return d.UnixMilli() + k.offset + k.err + 1
+}
+
+// cancelLease gives back the slots the reservation lease of r took, if it
+// ran, and leaves a tombstone that makes it take nothing if it runs later.
+func (s *Store) cancelLease(ctx context.Context, lease string, r ratelimit.SharedRequest) error {
+	g := ratelimit.SharedGrant{Key: r.Route, Global: r.Global, Groups: r.Groups, GroupID: r.GroupID}
+	return s.run(ctx, lease, g, ratelimit.SharedAnswer{Now: r.Now, Template: r.Template, Major: r.Major}, r.Route)
+}
+
+// Report implements ratelimit.Shared. A report that cannot be made now
+// (Redis is unreachable, or the call fails) is owed: made once Redis
+// answers, so the lease and the slots it holds are settled then, not at
+// the lease's expiry.
 func (s *Store) Report(ctx context.Context, g ratelimit.SharedGrant, a ratelimit.SharedAnswer) {
 	if g.Local {
 		s.fb.report(ratelimit.SharedGrant{Key: fallbackKey(g.Lease), Global: g.Global, Groups: g.Groups}, a)
 	}
 	lease := splitLease(g.Lease)
-	if lease == "" || s.Mode() == Fallback {
-		return // counted locally only; or Redis is down: the lease expires there
+	if lease == "" {
+		return // counted locally only
+	}
+	later := func(ctx context.Context) error { return s.report(ctx, lease, g, a) }
+	if s.Mode() == Fallback {
+		s.owe(later)
+		return
 	}
 	if err := s.report(ctx, lease, g, a); err != nil {
 		s.failed(err, a.Now)
+		s.owe(later)
 	}
 }
 
 func (s *Store) report(ctx context.Context, lease string, g ratelimit.SharedGrant, a ratelimit.SharedAnswer) error {
+	return s.run(ctx, lease, g, a, "")
+}
+
+// run runs the report script: for an answer, or, with cancel set to the
+// request's route key, to give back a reservation that may or may not have
+// run (its bucket's key is then found as the reservation found it).
+func (s *Store) run(ctx context.Context, lease string, g ratelimit.SharedGrant, a ratelimit.SharedAnswer, cancelRoute string) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 	h := a.Headers
@@ -476,7 +693,7 @@ func (s *Store) report(ctx context.Context, lease string, g ratelimit.SharedGran
 		h.Limit, h.Remaining, ms(max(resetIn, time.Millisecond)), hash, a.Template, a.Major,
 		scope, ms(a.Verdict.Wait), b2i(invalid), b2i(g.Global),
 		ms(s.cfg.GlobalPeriod), ms(a.RoundTrip), ms(DefaultKeep), ms(s.cfg.InvalidWindow) / 60000,
-		ms(s.cfg.LeaseTTL), resetMs, s.groupID(g.GroupID), len(g.Groups)}
+		ms(s.cfg.LeaseTTL), resetMs, s.groupID(g.GroupID), len(g.Groups), b2i(cancelRoute != ""), cancelRoute}
 	return reportScript.Run(ctx, s.rdb, []string{s.ns}, groupArgs(args, g.Groups, true)...).Err()
 }
 
@@ -498,10 +715,7 @@ func (s *Store) failed(err error, now time.Time) {
 			s.log.Warn("sluice: Redis unreachable; counting limits locally with a share of each until it answers",
 				slog.Float64("share", s.share()), slog.String("error", err.Error()))
 			s.changed(Mode(m), Fallback)
-			select {
-			case s.probe <- struct{}{}:
-			default:
-			}
+			s.nudge()
 			return
 		}
 	}
@@ -520,7 +734,6 @@ func (s *Store) heartbeat() {
 	t := time.NewTimer(s.cfg.Heartbeat)
 	defer t.Stop()
 	for {
-		s.beat()
 		// In fallback, probe four times as often: the sooner shared
 		// limits resume, the less of each limit goes unused.
 		next := s.cfg.Heartbeat
@@ -534,20 +747,33 @@ func (s *Store) heartbeat() {
 		case <-t.C:
 		case <-s.probe:
 		}
+		if err := s.beat(); err != nil {
+			if s.ctx.Err() == nil && s.Mode() != Fallback {
+				s.failed(err, s.cfg.Clock())
+			}
+		}
 	}
 }
 
-func (s *Store) beat() {
+// beat records the process alive, measures Redis's clock, makes the calls
+// owed to Redis and, in fallback, starts the recovery.
+func (s *Store) beat() error {
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.Timeout)
 	defer cancel()
-	n, err := heartbeatScript.Run(ctx, s.rdb, []string{s.ns}, s.procID, ms(3*s.cfg.Heartbeat), ms(DefaultKeep)).Int64()
+	sent := time.Now()
+	res, err := heartbeatScript.Run(ctx, s.rdb, []string{s.ns}, s.procID, ms(3*s.cfg.Heartbeat), ms(DefaultKeep)).Int64Slice()
 	if err != nil {
-		if s.ctx.Err() == nil && s.Mode() != Fallback {
-			s.failed(err, s.cfg.Clock())
-		}
-		return
+		return err
 	}
-	s.processes.Store(int32(max(1, n)))
+	if len(res) != 2 {
+		return fmt.Errorf("redisstore: heartbeat: %d results", len(res))
+	}
+	rtt := time.Since(sent)
+	s.skew.Store(&skew{offset: res[1] - sent.Add(rtt/2).UnixMilli(), err: ms(rtt/2) + 1})
+	s.processes.Store(int32(max(1, res[0])))
+	if !s.settle() {
+		return nil // a call failed again: recorded, and the store is in fallback
+	}
 	if s.Mode() == Fallback {
 		// Every process notices within a heartbeat (plus a call's
 		// timeout); until then, and for a global period after, count the
@@ -559,6 +785,7 @@ func (s *Store) beat() {
 			s.changed(Fallback, Recovering)
 		}
 	}
+	return nil
 }
 
 // subscribe forwards wake-ups and global pauses published by any process.
