@@ -93,14 +93,16 @@ func New(opts Options) (*Limiter, error) {
 // without a token (keys below RedisIPKey's hash).
 func newShared(opts Options, cfg actors.Config, sysp *atomic.Pointer[actors.System], w actors.Window) (*redisstore.Store, error) {
 	sc := redisstore.Config{
-		Namespace:    redisstore.Namespace(opts.Token),
-		GlobalLimit:  cmpOr(opts.GlobalLimit, DefaultGlobalLimit),
-		GlobalPeriod: cmpOr(opts.GlobalWindow, DefaultGlobalWindow),
-		LeaseTTL:     cfg.AttemptTimeout + 10*time.Second,
-		Share:        opts.RedisFallbackShare,
-		Timeout:      opts.RedisTimeout,
-		Logger:       cfg.Logger,
-		Clock:        cfg.Clock,
+		Namespace:         redisstore.Namespace(opts.Token),
+		GlobalLimit:       cmpOr(opts.GlobalLimit, DefaultGlobalLimit),
+		GlobalPeriod:      cmpOr(opts.GlobalWindow, DefaultGlobalWindow),
+		LeaseTTL:          cfg.AttemptTimeout + 10*time.Second,
+		Share:             opts.RedisFallbackShare,
+		FallbackOnRefusal: opts.RedisFallbackOnRefusal,
+		RefuseEviction:    opts.RedisRefuseEviction,
+		Timeout:           opts.RedisTimeout,
+		Logger:            cfg.Logger,
+		Clock:             cfg.Clock,
 		Wake: func(major string) {
 			if s := sysp.Load(); s != nil {
 				s.SharedWake(major)

@@ -251,11 +251,27 @@ type Options struct {
 	// the client's pool included): one that fails or takes longer counts
 	// as Redis being unreachable (RedisFallbackShare), until Redis answers
 	// again. Raise it for a Redis far away or heavily loaded; a call that
-	// waits longer holds its request that long. go-redis ends a command
-	// already sent at the deadline only on a client with
-	// ContextTimeoutEnabled; otherwise its ReadTimeout does. Default 0:
-	// 250 ms (redisstore.DefaultTimeout).
+	// waits longer holds its request that long. Every call ends by it,
+	// also on a connection that went silent: a client without
+	// ContextTimeoutEnabled (go-redis's default, whose commands wait for
+	// ReadTimeout whatever their context) is used through a copy with it
+	// set, which the limiter closes (redisstore.New). Default 0: 250 ms
+	// (redisstore.DefaultTimeout).
 	RedisTimeout time.Duration
+	// RedisFallbackOnRefusal makes New start the shared limits on their
+	// fallback share when Redis refuses the client (NOAUTH, a wrong
+	// password, an ACL that forbids EVALSHA), as when Redis cannot be
+	// reached. Default false: New fails with an error wrapping
+	// redisstore.ErrRefused, since a limiter that can never count in Redis
+	// would run on its share of every limit for good.
+	RedisFallbackOnRefusal bool
+	// RedisRefuseEviction makes New fail (redisstore.ErrEviction) when
+	// Redis may evict the shared limits' keys: a maxmemory with a policy
+	// other than noeviction (every Sluice key expires, so the volatile-*
+	// policies evict them too). Default false: New logs a warning, and
+	// state found evicted counts as full until known again
+	// (docs/scale-out.md, "When Redis loses state").
+	RedisRefuseEviction bool
 	// RedisFallbackShare is the fraction of every limit this process uses
 	// while Redis is unreachable (or slower than RedisTimeout), in (0, 1]: the
 	// limiter never fails open. Default 0: 1/N, N the number of processes

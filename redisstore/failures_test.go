@@ -50,6 +50,14 @@ func freeze(t *testing.T, srv *redistest.Server, d time.Duration) {
 	require.NoError(t, srv.Client(t).Do(context.Background(), "CLIENT", "PAUSE", d.Milliseconds(), "ALL").Err())
 }
 
+// heldGlobal is the number of slots of the global log held now.
+func heldGlobal(t *testing.T, s *Store) int64 {
+	t.Helper()
+	n, err := s.rdb.ZCount(context.Background(), s.ns+":g", "-inf", "(+inf").Result()
+	require.NoError(t, err)
+	return n
+}
+
 // A reservation whose call times out while Redis is frozen runs when Redis
 // resumes, after its caller gave up: it must take nothing. Before, it took
 // its slots and held them until its lease expired (40 s: the whole global
@@ -66,9 +74,7 @@ func TestLateReservationTakesNothing(t *testing.T) {
 	waitMode(t, modes, Fallback)
 	waitMode(t, modes, Recovering)
 	assert.Zero(t, s.Stats().Owed, "what was owed to Redis was settled before the recovery")
-	n, err := s.rdb.ZCard(ctx, s.ns+":g").Result()
-	require.NoError(t, err)
-	assert.Zero(t, n, "no global slot held for a reservation whose caller gave up")
+	assert.Zero(t, heldGlobal(t, s), "no global slot held for a reservation whose caller gave up")
 }
 
 // A reservation that ran but whose answer was lost (the call timed out on
@@ -79,13 +85,11 @@ func TestLostReservationIsGivenBack(t *testing.T) {
 	s := newStore(t, srv, Config{GlobalLimit: 1, GlobalPeriod: time.Minute})
 	ctx := context.Background()
 	r := request()
-	r.Local = ratelimit.Bucket{Known: true, Limit: 1, Remaining: 1, ResetAt: r.Now.Add(time.Minute)}
-	r.Window = time.Minute
 	g, err := s.reserve(ctx, "lost-1", r)
 	require.NoError(t, err)
 	require.True(t, g.OK, "the first reservation ran")
 	other := r
-	assert.False(t, s.Reserve(ctx, other).OK, "its slots are held: global and bucket full")
+	assert.False(t, s.Reserve(ctx, other).OK, "its slots are held: the global window, and the unknown bucket's pioneer")
 
 	require.NoError(t, s.cancelLease(ctx, "lost-1", r))
 	g2 := s.Reserve(ctx, other)
@@ -131,6 +135,9 @@ func TestReportOwedWhileRedisIsOut(t *testing.T) {
 	slots, err := s.rdb.ZRangeWithScores(ctx, s.ns+":g", 0, -1).Result()
 	require.NoError(t, err)
 	for _, z := range slots {
+		if z.Member == "~" {
+			continue // the log's own member (lossLua)
+		}
 		assert.LessOrEqual(t, int64(z.Score), now.Add(time.Second).UnixMilli(), "%v: held until the lease's expiry", z.Member)
 	}
 }
@@ -180,9 +187,7 @@ func TestGrantAfterTheSwitchCountsLocally(t *testing.T) {
 	assert.False(t, g.OK, "the local share holds the global window at the switch")
 	assert.True(t, g.Local)
 	waitMode(t, modes, Recovering)
-	n, err := s.rdb.ZCard(ctx, s.ns+":g").Result()
-	require.NoError(t, err)
-	assert.Zero(t, n, "the grant Redis made was given back")
+	assert.Zero(t, heldGlobal(t, s), "the grant Redis made was given back")
 }
 
 // Every call ends by its deadline on a silent connection, whatever the

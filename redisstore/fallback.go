@@ -55,7 +55,9 @@ type fallback struct {
 	buckets map[string]*fbWindow
 	groups  map[string]*ratelimit.SlidingWindow // declared groups' guards, by SharedGroup.Key
 	since   time.Time                           // the last switch to the fallback
+	quiet   time.Time                           // nothing is sent before (the hold at the switch)
 	period  time.Duration
+	hold    time.Duration // how long nothing is sent after a switch
 	seq     uint64 // grants so far, across buckets and switches
 	entered uint64 // seq at the last switch: older grants' group guards were cleared
 }
@@ -81,17 +83,24 @@ type fbWindow struct {
 	window   time.Duration // the bucket's window, margin included
 }
 
-func newFallback(limit int, period time.Duration, share func() float64) *fallback {
+// newFallback returns a fallback with a share of a global limit of limit
+// per period, which sends nothing for hold (at least a period) after each
+// switch.
+func newFallback(limit int, period, hold time.Duration, share func() float64) *fallback {
 	return &fallback{share: share, limit: limit, global: ratelimit.NewSlidingWindow(limit, period),
-		buckets: map[string]*fbWindow{}, groups: map[string]*ratelimit.SlidingWindow{}, period: period}
+		buckets: map[string]*fbWindow{}, groups: map[string]*ratelimit.SlidingWindow{}, period: period,
+		hold: max(hold, period)}
 }
 
-// enter starts counting locally at now: the windows under way are held.
+// enter starts counting locally at now: nothing is sent for the hold (the
+// global window's last period is unknown, and the other processes keep
+// this one's share out of Redis's count only once it has been silent that
+// long), nor in the bucket windows under way.
 func (f *fallback) enter(now time.Time) {
-	f.global.Block(now.Add(f.period))
+	f.global.Block(now.Add(f.hold))
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.since, f.entered = now, f.seq
+	f.since, f.entered, f.quiet = now, f.seq, now.Add(f.hold)
 	clear(f.buckets)
 	clear(f.groups)
 }
@@ -162,7 +171,7 @@ func (f *fallback) reserve(r ratelimit.SharedRequest) ratelimit.SharedGrant {
 	if !r.Now.Before(w.ends) {
 		w.used = 0 // Discord's window ended: the next one is counted afresh
 	}
-	wait := later(w.next, w.held).Sub(r.Now)
+	wait := later(later(w.next, w.held), f.quiet).Sub(r.Now)
 	if w.used+w.inflight >= k {
 		// Full for this process: until the window ends if its own answers
 		// filled it, else until an answer (at most a spacing step).

@@ -59,7 +59,7 @@ func (s *fbSim) run(t *testing.T, d time.Duration) {
 	t.Helper()
 	share := 1 / float64(len(s.procs))
 	for i := range s.procs {
-		p := &fbProc{f: newFallback(200, time.Second, func() float64 { return share })}
+		p := &fbProc{f: newFallback(200, time.Second, 0, func() float64 { return share })}
 		p.f.enter(fbBase)
 		// Known from before the switch, its window long over.
 		p.local = ratelimit.Bucket{Known: true, Limit: s.limit, ResetAt: fbBase.Add(-time.Second)}

@@ -172,12 +172,11 @@ func TestGroupFallbackShare(t *testing.T) {
 		return s.Reserve(ctx, r)
 	}
 	first := reserve(0, now)
-	assert.False(t, first.OK, "the window under way at the switch is held")
-	assert.Equal(t, "declared", first.Scope)
+	assert.False(t, first.OK, "nothing is sent in the hold at the switch, nor in the group's window under way")
 
-	// A window later: a quarter of 10 (2), held one window after their
-	// answers.
-	at := now.Add(time.Second)
+	// Past the hold at the switch (Store.silence, over a window): a
+	// quarter of 10 (2), held one window after their answers.
+	at := now.Add(3 * time.Second)
 	var granted []ratelimit.SharedGrant
 	for i := 1; i <= 5; i++ {
 		if gr := reserve(i, at); gr.OK {

@@ -20,7 +20,10 @@ import "github.com/redis/go-redis/v9"
 //	                     sublimit 429 was met (one at a time), n 1 while a process waits for an answer on
 //	                     this bucket
 //	P:f:<bucket>  zset   reservations in flight: lease -> expiry (ms)
-//	P:g           zset   global slots: lease -> held until (ms)
+//	P:g           zset   global slots: lease -> held until (ms); "~" at +inf
+//	P:gen         hash   the state's generation (lossLua)
+//	P:seen, P:ex  zsets  processes' last heartbeat, and when one silent
+//	                     came back (lossLua)
 //	P:m:<major>   zset   the first pioneer in flight of a template no process
 //	                     has seen answered, per major parameters
 //	P:k:<major>   set    the known buckets (by hash) of the major parameters,
@@ -50,8 +53,11 @@ import "github.com/redis/go-redis/v9"
 // bucket is kept after its window ms, 17 the hash the caller knows for
 // the template ("" if none), 18 the caller sends one at a time here (0/1),
 // 19 the request's id in its declared groups, 20 the number of groups,
-// 21 the caller's deadline on Redis's clock (Unix ms, 0: none), then per
-// group: key, count, window ms (groups.go).
+// 21 the caller's deadline on Redis's clock (Unix ms, 0: none), 22 the
+// generation the caller knows ("" if none), 23 how long ago the caller's
+// view of the bucket's window ended, ms (0: under way, or unknown), 24
+// how long a process may go unheard before its share is kept out, ms,
+// then per group: key, count, window ms (groups.go).
 //
 // A reservation that runs after its caller's deadline, or whose lease was
 // given back already (the tombstone P:x:<lease>, see reportScript), takes
@@ -59,9 +65,11 @@ import "github.com/redis/go-redis/v9"
 // queued), and it would hold its slots until the lease expired.
 //
 // Returns {granted 0/1, wait ms, scope, hash, notify-or-pioneer 0/1, bucket
-// key used}. When granted, the 5th is 1 for a pioneer; when refused, 1 if
-// the wait ends with another process's answer (published on P:wake).
-var reserveScript = redis.NewScript(groupLua + `
+// key used, generation, lost 0/1}. When granted, the 5th is 1 for a
+// pioneer; when refused, 1 if the wait ends with another process's answer
+// (published on P:wake). The 8th is 1 when this call found state lost
+// (see lossLua).
+var reserveScript = redis.NewScript(groupLua + lossLua + `
 local P = KEYS[1]
 local lease, key, tpl, major = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local wantG = ARGV[5] == '1'
@@ -73,8 +81,12 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local deadline = tonumber(ARGV[21])
 if (deadline > 0 and now > deadline) or redis.call('EXISTS', P .. ':x:' .. lease) == 1 then
-  return {0, 1, 'bucket', '', 0, key}
+  return {0, 1, 'bucket', '', 0, key, '', 0}
 end
+local endedAgo, stale = tonumber(ARGV[23]), tonumber(ARGV[24])
+local gen, lostAt, lostNow = generation(P, ARGV[22], now, keep, lease)
+
+local function body()
 
 if invLimit > 0 then
   local minute = math.floor(now / 60000)
@@ -93,8 +105,14 @@ if wantG then
   if blocked > now then
     return {0, blocked - now, 'global', '', 0, key}
   end
+  if lostAt > 0 and now < lostAt + gPer then
+    -- The log of the last period was lost: what was sent in it is
+    -- unknown, so the window is full until it has passed.
+    return {0, lostAt + gPer - now, 'global', '', 0, key}
+  end
   redis.call('ZREMRANGEBYSCORE', G, '-inf', now)
-  if redis.call('ZCARD', G) >= gN then
+  -- (its member '~', at +inf, keeps the log while it lives: see lossLua)
+  if redis.call('ZCOUNT', G, '-inf', '(+inf') >= capacity(P, gN, gPer, now, stale) then
     local first = redis.call('ZRANGE', G, 0, 0, 'WITHSCORES')
     return {0, math.max(1, math.min(tonumber(first[2]) - now, gPer)), 'global', '', 0, key}
   end
@@ -136,10 +154,16 @@ local function waitAnswer()
 end
 
 if limit == 0 and lLimit > 0 then
-  -- The store lost the bucket (expired, or Redis restarted) but the
-  -- caller knows it: seed it from the caller's view of Discord's count.
+  -- The store has no record of a bucket the caller knows: seed it.
   limit, win = lLimit, lWin
-  if lReset > 0 then
+  if lReset > 0 or (endedAgo > 0 and endedAgo < keep - 10000) or (lostAt > 0 and now < lostAt + math.max(lWin, 50) + margin) then
+    -- The record should be here (a window the caller knows is under way
+    -- or ended less than its keep ago, or the state was lost within a
+    -- window): it was evicted or wiped. What the other processes counted
+    -- in it is unknown, and unknown is full: for one window from now.
+    reset, used, prov, start = now + math.max(lWin, 50) + margin, lLimit, 0, now
+    lostNow = 1
+  elseif lReset > 0 then
     reset, used, prov, start = now + lReset, math.max(inflight, lLimit - lRem), 0, now
   end
   if string.sub(key, 1, 7) == 'bucket ' then
@@ -203,10 +227,11 @@ else
     -- one request at a time across every process.
     return waitAnswer()
   end
-  if used + holds >= limit then
+  local cap = capacity(P, limit, math.max(win, 50) + margin, now, stale)
+  if used + holds >= cap then
     redis.call('HSET', B, 'l', limit, 'u', used, 'r', reset, 'w', win, 'v', prov, 's', start)
     redis.call('PEXPIRE', B, reset - now + keep)
-    if used < limit then
+    if used < cap then
       return waitAnswer() -- the slot held for the major's pioneer
     end
     return {0, math.max(1, reset - now), 'bucket', hash, 0, key}
@@ -220,8 +245,8 @@ end
 local gid, ng = ARGV[19] or '', tonumber(ARGV[20] or '0')
 local groups = {}
 for j = 0, ng - 1 do
-  local D = gkey(P, ARGV[22 + 3 * j])
-  local gn, gper = tonumber(ARGV[23 + 3 * j]), tonumber(ARGV[24 + 3 * j])
+  local D = gkey(P, ARGV[25 + 3 * j])
+  local gn, gper = tonumber(ARGV[26 + 3 * j]), tonumber(ARGV[27 + 3 * j])
   local gstart, gseq, glease = greserve(D, gn, gper, ttl, gid, now)
   if glease ~= '' then
     -- taken by an attempt whose answer is not reported yet: this attempt
@@ -248,8 +273,9 @@ if limit > 0 then
 end
 redis.call('PEXPIRE', B, math.max(reset - now, ttl) + keep)
 if wantG then
-  redis.call('ZADD', G, now + ttl + gPer, lease)
+  redis.call('ZADD', G, now + ttl + gPer, lease, '+inf', '~')
   redis.call('PEXPIRE', G, ttl + gPer)
+  logLives(P, now + ttl + gPer)
 end
 for _, g in ipairs(groups) do
   local D, gseq, gstart, gper = g[1], g[2], g[3], g[4]
@@ -259,6 +285,11 @@ for _, g in ipairs(groups) do
   gkeep(D, gper, now, ttl)
 end
 return {1, 0, '', hash, pioneer, key}
+end
+
+local res = body()
+res[7], res[8] = gen, lostNow
+return res
 `)
 
 // reportScript corrects the shared state from an answer and releases the
@@ -480,26 +511,116 @@ return woken
 `)
 
 // heartbeatScript records a live process and returns how many share the
-// token (the most seen alive at once within the last ARGV[3] ms) and
-// Redis's clock (Unix ms).
+// token (the most seen alive at once within the last ARGV[3] ms), Redis's
+// clock (Unix ms), the generation and whether this call found state lost.
+// A process heard from again after a silence longer than ARGV[4] ms goes
+// into P:ex (its fallback share may still be in the windows under way).
+// With ARGV[6] = 1 the process leaves: its records are removed (Close).
 //
 // ARGV: 1 process id, 2 how long the record lives ms, 3 how long the
-// largest count is remembered ms.
-var heartbeatScript = redis.NewScript(`
+// largest count (and a silent process) is remembered ms, 4 how long a
+// process may go unheard ms, 5 the generation the caller knows, 6 leaving
+// (0/1).
+var heartbeatScript = redis.NewScript(lossLua + `
+local P = KEYS[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local k = KEYS[1] .. ':procs'
+local id, keep, stale = ARGV[1], tonumber(ARGV[3]), tonumber(ARGV[4])
+local k, S, X = P .. ':procs', P .. ':seen', P .. ':ex'
+if ARGV[6] == '1' then
+  redis.call('ZREM', k, id)
+  redis.call('ZREM', S, id)
+  redis.call('ZREM', X, id)
+  return {0, now, '', 0}
+end
+local gen, lostAt, lostNow = generation(P, ARGV[5], now, keep, 'hb:' .. id .. ':' .. now)
+local last = tonumber(redis.call('ZSCORE', S, id) or '0')
+if last > 0 and last < now - stale then
+  redis.call('ZADD', X, now, id)
+  redis.call('PEXPIRE', X, keep)
+end
+redis.call('ZADD', S, now, id)
+redis.call('PEXPIRE', S, keep)
+redis.call('ZREMRANGEBYSCORE', S, '-inf', now - keep)
+redis.call('ZREMRANGEBYSCORE', X, '-inf', now - keep)
 redis.call('ZREMRANGEBYSCORE', k, '-inf', now)
-redis.call('ZADD', k, now + tonumber(ARGV[2]), ARGV[1])
+redis.call('ZADD', k, now + tonumber(ARGV[2]), id)
 redis.call('PEXPIRE', k, tonumber(ARGV[2]))
 -- the most processes seen at once recently: a process that has just
 -- started, or that beat before the others, still counts them all
 local n = redis.call('ZCARD', k)
-local mk = KEYS[1] .. ':pmax'
+local mk = P .. ':pmax'
 local m = tonumber(redis.call('GET', mk) or '0')
 if n >= m then
-  redis.call('SET', mk, n, 'PX', tonumber(ARGV[3]))
-  return {n, now}
+  redis.call('SET', mk, n, 'PX', keep)
+  m = n
 end
-return {m, now}
+-- a silent process still counts (its share may be in use), whatever
+-- became of the count's key
+return {math.max(m, redis.call('ZCARD', S)), now, gen, lostNow}
 `)
+
+// lossLua is what every script that reads shared state starts with: how
+// lost state is told from state never written, and the capacity left when
+// some processes may count on their fallback share.
+//
+// P:gen (a hash, kept while any process beats, see DefaultKeep) names the
+// generation of the state: "id", made by the script that found no marker;
+// "l", when state was last found lost (Redis ms); "g", until when the
+// global log P:g must exist, as last written (its member "~", at +inf,
+// keeps it from vanishing when its last lease is swept: only its expiry,
+// which "g" tells, or a loss removes it). A caller passes the
+// generation it knows: when the marker is gone or names another one, the
+// state was wiped (FLUSHALL, a restart without persistence, a failover to
+// an empty replica) or evicted; so is a global log missing before "g".
+// Either marks the loss ("l"): the global window counts as full for a
+// period, and a bucket a caller knows but Redis no longer has counts as
+// full for one window. A marker missing for a caller that knew none is a
+// new namespace.
+//
+// P:seen (zset: process -> its last heartbeat, Redis ms) and P:ex (zset:
+// process -> when it was heard from again after a silence) tell which
+// processes may be counting on their fallback share now, or did within a
+// window: unheard for longer than the silence allowed, or back within it.
+// Their shares are kept out of what Redis hands to the others, so a
+// process cut off from Redis and the processes still on it never add up
+// to more than a limit.
+const lossLua = `
+local function logLives(P, untilMs)
+  redis.call('HSET', P .. ':gen', 'g', untilMs)
+end
+local function generation(P, known, now, keep, newID)
+  local M = P .. ':gen'
+  local r = redis.call('HMGET', M, 'id', 'l', 'g')
+  local id, lost, glog = r[1], tonumber(r[2]) or 0, tonumber(r[3]) or 0
+  local lostNow = 0
+  if not id then
+    id = newID
+    if known ~= '' then
+      lost, lostNow = now, 1
+    end
+    redis.call('HSET', M, 'id', id, 'l', lost)
+  elseif known ~= '' and known ~= id and lost == 0 then
+    -- made by a process that knew no generation: the loss is found now
+    lost, lostNow = now, 1
+    redis.call('HSET', M, 'l', lost)
+  end
+  if glog > now and redis.call('EXISTS', P .. ':g') == 0 then
+    lost, lostNow = now, 1
+    redis.call('HSET', M, 'l', lost, 'g', 0)
+  end
+  redis.call('PEXPIRE', M, 6 * keep)
+  return id, lost, lostNow
+end
+local function capacity(P, limit, hold, now, stale)
+  if redis.call('EXISTS', P .. ':seen') == 0 then
+    return limit
+  end
+  local quiet = redis.call('ZCOUNT', P .. ':seen', '-inf', now - stale) + redis.call('ZCOUNT', P .. ':ex', now - hold, '+inf')
+  if quiet == 0 then
+    return limit
+  end
+  local n = math.max(tonumber(redis.call('GET', P .. ':pmax') or '0'), redis.call('ZCARD', P .. ':seen'), 1)
+  return math.max(1, limit - quiet * math.max(1, math.floor(limit / n)))
+end
+`

@@ -128,6 +128,12 @@ type Config struct {
 	// error wrapping ErrRefused, since a store that can never count in
 	// Redis would run on its fallback share for good, silently.
 	FallbackOnRefusal bool
+	// RefuseEviction makes New fail with ErrEviction when Redis may evict
+	// the store's keys (a maxmemory with a policy other than noeviction:
+	// every key of the store has an expiry, so the volatile-* policies
+	// evict them too). Default false: New logs a warning, and the store
+	// runs, holding what it finds evicted as full (Stats.Lost).
+	RefuseEviction bool
 }
 
 // Namespace returns the hash tag for a token's keys: "{sluice:" and the
@@ -200,6 +206,11 @@ type Stats struct {
 	// because too many were owed (their leases expire in Redis).
 	Owed    int
 	Dropped int64
+	// Lost counts the losses of shared state this store found or saw: a
+	// generation that changed (Redis flushed, restarted empty, failed over
+	// to an empty replica, or evicted the marker), a global log or a
+	// bucket's record gone before its time (evicted).
+	Lost int64
 }
 
 // Store shares rate limits through Redis. Create it with New.
@@ -221,6 +232,12 @@ type Store struct {
 	errs       atomic.Int64
 
 	fb *fallback
+
+	// gen is the generation of the shared state this store last saw (see
+	// lossLua in scripts.go); lost counts the losses it found or saw.
+	gen     atomic.Pointer[string]
+	lost    atomic.Int64
+	lostLog atomic.Int64 // Unix ns of the last loss logged
 
 	// skew is Redis's clock less the local one, as the last heartbeat
 	// measured it (nil before one did): a reservation's deadline on
@@ -254,6 +271,38 @@ var ErrNoNamespace = errors.New("redisstore: Config.Namespace is required (use N
 // commands (NOPERM). Config.FallbackOnRefusal starts the store in its
 // fallback instead.
 var ErrRefused = errors.New("redisstore: Redis refuses the store")
+
+// ErrEviction is wrapped by the error New returns with
+// Config.RefuseEviction when Redis may evict the store's keys.
+var ErrEviction = errors.New("redisstore: Redis may evict the shared limits' keys (maxmemory-policy is not noeviction)")
+
+// evicting reads Redis's memory policy (INFO memory, which managed Redis
+// services allow where they deny CONFIG) and returns the policy if a
+// maxmemory is set with a policy that evicts, else "". It returns "" when
+// the policy cannot be read.
+func (s *Store) evicting() string {
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.Timeout)
+	defer cancel()
+	info, err := s.rdb.Info(ctx, "memory").Result()
+	if err != nil {
+		return ""
+	}
+	var maxmemory, policy string
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		switch {
+		case !ok:
+		case k == "maxmemory":
+			maxmemory = v
+		case k == "maxmemory_policy":
+			policy = v
+		}
+	}
+	if maxmemory == "" || maxmemory == "0" || policy == "" || policy == "noeviction" {
+		return ""
+	}
+	return policy
+}
 
 // refusal reports whether err is Redis refusing the client for good (its
 // credentials or permissions), rather than failing for a while.
@@ -318,7 +367,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 		probe: make(chan struct{}, 1)}
 	s.rdb, s.owned = bounded(rdb)
 	s.processes.Store(DefaultFallbackProcesses)
-	s.fb = newFallback(cfg.GlobalLimit, cfg.GlobalPeriod, s.share)
+	s.fb = newFallback(cfg.GlobalLimit, cfg.GlobalPeriod, s.silence(), s.share)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if err := s.beat(); err != nil {
 		if refusal(err) && !cfg.FallbackOnRefusal {
@@ -329,6 +378,16 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 			return nil, fmt.Errorf("%w: %w", ErrRefused, err)
 		}
 		s.failed(err, cfg.Clock())
+	} else if policy := s.evicting(); policy != "" {
+		if cfg.RefuseEviction {
+			s.cancel()
+			if s.owned {
+				s.rdb.Close()
+			}
+			return nil, fmt.Errorf("%w: maxmemory-policy %s", ErrEviction, policy)
+		}
+		log.Warn("sluice: Redis may evict the shared rate limits' keys: set maxmemory-policy noeviction, or give Sluice a Redis of its own; evicted state counts as full until it is known again (docs/scale-out.md)",
+			slog.String("maxmemory_policy", policy))
 	}
 	ps := s.rdb.Subscribe(s.ctx, s.ns+":wake")
 	rctx, cancel := context.WithTimeout(s.ctx, cfg.Timeout)
@@ -340,7 +399,8 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// Close stops the store's goroutines and waits for them: within
+// Close removes the process from the count of those sharing the token,
+// stops the store's goroutines and waits for them: within twice
 // Config.Timeout, since every Redis call ends by its deadline. The
 // caller's Redis client stays open (the store's own copy, see New, is
 // closed). Calls still owed to Redis (see Stats.Owed) are not made: their
@@ -349,6 +409,13 @@ func (s *Store) Close() error {
 	s.relMu.Lock()
 	s.relClosed = true
 	s.relMu.Unlock()
+	if s.Mode() != Fallback {
+		// Leave: the others need not keep this process's share out of
+		// their count as they would for a silent one.
+		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.Timeout)
+		_ = heartbeatScript.Run(ctx, s.rdb, []string{s.ns}, s.procID, 0, ms(DefaultKeep), ms(s.silence()), s.generation(), 1).Err()
+		cancel()
+	}
 	s.cancel()
 	s.wg.Wait()
 	if s.owned {
@@ -463,7 +530,8 @@ func (s *Store) Stats() Stats {
 	s.owedMu.Unlock()
 	return Stats{Mode: s.Mode(), Processes: int(s.processes.Load()),
 		Reserved: s.reserved.Load(), FallbackReserved: s.fbReserved.Load(),
-		Outages: s.outages.Load(), Errors: s.errs.Load(), Owed: owed, Dropped: s.dropped.Load()}
+		Outages: s.outages.Load(), Errors: s.errs.Load(), Owed: owed, Dropped: s.dropped.Load(),
+		Lost: s.lost.Load()}
 }
 
 // share is the fallback share now.
@@ -572,7 +640,7 @@ func fallbackKey(l string) string {
 func (s *Store) reserve(ctx context.Context, lease string, r ratelimit.SharedRequest) (ratelimit.SharedGrant, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	var limit, remaining, resetIn int64
+	var limit, remaining, resetIn, endedAgo int64
 	if r.Local.Known {
 		// What Discord counted, as far as this process knows: its own
 		// requests in flight (this one included) are left out, since each
@@ -580,19 +648,25 @@ func (s *Store) reserve(ctx context.Context, lease string, r ratelimit.SharedReq
 		limit = int64(r.Local.Limit)
 		remaining = int64(min(r.Local.Limit, r.Local.Remaining+r.Local.InFlight()))
 		resetIn = ms(r.Local.ResetAt.Sub(r.Now))
+		if !r.Local.ResetAt.IsZero() {
+			endedAgo = ms(r.Now.Sub(r.Local.ResetAt))
+		}
 	}
 	args := []any{lease, r.Route, r.Template, r.Major, b2i(r.Global),
 		s.cfg.GlobalLimit, ms(s.cfg.GlobalPeriod), ms(s.cfg.LeaseTTL),
 		limit, remaining, resetIn, ms(r.Window), ms(r.Margin),
 		s.cfg.InvalidLimit, ms(s.cfg.InvalidWindow) / 60000, ms(DefaultKeep), r.Hash, b2i(r.Serial),
-		s.groupID(r.GroupID), len(r.Groups), s.deadline(ctx)}
+		s.groupID(r.GroupID), len(r.Groups), s.deadline(ctx), s.generation(), endedAgo, ms(s.silence())}
 	res, err := reserveScript.Run(ctx, s.rdb, []string{s.ns}, groupArgs(args, r.Groups, true)...).Slice()
 	if err != nil {
 		return ratelimit.SharedGrant{}, err
 	}
-	if len(res) != 6 {
+	if len(res) != 8 {
 		return ratelimit.SharedGrant{}, fmt.Errorf("redisstore: reserve: %d results", len(res))
 	}
+	gen, _ := res[6].(string)
+	lost, _ := res[7].(int64)
+	s.saw(gen, lost == 1)
 	ok, _ := res[0].(int64)
 	wait, _ := res[1].(int64)
 	scope, _ := res[2].(string)
@@ -609,6 +683,44 @@ func (s *Store) reserve(ctx context.Context, lease string, r ratelimit.SharedReq
 	g.Wait = time.Duration(wait) * time.Millisecond
 	g.Notify = flag == 1
 	return g, nil
+}
+
+// silence is how long a process may go unheard in Redis before the others
+// keep its fallback share out of their count: two heartbeats and a call's
+// timeout. A process that falls back sends nothing for at least that long
+// (fallback.hold), so its share is kept out before it spends any.
+func (s *Store) silence() time.Duration { return 2*s.cfg.Heartbeat + s.cfg.Timeout }
+
+// generation is the generation of the shared state last seen ("" before
+// any).
+func (s *Store) generation() string {
+	if g := s.gen.Load(); g != nil {
+		return *g
+	}
+	return ""
+}
+
+// saw records what a script said of the state's generation: a new one
+// (after one this store knew) or lost set means the shared state was
+// evicted or wiped; the scripts hold what was lost as full (see lossLua),
+// and the loss is counted (Stats.Lost) and logged.
+func (s *Store) saw(gen string, lost bool) {
+	if gen == "" {
+		return
+	}
+	old := s.gen.Swap(&gen)
+	if old != nil && *old != gen {
+		lost = true
+	}
+	if !lost {
+		return
+	}
+	s.lost.Add(1)
+	now := time.Now().UnixNano()
+	if last := s.lostLog.Load(); now-last >= int64(time.Second) && s.lostLog.CompareAndSwap(last, now) {
+		s.log.Warn("sluice: Redis lost shared rate-limit state (evicted, flushed or restarted empty); what was lost counts as full for a window: use a Redis of its own, or maxmemory-policy noeviction (docs/scale-out.md)",
+			slog.Int64("losses", s.lost.Load()))
+	}
 }
 
 // deadline is ctx's deadline on Redis's clock (Unix ms), later by the
@@ -761,16 +873,22 @@ func (s *Store) beat() error {
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.Timeout)
 	defer cancel()
 	sent := time.Now()
-	res, err := heartbeatScript.Run(ctx, s.rdb, []string{s.ns}, s.procID, ms(3*s.cfg.Heartbeat), ms(DefaultKeep)).Int64Slice()
+	res, err := heartbeatScript.Run(ctx, s.rdb, []string{s.ns}, s.procID, ms(3*s.cfg.Heartbeat), ms(DefaultKeep),
+		ms(s.silence()), s.generation(), 0).Slice()
 	if err != nil {
 		return err
 	}
-	if len(res) != 2 {
+	if len(res) != 4 {
 		return fmt.Errorf("redisstore: heartbeat: %d results", len(res))
 	}
 	rtt := time.Since(sent)
-	s.skew.Store(&skew{offset: res[1] - sent.Add(rtt/2).UnixMilli(), err: ms(rtt/2) + 1})
-	s.processes.Store(int32(max(1, res[0])))
+	n, _ := res[0].(int64)
+	redisNow, _ := res[1].(int64)
+	gen, _ := res[2].(string)
+	lost, _ := res[3].(int64)
+	s.skew.Store(&skew{offset: redisNow - sent.Add(rtt/2).UnixMilli(), err: ms(rtt/2) + 1})
+	s.processes.Store(int32(max(1, n)))
+	s.saw(gen, lost == 1)
 	if !s.settle() {
 		return nil // a call failed again: recorded, and the store is in fallback
 	}

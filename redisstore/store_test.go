@@ -218,7 +218,7 @@ func TestFallbackShareOfABucket(t *testing.T) {
 	g := s.Reserve(context.Background(), r)
 	assert.False(t, g.OK, "the window under way at the switch is held")
 	assert.Equal(t, Fallback, s.Mode())
-	now = now.Add(2 * time.Second) // a later window, past the global hold
+	now = now.Add(3 * time.Second) // a later window, past the hold at the switch (Store.silence)
 	var local ratelimit.Bucket
 	local.Observe(now, now, ratelimit.Headers{Limit: 50, Remaining: 49, ResetAfter: time.Second,
 		Has: ratelimit.Present{Limit: true, Remaining: true, ResetAfter: true}})

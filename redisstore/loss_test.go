@@ -1,0 +1,205 @@
+package redisstore
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/ratelimit"
+)
+
+// State that Redis may have lost is unknown, and unknown is full: a wipe
+// (FLUSHALL, a restart without persistence, a failover to an empty
+// replica) or an eviction is found by the scripts, and what was lost is
+// held full for a window instead of read as empty. Before, an empty log
+// admitted a whole new global window on top of the one just sent, and a
+// bucket another process had just filled got a new pioneer and a window of
+// its own.
+
+// fill takes n global slots in s, answered at once.
+func fill(t *testing.T, s *Store, n int) {
+	t.Helper()
+	ctx := context.Background()
+	for i := range n {
+		r := request()
+		r.Route, r.Major = "GET /x/{id} id="+strconv.Itoa(i), "id="+strconv.Itoa(i)
+		g := s.Reserve(ctx, r)
+		require.True(t, g.OK, "slot %d", i)
+		s.Report(ctx, g, ratelimit.SharedAnswer{Now: time.Now(), Sent: true, Status: 404})
+	}
+}
+
+func TestWipedGlobalLogIsFullForAPeriod(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		lose func(t *testing.T, srv *redistest.Server, s *Store)
+	}{
+		{"flushall", func(t *testing.T, srv *redistest.Server, s *Store) {
+			require.NoError(t, s.rdb.FlushAll(context.Background()).Err())
+		}},
+		{"evicted log", func(t *testing.T, srv *redistest.Server, s *Store) {
+			require.NoError(t, s.rdb.Del(context.Background(), s.ns+":g").Err())
+		}},
+		{"evicted marker", func(t *testing.T, srv *redistest.Server, s *Store) {
+			require.NoError(t, s.rdb.Del(context.Background(), s.ns+":gen").Err())
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			const period = 2 * time.Second
+			s := newStore(t, srv, Config{GlobalLimit: 5, GlobalPeriod: period, Heartbeat: time.Hour})
+			fill(t, s, 5)
+			g := s.Reserve(context.Background(), request())
+			require.False(t, g.OK, "the window is full")
+			tc.lose(t, srv, s)
+			g = s.Reserve(context.Background(), request())
+			assert.False(t, g.OK, "the lost log counts as full")
+			assert.Equal(t, "global", g.Scope)
+			assert.Greater(t, g.Wait, period/2, "for a period from the loss")
+			assert.LessOrEqual(t, g.Wait, period)
+			assert.EqualValues(t, 1, s.Stats().Lost)
+		})
+	}
+}
+
+// A process that knows no generation (it just started) and meets the
+// wiped Redis first makes a new generation without knowing of the loss;
+// the first process that knew the old one finds it and holds the window.
+func TestNewProcessAfterAWipeDoesNotHideIt(t *testing.T) {
+	srv := redistest.Start(t)
+	const period = 2 * time.Second
+	cfg := Config{Namespace: Namespace(t.Name()), GlobalLimit: 5, GlobalPeriod: period, Heartbeat: time.Hour}
+	a := newStore(t, srv, cfg)
+	fill(t, a, 5)
+	require.NoError(t, a.rdb.FlushAll(context.Background()).Err())
+	b := newStore(t, srv, cfg) // its first heartbeat makes the new generation
+	assert.Zero(t, b.Stats().Lost)
+	g := a.Reserve(context.Background(), request())
+	assert.False(t, g.OK, "a knew the old generation: the loss is found")
+	assert.Equal(t, "global", g.Scope)
+	assert.Greater(t, g.Wait, period/2)
+	g = b.Reserve(context.Background(), request())
+	assert.False(t, g.OK, "and held for every process")
+}
+
+// A bucket the caller knows, whose record Redis no longer has while the
+// caller's window is under way (or ended less than the record's keep ago),
+// was lost: it counts as full for one window, not as a fresh bucket.
+func TestLostBucketRecordCountsAsFull(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, srv, Config{Heartbeat: time.Hour})
+	ctx := context.Background()
+	now := time.Now()
+	known := func(resetAt time.Time) ratelimit.SharedRequest {
+		r := request()
+		r.Global, r.Hash = false, "h1"
+		r.Local = ratelimit.Bucket{Known: true, Limit: 5, Remaining: 4, ResetAt: resetAt}
+		r.Window = time.Second
+		return r
+	}
+	g := s.Reserve(ctx, known(now.Add(500*time.Millisecond)))
+	assert.False(t, g.OK, "a window under way, its record gone: full")
+	assert.Equal(t, "bucket", g.Scope)
+	assert.Greater(t, g.Wait, 900*time.Millisecond, "for one window")
+	assert.EqualValues(t, 1, s.Stats().Lost)
+
+	r := known(now.Add(-20 * time.Minute))
+	r.Route, r.Major, r.Hash = "GET /y/{id} id=1", "id=1", "h2"
+	assert.True(t, s.Reserve(ctx, r).OK, "a window that ended longer ago than records are kept: a fresh one")
+	assert.EqualValues(t, 1, s.Stats().Lost)
+}
+
+// The shares of processes that may be counting on their fallback (silent
+// for longer than Store.silence, or heard from again within the window)
+// are kept out of what Redis hands to the others: a process cut off from
+// Redis and the ones still on it never add up to more than the limit. A
+// process that leaves (Close) is not kept out.
+func TestSilentProcessShareIsKeptOut(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := Config{Namespace: Namespace(t.Name()), GlobalLimit: 8, GlobalPeriod: 10 * time.Second, Heartbeat: time.Hour}
+	a := newStore(t, srv, cfg)
+	b, err := New(srv.Client(t), cfg)
+	require.NoError(t, err)
+	ctx := context.Background()
+	count := func(s *Store, prefix string) int {
+		n := 0
+		for i := range 10 {
+			r := request()
+			r.Route, r.Major = "GET /x/{id} id="+prefix+strconv.Itoa(i), "id="+prefix+strconv.Itoa(i)
+			if s.Reserve(ctx, r).OK {
+				n++
+			}
+		}
+		return n
+	}
+	// b goes silent: its last heartbeat is older than the silence allowed
+	// (two heartbeats of an hour here).
+	redisNow, err := a.rdb.Time(ctx).Result()
+	require.NoError(t, err)
+	require.NoError(t, a.rdb.ZAdd(ctx, a.ns+":seen", redisZ(redisNow.Add(-3*time.Hour), b.procID)).Err())
+	assert.Equal(t, 4, count(a, "a"), "half of 8: b's share, 1/2, is kept out")
+	empty := func() { // (not a loss: the test empties the log)
+		require.NoError(t, a.rdb.Del(ctx, a.ns+":g").Err())
+		require.NoError(t, a.rdb.HSet(ctx, a.ns+":gen", "g", 0).Err())
+	}
+	// b is heard from again: what it sent on its share may still be in
+	// the window, so its share stays out for one.
+	require.NoError(t, b.beat())
+	empty()
+	assert.Equal(t, 4, count(a, "b"), "b's share stays out for a window after it came back")
+	require.NoError(t, b.Close())
+	// b left: nothing is kept out any more.
+	empty()
+	assert.Equal(t, 8, count(a, "c"), "b left: the whole limit")
+}
+
+// New warns when Redis may evict the store's keys, and refuses with
+// RefuseEviction.
+func TestNewWarnsOfAnEvictingRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	admin := srv.Client(t)
+	require.NoError(t, admin.ConfigSet(ctx, "maxmemory", "64mb").Err())
+	require.NoError(t, admin.ConfigSet(ctx, "maxmemory-policy", "volatile-lru").Err())
+	var mu sync.Mutex
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&lockedWriter{mu: &mu, w: &buf}, nil))
+	s := newStore(t, srv, Config{Logger: log})
+	require.NoError(t, s.Close())
+	mu.Lock()
+	assert.Contains(t, buf.String(), "maxmemory_policy=volatile-lru")
+	mu.Unlock()
+	_, err := New(srv.Client(t), Config{Namespace: Namespace(t.Name()), RefuseEviction: true})
+	require.ErrorIs(t, err, ErrEviction)
+
+	require.NoError(t, admin.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err())
+	s2, err := New(srv.Client(t), Config{Namespace: Namespace(t.Name()), RefuseEviction: true})
+	require.NoError(t, err)
+	require.NoError(t, s2.Close())
+}
+
+// lockedWriter serialises writes to w (the store logs from its goroutines).
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// redisZ is a sorted-set member scored with t in Unix ms.
+func redisZ(t time.Time, member string) redis.Z {
+	return redis.Z{Score: float64(t.UnixMilli()), Member: member}
+}
