@@ -58,8 +58,8 @@ type fallback struct {
 	quiet   time.Time                           // nothing is sent before (the hold at the switch)
 	period  time.Duration
 	hold    time.Duration // how long nothing is sent after a switch
-	seq     uint64 // grants so far, across buckets and switches
-	entered uint64 // seq at the last switch: older grants' group guards were cleared
+	seq     uint64        // grants so far, across buckets and switches
+	entered uint64        // seq at the last switch: older grants' group guards were cleared
 }
 
 // fbWindow is one bucket as this process paces it in fallback.
