@@ -4,6 +4,11 @@
 // internal/redistest; "sluice demo -processes N" uses it when no -redis URL
 // is given.
 //
+// Start takes extra redis-server arguments (a password, a memory limit…),
+// which Restart reuses. Kill and Restart play a crash and a recovery; Pause
+// and Resume freeze the server and thaw it (SIGSTOP, SIGCONT), as a hung
+// server or a long GC-like stall would look to its clients.
+//
 // The server never outlives the process that started it on Linux: it gets
 // SIGKILL when that process dies (Pdeathsig), even if it dies by SIGKILL,
 // and it runs in a process group of its own, so a Ctrl-C in the terminal
@@ -51,6 +56,7 @@ type Server struct {
 	URL string
 
 	bin  string
+	args []string // extra arguments, after the package's own
 	dir  string
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -61,7 +67,12 @@ type Server struct {
 // a new temporary directory, and returns once its log says it accepts
 // connections, or with an error if it exits first, does not within
 // StartTimeout, or ctx ends. Close stops it and removes the directory.
-func Start(ctx context.Context, bin string) (*Server, error) {
+//
+// args are appended to the server's command line, after the package's own
+// options (which they may override, but the socket and the directory are
+// the package's): for example "--requirepass", "pw", or "--maxmemory",
+// "2mb", "--maxmemory-policy", "allkeys-lru". Restart reuses them.
+func Start(ctx context.Context, bin string, args ...string) (*Server, error) {
 	if bin == "" {
 		return nil, errors.New("redisproc: no redis-server binary")
 	}
@@ -74,7 +85,7 @@ func Start(ctx context.Context, bin string) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redisproc: %w", err)
 	}
-	s := &Server{bin: bin, dir: dir, Socket: filepath.Join(dir, "r.sock")}
+	s := &Server{bin: bin, args: append([]string(nil), args...), dir: dir, Socket: filepath.Join(dir, "r.sock")}
 	s.URL = "unix://" + s.Socket
 	if err := s.start(ctx); err != nil {
 		os.RemoveAll(dir)
@@ -86,7 +97,7 @@ func Start(ctx context.Context, bin string) (*Server, error) {
 // start runs the server and waits until its log says it accepts
 // connections.
 func (s *Server) start(ctx context.Context) error {
-	cmd := exec.Command(s.bin,
+	args := []string{
 		"--port", "0",
 		"--unixsocket", s.Socket,
 		"--unixsocketperm", "700",
@@ -95,7 +106,9 @@ func (s *Server) start(ctx context.Context) error {
 		"--appendonly", "no",
 		"--daemonize", "no",
 		"--loglevel", "notice",
-		"--logfile", "")
+		"--logfile", "",
+	}
+	cmd := exec.Command(s.bin, append(args, s.args...)...)
 	cmd.SysProcAttr = sysProcAttr()
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -148,7 +161,7 @@ func (s *Server) start(ctx context.Context) error {
 
 // Kill stops the server at once (SIGKILL), as a crash would, and waits
 // until it has exited. Its data is lost. Killing a stopped server does
-// nothing.
+// nothing; a paused one (Pause) is killed as a running one.
 func (s *Server) Kill() {
 	s.mu.Lock()
 	cmd, done := s.cmd, s.done
@@ -158,13 +171,19 @@ func (s *Server) Kill() {
 		return
 	}
 	_ = cmd.Process.Kill()
+	// SIGKILL ends a stopped process too; SIGCONT makes sure a paused
+	// server is not left waiting for one. The process is not reaped
+	// before done, so the signal cannot reach another one.
+	if sigCont != nil {
+		_ = cmd.Process.Signal(sigCont)
+	}
 	<-done
 	_ = os.Remove(s.Socket)
 }
 
-// Restart starts the server again on the same socket, killing it first if
-// it runs. It is empty, as a crashed server without persistence comes
-// back.
+// Restart starts the server again on the same socket, with the same
+// arguments, killing it first if it runs (or is paused). It is empty, as a
+// crashed server without persistence comes back, and not paused.
 func (s *Server) Restart(ctx context.Context) error {
 	s.Kill()
 	if err := s.start(ctx); err != nil {
@@ -173,14 +192,36 @@ func (s *Server) Restart(ctx context.Context) error {
 	return nil
 }
 
+// Pause freezes the server (SIGSTOP): the process stays alive and its
+// socket still accepts connections, but nothing is read or answered until
+// Resume. Kill, Restart and Close work on a paused server. Pausing a
+// stopped or paused server does nothing, as does Pause on systems without
+// SIGSTOP (Windows).
+func (s *Server) Pause() { s.signal(sigStop) }
+
+// Resume thaws a paused server (SIGCONT): it answers what it was sent
+// meanwhile. Resuming a running or stopped server does nothing.
+func (s *Server) Resume() { s.signal(sigCont) }
+
+// signal sends sig to the server if it runs.
+func (s *Server) signal(sig os.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil && sig != nil {
+		_ = s.cmd.Process.Signal(sig)
+	}
+}
+
 // Close stops the server (SIGKILL: nothing is persisted anyway), waits for
-// it and removes its directory.
+// it and removes its directory. A paused server is closed as a running one.
 func (s *Server) Close() {
 	s.Kill()
 	_ = os.RemoveAll(s.dir)
 }
 
 // Ping reports whether the server answers now: one attempt, no retries.
+// It sends no password: a server started with --requirepass answers with
+// an error reply (NOAUTH), which Ping counts as answering.
 func (s *Server) Ping(ctx context.Context) error {
 	opt, err := redis.ParseURL(s.URL)
 	if err != nil {
@@ -189,5 +230,10 @@ func (s *Server) Ping(ctx context.Context) error {
 	opt.MaxRetries = -1
 	c := redis.NewClient(opt)
 	defer c.Close()
-	return c.Ping(ctx).Err()
+	err = c.Ping(ctx).Err()
+	var reply redis.Error
+	if errors.As(err, &reply) {
+		return nil // an error reply is an answer
+	}
+	return err
 }

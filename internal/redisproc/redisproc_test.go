@@ -7,7 +7,9 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
 	"github.com/sluicehq/sluice/internal/redisproc"
@@ -86,4 +88,81 @@ func TestStartFailsWithoutABinary(t *testing.T) {
 			t.Fatalf("Start of a program that exits: %v", err)
 		}
 	}
+}
+
+func TestStartWithArguments(t *testing.T) {
+	s, err := redisproc.Start(context.Background(), binary(t), "--requirepass", "pw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	check := func(when string) {
+		t.Helper()
+		if err := s.Ping(ctx); err != nil {
+			t.Fatalf("%s: a server that refuses a PING without a password still answers: %v", when, err)
+		}
+		if err := ping(t, s, "", time.Second); err == nil || !strings.Contains(err.Error(), "NOAUTH") {
+			t.Fatalf("%s: PING without the password: %v, want NOAUTH", when, err)
+		}
+		if err := ping(t, s, "pw", time.Second); err != nil {
+			t.Fatalf("%s: PING with the password: %v", when, err)
+		}
+	}
+	check("started")
+	if err := s.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check("restarted")
+}
+
+func TestPauseResume(t *testing.T) {
+	s, err := redisproc.Start(context.Background(), binary(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.Pause()
+	if err := ping(t, s, "", 200*time.Millisecond); !isTimeout(err) {
+		t.Fatalf("PING of a paused server: %v, want a timeout", err)
+	}
+	s.Resume()
+	if err := ping(t, s, "", 10*time.Second); err != nil {
+		t.Fatalf("PING of a resumed server: %v", err)
+	}
+	s.Pause()
+	s.Kill() // must not hang on a paused server
+	if err := s.Restart(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := ping(t, s, "", 10*time.Second); err != nil {
+		t.Fatalf("PING of a server restarted after a pause: %v", err)
+	}
+	s.Pause()
+	s.Close() // nor must Close
+}
+
+// ping sends one PING, with password if not "", to s on a fresh client
+// whose connection deadlines follow the context's, which ends after d.
+func ping(t *testing.T, s *redisproc.Server, password string, d time.Duration) error {
+	t.Helper()
+	opt, err := redis.ParseURL(s.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.Password = password
+	opt.MaxRetries = -1
+	opt.ContextTimeoutEnabled = true
+	c := redis.NewClient(opt)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return c.Ping(ctx).Err()
+}
+
+// isTimeout reports whether err is a deadline's: the context's, or the
+// connection's set from it.
+func isTimeout(err error) bool {
+	var ne interface{ Timeout() bool }
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
