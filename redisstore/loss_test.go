@@ -203,3 +203,30 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 func redisZ(t time.Time, member string) redis.Z {
 	return redis.Z{Score: float64(t.UnixMilli()), Member: member}
 }
+
+// A known bucket's in-flight set, gone before its expiry (evicted) while
+// its record stays: how many of its requests are in flight, and in which
+// window Discord counts them, is unknown: full for one window.
+func TestEvictedInflightSetCountsAsFull(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, srv, Config{Heartbeat: time.Hour})
+	ctx := context.Background()
+	r := request()
+	r.Global = false
+	p := s.Reserve(ctx, r)
+	require.True(t, p.OK && p.Pioneer)
+	s.Report(ctx, p, answer(5, 4, time.Second, "h"))
+	r.Hash, r.Window = "h", time.Second
+	g := s.Reserve(ctx, r)
+	require.True(t, g.OK, "the bucket is known: 3 left")
+	require.NoError(t, s.rdb.Del(ctx, s.ns+":f:"+g.Key).Err())
+	refused := s.Reserve(ctx, r)
+	assert.False(t, refused.OK, "the in-flight set was lost: full")
+	assert.Equal(t, "bucket", refused.Scope)
+	assert.Greater(t, refused.Wait, 900*time.Millisecond, "for a window from the loss")
+	assert.EqualValues(t, 1, s.Stats().Lost)
+	again := s.Reserve(ctx, r)
+	assert.False(t, again.OK)
+	assert.LessOrEqual(t, again.Wait, refused.Wait, "found once: the window is not pushed on by every call")
+	assert.EqualValues(t, 1, s.Stats().Lost)
+}

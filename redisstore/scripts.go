@@ -28,7 +28,6 @@ import "github.com/redis/go-redis/v9"
 //	                     has seen answered, per major parameters
 //	P:k:<major>   set    the known buckets (by hash) of the major parameters,
 //	                     where such a pioneer may land
-//	P:gb          string the global window is blocked until (ms)
 //	P:a           hash   "METHOD /template" -> X-RateLimit-Bucket hash
 //	P:i:<minute>  string invalid answers (401, 403, non-shared 429) that minute
 //	P:x:<lease>   string a reservation given back before it ran (tombstone)
@@ -84,7 +83,7 @@ if (deadline > 0 and now > deadline) or redis.call('EXISTS', P .. ':x:' .. lease
   return {0, 1, 'bucket', '', 0, key, '', 0}
 end
 local endedAgo, stale = tonumber(ARGV[23]), tonumber(ARGV[24])
-local gen, lostAt, lostNow = generation(P, ARGV[22], now, keep, lease)
+local gen, lostAt, lostNow, blocked = generation(P, ARGV[22], now, keep, lease)
 
 local function body()
 
@@ -101,7 +100,6 @@ end
 
 local G = P .. ':g'
 if wantG then
-  local blocked = tonumber(redis.call('GET', P .. ':gb') or '0')
   if blocked > now then
     return {0, blocked - now, 'global', '', 0, key}
   end
@@ -132,11 +130,19 @@ if hash ~= '' then
 end
 local B, F = P .. ':b:' .. key, P .. ':f:' .. key
 redis.call('ZREMRANGEBYSCORE', F, '-inf', now)
-local inflight = redis.call('ZCARD', F)
-local r = redis.call('HMGET', B, 'l', 'u', 'r', 'p', 'w', 'v', 's', 'z')
+local inflight = redis.call('ZCOUNT', F, '-inf', '(+inf')
+local r = redis.call('HMGET', B, 'l', 'u', 'r', 'p', 'w', 'v', 's', 'z', 'fe')
 local limit, used, reset = tonumber(r[1]) or 0, tonumber(r[2]) or 0, tonumber(r[3]) or 0
 local pause, win, prov = tonumber(r[4]) or 0, tonumber(r[5]) or 0, tonumber(r[6]) or 0
 local start, serial = tonumber(r[7]) or 0, r[8] == '1' or ARGV[18] == '1'
+if limit > 0 and (tonumber(r[9]) or 0) > now and redis.call('EXISTS', F) == 0 then
+  -- The bucket's in-flight set is gone before its expiry (evicted): how
+  -- many of its requests are in flight, and in which window Discord counts
+  -- them, is unknown. Unknown is full: for one window from now.
+  used, reset, prov, start = limit, math.max(reset, now + math.max(win, 50) + margin), 0, now
+  redis.call('HSET', B, 'fe', 0)
+  lostNow = 1
+end
 
 if pause > now then
   return {0, pause - now, 'bucket', hash, 0, key}
@@ -149,7 +155,7 @@ local function waitAnswer()
   redis.call('PEXPIRE', B, math.max(reset - now, ttl) + keep)
   local first = redis.call('ZRANGE', F, 0, 0, 'WITHSCORES')
   local w = ttl
-  if first[2] then w = math.max(1, tonumber(first[2]) - now) end
+  if first[2] and first[1] ~= '~' then w = math.max(1, tonumber(first[2]) - now) end
   return {0, w, 'bucket', hash, 1, key}
 end
 
@@ -189,7 +195,7 @@ if limit == 0 then
   local routeInflight = 0
   if RF ~= F then
     redis.call('ZREMRANGEBYSCORE', RF, '-inf', now)
-    routeInflight = redis.call('ZCARD', RF)
+    routeInflight = redis.call('ZCOUNT', RF, '-inf', '(+inf')
   end
   if inflight + routeInflight > 0 then
     return waitAnswer()
@@ -262,14 +268,16 @@ for j = 0, ng - 1 do
   groups[#groups + 1] = {D, gseq, gstart, gper}
 end
 
-redis.call('ZADD', F, now + ttl, lease)
+-- (the member '~', at +inf, keeps the set until it expires: gone before,
+-- it was evicted; the bucket's 'fe' says until when it must exist)
+redis.call('ZADD', F, now + ttl, lease, '+inf', '~')
 redis.call('PEXPIRE', F, ttl)
 if pioneer == 1 and hash == '' then
   redis.call('ZADD', M, now + ttl, lease)
   redis.call('PEXPIRE', M, ttl)
 end
 if limit > 0 then
-  redis.call('HSET', B, 'l', limit, 'u', used, 'r', reset, 'w', win, 'v', prov, 's', start)
+  redis.call('HSET', B, 'l', limit, 'u', used, 'r', reset, 'w', win, 'v', prov, 's', start, 'fe', now + ttl)
 end
 redis.call('PEXPIRE', B, math.max(reset - now, ttl) + keep)
 if wantG then
@@ -416,8 +424,9 @@ if invalid then
 end
 if scope == 'global' then
   local blockEnd = now + wait
-  if blockEnd > tonumber(redis.call('GET', P .. ':gb') or '0') then
-    redis.call('SET', P .. ':gb', blockEnd, 'PX', math.max(1, wait))
+  if blockEnd > tonumber(redis.call('HGET', P .. ':gen', 'b') or '0') then
+    -- (in the marker: lost with it, and a lost marker holds the window)
+    redis.call('HSET', P .. ':gen', 'b', blockEnd)
     redis.call('PUBLISH', P .. ':wake', 'g|' .. wait)
   end
 end
@@ -439,7 +448,7 @@ end
 
 local TB, TF = P .. ':b:' .. target, P .. ':f:' .. target
 redis.call('ZREMRANGEBYSCORE', TF, '-inf', now)
-local inflight = redis.call('ZCARD', TF)
+local inflight = redis.call('ZCOUNT', TF, '-inf', '(+inf')
 local r = redis.call('HMGET', TB, 'l', 'u', 'r', 'p', 'w', 'v', 's', 'x')
 local limit, used, reset = tonumber(r[1]) or 0, tonumber(r[2]) or 0, tonumber(r[3]) or 0
 local pause, win, prov = tonumber(r[4]) or 0, tonumber(r[5]) or 0, tonumber(r[6]) or 0
@@ -513,14 +522,16 @@ return woken
 // heartbeatScript records a live process and returns how many share the
 // token (the most seen alive at once within the last ARGV[3] ms), Redis's
 // clock (Unix ms), the generation and whether this call found state lost.
-// A process heard from again after a silence longer than ARGV[4] ms goes
-// into P:ex (its fallback share may still be in the windows under way).
-// With ARGV[6] = 1 the process leaves: its records are removed (Close).
+// A process heard from again after a silence longer than ARGV[4] ms, or
+// beating while it counts on its fallback share (ARGV[6] = 2: falling back,
+// or recovering), goes into P:ex (its fallback share may be in the windows
+// under way). With ARGV[6] = 1 the process leaves: its records are
+// removed (Close).
 //
 // ARGV: 1 process id, 2 how long the record lives ms, 3 how long the
 // largest count (and a silent process) is remembered ms, 4 how long a
-// process may go unheard ms, 5 the generation the caller knows, 6 leaving
-// (0/1).
+// process may go unheard ms, 5 the generation the caller knows, 6 0, or
+// 1 leaving, or 2 on its fallback share.
 var heartbeatScript = redis.NewScript(lossLua + `
 local P = KEYS[1]
 local t = redis.call('TIME')
@@ -535,7 +546,7 @@ if ARGV[6] == '1' then
 end
 local gen, lostAt, lostNow = generation(P, ARGV[5], now, keep, 'hb:' .. id .. ':' .. now)
 local last = tonumber(redis.call('ZSCORE', S, id) or '0')
-if last > 0 and last < now - stale then
+if ARGV[6] == '2' or (last > 0 and last < now - stale) then
   redis.call('ZADD', X, now, id)
   redis.call('PEXPIRE', X, keep)
 end
@@ -565,7 +576,8 @@ return {math.max(m, redis.call('ZCARD', S)), now, gen, lostNow}
 // some processes may count on their fallback share.
 //
 // P:gen (a hash, kept while any process beats, see DefaultKeep) names the
-// generation of the state: "id", made by the script that found no marker;
+// generation of the state: "id", made by the script that found no marker; "b", the global window
+// is blocked until (a global 429, Redis ms);
 // "l", when state was last found lost (Redis ms); "g", until when the
 // global log P:g must exist, as last written (its member "~", at +inf,
 // keeps it from vanishing when its last lease is swept: only its expiry,
@@ -591,8 +603,8 @@ local function logLives(P, untilMs)
 end
 local function generation(P, known, now, keep, newID)
   local M = P .. ':gen'
-  local r = redis.call('HMGET', M, 'id', 'l', 'g')
-  local id, lost, glog = r[1], tonumber(r[2]) or 0, tonumber(r[3]) or 0
+  local r = redis.call('HMGET', M, 'id', 'l', 'g', 'b')
+  local id, lost, glog, block = r[1], tonumber(r[2]) or 0, tonumber(r[3]) or 0, tonumber(r[4]) or 0
   local lostNow = 0
   if not id then
     id = newID
@@ -610,7 +622,7 @@ local function generation(P, known, now, keep, newID)
     redis.call('HSET', M, 'l', lost, 'g', 0)
   end
   redis.call('PEXPIRE', M, 6 * keep)
-  return id, lost, lostNow
+  return id, lost, lostNow, block
 end
 local function capacity(P, limit, hold, now, stale)
   if redis.call('EXISTS', P .. ':seen') == 0 then

@@ -236,6 +236,9 @@ type Store struct {
 	// gen is the generation of the shared state this store last saw (see
 	// lossLua in scripts.go); lost counts the losses it found or saw.
 	gen     atomic.Pointer[string]
+	mostMu  sync.Mutex
+	most    int32 // the most processes seen, since mostAt (mostProcesses)
+	mostAt  time.Time
 	lost    atomic.Int64
 	lostLog atomic.Int64 // Unix ns of the last loss logged
 
@@ -685,6 +688,20 @@ func (s *Store) reserve(ctx context.Context, lease string, r ratelimit.SharedReq
 	return g, nil
 }
 
+// mostProcesses returns the most processes seen sharing the token within
+// DefaultKeep, n (read in Redis now) included: Redis keeps that count too,
+// but may have lost it (evicted, wiped), and a count that dropped would
+// raise the fallback share over the limit.
+func (s *Store) mostProcesses(n int32) int32 {
+	s.mostMu.Lock()
+	defer s.mostMu.Unlock()
+	now := time.Now()
+	if n >= s.most || now.Sub(s.mostAt) > DefaultKeep {
+		s.most, s.mostAt = n, now
+	}
+	return s.most
+}
+
 // silence is how long a process may go unheard in Redis before the others
 // keep its fallback share out of their count: two heartbeats and a call's
 // timeout. A process that falls back sends nothing for at least that long
@@ -873,8 +890,14 @@ func (s *Store) beat() error {
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.Timeout)
 	defer cancel()
 	sent := time.Now()
+	// A process on its fallback share (falling back, or recovering) tells
+	// the others to keep that share out of their count (lossLua).
+	onShare := 0
+	if s.Mode() != Shared {
+		onShare = 2
+	}
 	res, err := heartbeatScript.Run(ctx, s.rdb, []string{s.ns}, s.procID, ms(3*s.cfg.Heartbeat), ms(DefaultKeep),
-		ms(s.silence()), s.generation(), 0).Slice()
+		ms(s.silence()), s.generation(), onShare).Slice()
 	if err != nil {
 		return err
 	}
@@ -887,7 +910,7 @@ func (s *Store) beat() error {
 	gen, _ := res[2].(string)
 	lost, _ := res[3].(int64)
 	s.skew.Store(&skew{offset: redisNow - sent.Add(rtt/2).UnixMilli(), err: ms(rtt/2) + 1})
-	s.processes.Store(int32(max(1, n)))
+	s.processes.Store(s.mostProcesses(int32(max(1, n))))
 	s.saw(gen, lost == 1)
 	if !s.settle() {
 		return nil // a call failed again: recorded, and the store is in fallback
