@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -53,8 +54,10 @@ func sharedRedisTimeout() time.Duration {
 type sharedScenario struct {
 	name  string
 	rules sluicetest.RuleSet
-	// path is the request of worker w of process p.
-	path func(p, w int) string
+	// path is the request of worker w of process p; paths, when set, its
+	// requests, sent one after the other.
+	path  func(p, w int) string
+	paths func(p, w int) []string
 	// window and limit are the bucket the load saturates (0: the global
 	// limit is what binds).
 	limit  int
@@ -138,6 +141,9 @@ type childResult struct {
 	// ETAs are the requests' ETAs asked right after submission, by path
 	// (scenarios with limits).
 	ETAs map[string]sluice.ETA
+	// Close is how long the limiter's Close took, CloseDeadline the time
+	// its context allowed.
+	Close, CloseDeadline time.Duration
 }
 
 // TestSharedChild is the child process of the multi-process tests; it
@@ -156,7 +162,7 @@ func TestSharedChild(t *testing.T) {
 	share, _ := strconv.ParseFloat(os.Getenv("SLUICE_SHARED_SHARE"), 64)
 	lim, err := sluice.New(sluice.Options{BaseURL: os.Getenv("SLUICE_SHARED_BASE"), H2C: true, Token: testToken + "-" + os.Getenv("SLUICE_SHARED_SCENARIO"),
 		GlobalLimit: sharedGlobal, IPGlobalLimit: sharedGlobal, Redis: rdb, RedisFallbackShare: share, Limits: sc.limits,
-		RedisTimeout: sharedRedisTimeout()})
+		RedisTimeout: sharedRedisTimeout(), Logger: childLogger()})
 	require.NoError(t, err)
 
 	var mu sync.Mutex
@@ -176,54 +182,32 @@ func TestSharedChild(t *testing.T) {
 	if sc.limits != nil {
 		method = "PUT"
 	}
+	send := func(path string) { sendOne(t, ctx, lim, sc, method, path, &mu, &res, out) }
 	for w := range sharedWorkers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			f := lim.Send(ctx, req(method, sc.path(p, w), ""))
-			if sc.limits != nil {
-				e, err := f.ETA(ctx)
-				require.NoError(t, err)
-				mu.Lock()
-				res.ETAs[sc.path(p, w)] = e
-				mu.Unlock()
+			paths := []string{}
+			if sc.paths != nil {
+				paths = sc.paths(p, w)
+			} else {
+				paths = append(paths, sc.path(p, w))
 			}
-			resp, err := f.Await(ctx)
-			now := time.Now().UnixNano()
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err != nil:
-				res.Failed++
-				if len(res.Errors) < 5 {
-					res.Errors = append(res.Errors, err.Error())
-				}
-			case resp.StatusCode/100 != 2:
-				res.Failed++
-				if len(res.Errors) < 5 {
-					res.Errors = append(res.Errors, resp.Status)
-				}
-			default:
-				res.OK++
+			for _, path := range paths {
+				send(path)
 			}
-			if err == nil {
-				resp.Body.Close()
-				if res.First == 0 || now < res.First {
-					res.First = now
-				}
-				res.Last = max(res.Last, now)
-			}
-			fmt.Fprintln(out, "@P")
-			out.Flush()
 		}()
 	}
 	wg.Wait()
 	if snap, err := lim.Snapshot(context.Background()); err == nil && snap.Shared != nil {
 		res.Shared = *snap.Shared
 	}
-	closeCtx, cancelClose := context.WithTimeout(context.Background(), 10*time.Second)
+	res.CloseDeadline = 3 * time.Second
+	closeCtx, cancelClose := context.WithTimeout(context.Background(), res.CloseDeadline)
 	defer cancelClose()
+	start := time.Now()
 	require.NoError(t, lim.Close(closeCtx))
+	res.Close = time.Since(start)
 	b, _ := json.Marshal(res)
 	mu.Lock()
 	fmt.Fprintln(out, "@R "+string(b))
@@ -231,11 +215,82 @@ func TestSharedChild(t *testing.T) {
 	mu.Unlock()
 }
 
+// sendOne is one request of a child's worker: it records the outcome in
+// res and tells the parent.
+func sendOne(t *testing.T, ctx context.Context, lim *sluice.Limiter, sc sharedScenario, method, path string,
+	mu *sync.Mutex, res *childResult, out *bufio.Writer) {
+	f := lim.Send(ctx, req(method, path, ""))
+	if sc.limits != nil {
+		e, err := f.ETA(ctx)
+		require.NoError(t, err)
+		mu.Lock()
+		res.ETAs[path] = e
+		mu.Unlock()
+	}
+	resp, err := f.Await(ctx)
+	now := time.Now().UnixNano()
+	mu.Lock()
+	defer mu.Unlock()
+	switch {
+	case err != nil:
+		res.Failed++
+		if len(res.Errors) < 5 {
+			res.Errors = append(res.Errors, err.Error())
+		}
+	case resp.StatusCode/100 != 2:
+		res.Failed++
+		if len(res.Errors) < 5 {
+			res.Errors = append(res.Errors, resp.Status)
+		}
+	default:
+		res.OK++
+	}
+	if err == nil {
+		resp.Body.Close()
+		if res.First == 0 || now < res.First {
+			res.First = now
+		}
+		res.Last = max(res.Last, now)
+	}
+	fmt.Fprintln(out, "@P")
+	out.Flush()
+}
+
+// childLogger is the children's logger: their stderr, which the parent
+// shows with SLUICE_SHARED_LOG set (and when a child fails); none
+// otherwise.
+func childLogger() *slog.Logger {
+	if os.Getenv("SLUICE_SHARED_LOG") == "" {
+		return nil
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, nil))
+}
+
 // runShared starts the children on scenario name against srv and rdb, calls
 // progress with the number of outcomes so far as they come, and returns
 // their results.
 func runShared(t *testing.T, name, base string, redisURL string, share float64, progress func(n int)) []childResult {
 	t.Helper()
+	urls := make([]string, sharedProcesses)
+	for p := range urls {
+		urls[p] = redisURL
+	}
+	return runSharedURLs(t, name, base, urls, share, progress)
+}
+
+// runSharedURLs is runShared with process p on the Redis at urls[p].
+func runSharedURLs(t *testing.T, name, base string, urls []string, share float64, progress func(n int)) []childResult {
+	t.Helper()
+	sc := sharedScenarios[name]
+	total := sharedProcesses * sharedWorkers
+	if sc.paths != nil {
+		total = 0
+		for p := range sharedProcesses {
+			for w := range sharedWorkers {
+				total += len(sc.paths(p, w))
+			}
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	type done struct {
@@ -243,13 +298,13 @@ func runShared(t *testing.T, name, base string, redisURL string, share float64, 
 		err error
 	}
 	results := make(chan done, sharedProcesses)
-	answers := make(chan struct{}, sharedProcesses*sharedWorkers)
+	answers := make(chan struct{}, total)
 	ready := make(chan struct{}, sharedProcesses)
 	var gos []io.WriteCloser
 	for p := range sharedProcesses {
 		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestSharedChild$", "-test.count=1")
 		cmd.Env = append(os.Environ(), "SLUICE_SHARED_CHILD=1", "SLUICE_SHARED_SCENARIO="+name,
-			"SLUICE_SHARED_PROCESS="+strconv.Itoa(p), "SLUICE_SHARED_REDIS="+redisURL, "SLUICE_SHARED_BASE="+base,
+			"SLUICE_SHARED_PROCESS="+strconv.Itoa(p), "SLUICE_SHARED_REDIS="+urls[p], "SLUICE_SHARED_BASE="+base,
 			"SLUICE_SHARED_SHARE="+strconv.FormatFloat(share, 'g', -1, 64))
 		stdout, err := cmd.StdoutPipe()
 		require.NoError(t, err)
@@ -279,6 +334,8 @@ func runShared(t *testing.T, name, base string, redisURL string, share float64, 
 			_, _ = io.Copy(io.Discard, stdout)
 			if err := cmd.Wait(); err != nil {
 				d.err = fmt.Errorf("child %d: %v\n%s%s", p, err, rest.String(), stderr.String())
+			} else if os.Getenv("SLUICE_SHARED_LOG") != "" {
+				t.Logf("child %d:\n%s", p, stderr.String())
 			}
 			results <- d
 		}()
@@ -310,7 +367,7 @@ func runShared(t *testing.T, name, base string, redisURL string, share float64, 
 			require.NoError(t, d.err)
 			out = append(out, d.res)
 		case <-ctx.Done():
-			t.Fatalf("the children did not finish: %d outcomes of %d", n, sharedProcesses*sharedWorkers)
+			t.Fatalf("the children did not finish: %d outcomes of %d", n, total)
 		}
 	}
 	return out

@@ -266,3 +266,29 @@ func TestReservationAfterItsDeadlineTakesNothing(t *testing.T) {
 	s.skew.Store(k)
 	assert.True(t, s.Reserve(ctx, request()).OK, "it took nothing: the global slot is free")
 }
+
+// A key of the wrong type (another application's, in Sluice's namespace)
+// refuses the reservations that touch it, which wait and try again; it
+// puts neither the other buckets nor the process in the fallback.
+func TestWrongTypedKeyDegradesOnlyItsBucket(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, srv, Config{Heartbeat: time.Hour})
+	ctx := context.Background()
+	bad := request()
+	bad.Global = false
+	require.NoError(t, s.rdb.Set(ctx, s.ns+":b:"+bad.Route, "not a hash", time.Minute).Err())
+	for range 3 {
+		g := s.Reserve(ctx, bad)
+		assert.False(t, g.OK)
+		assert.Equal(t, "bucket", g.Scope)
+		assert.Equal(t, callRefusedWait, g.Wait)
+		other := request()
+		other.Route, other.Major = "GET /channels/{channel_id}/messages channel_id=2", "channel_id=2"
+		og := s.Reserve(ctx, other)
+		assert.True(t, og.OK, "the other buckets are counted in Redis as before")
+		s.Report(ctx, og, ratelimit.SharedAnswer{Now: time.Now(), Template: other.Template, Major: other.Major}) // never sent
+	}
+	assert.Equal(t, Shared, s.Mode())
+	assert.Zero(t, s.Stats().Outages)
+	assert.Positive(t, s.Stats().Errors)
+}

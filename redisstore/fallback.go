@@ -54,7 +54,6 @@ type fallback struct {
 	mu      sync.Mutex
 	buckets map[string]*fbWindow
 	groups  map[string]*ratelimit.SlidingWindow // declared groups' guards, by SharedGroup.Key
-	since   time.Time                           // the last switch to the fallback
 	quiet   time.Time                           // nothing is sent before (the hold at the switch)
 	period  time.Duration
 	hold    time.Duration // how long nothing is sent after a switch
@@ -84,23 +83,25 @@ type fbWindow struct {
 }
 
 // newFallback returns a fallback with a share of a global limit of limit
-// per period, which sends nothing for hold (at least a period) after each
-// switch.
+// per period, which sends nothing for hold after each switch, nor in the
+// windows that began before its end.
 func newFallback(limit int, period, hold time.Duration, share func() float64) *fallback {
 	return &fallback{share: share, limit: limit, global: ratelimit.NewSlidingWindow(limit, period),
 		buckets: map[string]*fbWindow{}, groups: map[string]*ratelimit.SlidingWindow{}, period: period,
-		hold: max(hold, period)}
+		hold: hold}
 }
 
-// enter starts counting locally at now: nothing is sent for the hold (the
-// global window's last period is unknown, and the other processes keep
-// this one's share out of Redis's count only once it has been silent that
-// long), nor in the bucket windows under way.
+// enter starts counting locally at now. The other processes keep this
+// one's share out of what Redis hands them only once it has been silent
+// for the hold (or told them it falls back): until then they may fill
+// whole windows. So nothing is sent for the hold, nor in a window that
+// began before its end: the global window's next period, and each
+// bucket's window under way then.
 func (f *fallback) enter(now time.Time) {
-	f.global.Block(now.Add(f.hold))
+	f.global.Block(now.Add(f.hold + f.period))
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.since, f.entered, f.quiet = now, f.seq, now.Add(f.hold)
+	f.entered, f.quiet = f.seq, now.Add(f.hold)
 	clear(f.buckets)
 	clear(f.groups)
 }
@@ -163,9 +164,9 @@ func (f *fallback) reserve(r ratelimit.SharedRequest) ratelimit.SharedGrant {
 	}
 	k := f.portion(limit)
 	w.window = max(r.Window, 50*time.Millisecond) + r.Margin
-	if r.Local.Known && r.Local.ResetAt.After(r.Now) && !r.Local.ResetAt.After(f.since.Add(w.window)) {
-		// The window under way began before the switch: other processes
-		// may have used it through Redis.
+	if r.Local.Known && r.Local.ResetAt.After(r.Now) && !r.Local.ResetAt.After(f.quiet.Add(w.window)) {
+		// The window under way began before the hold ended: other
+		// processes may have used all of it through Redis.
 		w.held = later(w.held, r.Local.ResetAt)
 	}
 	if !r.Now.Before(w.ends) {
@@ -193,8 +194,8 @@ func (f *fallback) reserve(r ratelimit.SharedRequest) ratelimit.SharedGrant {
 		gw := f.groups[gr.Key]
 		if gw == nil {
 			gw = ratelimit.NewSlidingWindow(f.portion(gr.Count), gr.Window)
-			if r.Now.Before(f.since.Add(gr.Window)) {
-				gw.Block(f.since.Add(gr.Window))
+			if r.Now.Before(f.quiet.Add(gr.Window)) {
+				gw.Block(f.quiet.Add(gr.Window))
 			}
 			f.groups[gr.Key] = gw
 		}

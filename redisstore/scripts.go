@@ -150,12 +150,14 @@ end
 
 local function waitAnswer()
   -- the wait ends with an answer: mark the bucket so the answer's report
-  -- publishes a wake-up; the earliest lease expiry bounds it.
+  -- publishes a wake-up. A wake-up can be lost (the mark evicted, the
+  -- subscriber reconnecting), so the caller asks again within a second at
+  -- the latest (sooner if the earliest lease expires sooner).
   redis.call('HSET', B, 'n', 1)
   redis.call('PEXPIRE', B, math.max(reset - now, ttl) + keep)
   local first = redis.call('ZRANGE', F, 0, 0, 'WITHSCORES')
-  local w = ttl
-  if first[2] and first[1] ~= '~' then w = math.max(1, tonumber(first[2]) - now) end
+  local w = 1000
+  if first[2] and first[1] ~= '~' then w = math.max(1, math.min(w, tonumber(first[2]) - now)) end
   return {0, w, 'bucket', hash, 1, key}
 end
 

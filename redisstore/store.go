@@ -235,12 +235,16 @@ type Store struct {
 
 	// gen is the generation of the shared state this store last saw (see
 	// lossLua in scripts.go); lost counts the losses it found or saw.
-	gen     atomic.Pointer[string]
-	mostMu  sync.Mutex
-	most    int32 // the most processes seen, since mostAt (mostProcesses)
-	mostAt  time.Time
-	lost    atomic.Int64
-	lostLog atomic.Int64 // Unix ns of the last loss logged
+	gen atomic.Pointer[string]
+	// refusedSince is when Redis began refusing every reservation (Unix
+	// ns, 0: the last one succeeded), refusedLog when it was last logged.
+	refusedSince atomic.Int64
+	refusedLog   atomic.Int64
+	mostMu       sync.Mutex
+	most         int32 // the most processes seen, since mostAt (mostProcesses)
+	mostAt       time.Time
+	lost         atomic.Int64
+	lostLog      atomic.Int64 // Unix ns of the last loss logged
 
 	// skew is Redis's clock less the local one, as the last heartbeat
 	// measured it (nil before one did): a reservation's deadline on
@@ -504,6 +508,13 @@ func (s *Store) settle() bool {
 		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.Timeout)
 		err := f(ctx)
 		cancel()
+		if err != nil && callRefusal(err) {
+			// refused for what it found (a key of the wrong type):
+			// trying again would refuse again and hold the others up
+			s.errs.Add(1)
+			s.dropped.Add(1)
+			continue
+		}
 		if err != nil {
 			s.owedMu.Lock()
 			s.owed = append([]func(context.Context) error{f}, s.owed...)
@@ -574,7 +585,9 @@ func (s *Store) Reserve(ctx context.Context, r ratelimit.SharedRequest) ratelimi
 	}
 	lease := s.procID + ":" + strconv.FormatUint(s.leases.Add(1), 36)
 	g, err := s.reserve(ctx, lease, r)
-	if err != nil {
+	if err == nil {
+		s.refusedSince.Store(0)
+	} else {
 		// The script may have run (its answer is what failed) or may run
 		// yet (queued in a frozen Redis): its lease is given back as soon
 		// as Redis answers, and a late run takes nothing (its deadline and
@@ -600,6 +613,14 @@ func (s *Store) Reserve(ctx context.Context, r ratelimit.SharedRequest) ratelimi
 			s.fb.report(local, ratelimit.SharedAnswer{Now: r.Now})
 		}
 		return ratelimit.SharedGrant{Scope: "bucket"}
+	case err != nil && s.refusedOnce(err, r.Now):
+		// Redis answers but refused this call (a key of the wrong type,
+		// memory full at maxmemory, a script error on what it found): this
+		// request waits and tries again; Redis is not down for the others.
+		if mode == Recovering {
+			s.fb.report(local, ratelimit.SharedAnswer{Now: r.Now})
+		}
+		return ratelimit.SharedGrant{Scope: "bucket", Wait: callRefusedWait}
 	case err != nil:
 		s.failed(err, r.Now)
 		if mode == Recovering {
@@ -686,6 +707,49 @@ func (s *Store) reserve(ctx context.Context, lease string, r ratelimit.SharedReq
 	g.Wait = time.Duration(wait) * time.Millisecond
 	g.Notify = flag == 1
 	return g, nil
+}
+
+// callRefusedWait is how long a request waits after Redis refused its
+// reservation (refusedOnce).
+const callRefusedWait = 100 * time.Millisecond
+
+// refusedStreak is how long Redis may refuse every reservation before the
+// store counts it as down and falls back.
+const refusedStreak = 2 * time.Second
+
+// callRefusal reports whether err is Redis refusing one call while it
+// answers: WRONGTYPE (a key of another application's), OOM (an evicting
+// Redis at its maxmemory refuses a script's writes until it has evicted),
+// or an error the script met (ERR). Authentication, permissions, a
+// read-only replica, a loading or busy server are not: for those Redis is
+// of no use to any call.
+func callRefusal(err error) bool {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return false
+	}
+	return redis.HasErrorPrefix(err, "WRONGTYPE") || redis.HasErrorPrefix(err, "OOM") || redis.HasErrorPrefix(err, "ERR")
+}
+
+// refusedOnce reports whether err is a refusal of this call only
+// (callRefusal), as long as Redis has not refused every reservation for
+// refusedStreak: then it is counted as an outage like any other failure.
+// A refusal is counted (Stats.Errors) and logged at most once a second.
+func (s *Store) refusedOnce(err error, now time.Time) bool {
+	if !callRefusal(err) {
+		return false
+	}
+	s.errs.Add(1)
+	since := s.refusedSince.Load()
+	if since == 0 {
+		s.refusedSince.CompareAndSwap(0, time.Now().UnixNano())
+	} else if time.Since(time.Unix(0, since)) > refusedStreak {
+		return false
+	}
+	if t, last := time.Now().UnixNano(), s.refusedLog.Load(); t-last >= int64(time.Second) && s.refusedLog.CompareAndSwap(last, t) {
+		s.log.Warn("sluice: Redis refused a reservation; the request waits and tries again", slog.String("error", err.Error()))
+	}
+	return true
 }
 
 // mostProcesses returns the most processes seen sharing the token within
@@ -778,7 +842,11 @@ func (s *Store) Report(ctx context.Context, g ratelimit.SharedGrant, a ratelimit
 		return
 	}
 	if err := s.report(ctx, lease, g, a); err != nil {
-		s.failed(err, a.Now)
+		if callRefusal(err) {
+			s.errs.Add(1) // made again once, when the heartbeat settles what is owed
+		} else {
+			s.failed(err, a.Now)
+		}
 		s.owe(later)
 	}
 }
