@@ -10,10 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/redisstore"
 	"github.com/sluicehq/sluice/sluicetest"
 )
 
@@ -200,13 +203,48 @@ func TestSharedLimitsSurviveRedisFailures(t *testing.T) {
 					t.Logf("Redis: %s", info)
 				}
 				for _, b := range st.Buckets {
-					if b.RateLimited > 0 {
-						for _, e := range b.Timeline {
-							t.Logf("%s %v %d %d", b.Key, e.At.Round(time.Millisecond), e.Status, e.Remaining)
+					for i, e := range b.Timeline {
+						if e.Status == 429 {
+							for _, e := range b.Timeline[max(0, i-8) : i+1] {
+								t.Logf("%s %v %d %d", b.Key, e.At.Round(time.Millisecond), e.Status, e.Remaining)
+							}
 						}
 					}
 				}
 			}
 		})
+	}
+}
+
+// New fails when Redis refuses the client (a password it lacks, a wrong
+// one) rather than running on a silent fallback share for good; with
+// RedisFallbackOnRefusal it starts on the fallback share.
+func TestNewFailsWhenRedisRefusesTheClient(t *testing.T) {
+	rs := redistest.StartWith(t, "--requirepass", "right-password")
+	srv, err := sluicetest.NewServer(sluicetest.Options{H2C: true})
+	require.NoError(t, err)
+	defer srv.Close()
+	for _, pw := range []string{"", "wrong-password"} {
+		opt, err := redis.ParseURL(rs.URL)
+		require.NoError(t, err)
+		opt.Password = pw
+		rdb := redis.NewClient(opt)
+		defer rdb.Close()
+		opts := sluice.Options{BaseURL: srv.APIBase(), H2C: true, Token: testToken, Redis: rdb}
+		_, err = sluice.New(opts)
+		require.ErrorIs(t, err, redisstore.ErrRefused, "password %q", pw)
+		assert.NotContains(t, err.Error(), "right-password")
+		assert.NotContains(t, err.Error(), testToken)
+
+		opts.RedisFallbackOnRefusal = true
+		lim, err := sluice.New(opts)
+		require.NoError(t, err)
+		snap, err := lim.Snapshot(context.Background())
+		require.NoError(t, err)
+		require.NotNil(t, snap.Shared)
+		assert.Equal(t, redisstore.Fallback, snap.Shared.Mode)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		require.NoError(t, lim.Close(ctx))
+		cancel()
 	}
 }
