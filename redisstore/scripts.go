@@ -202,6 +202,16 @@ if limit == 0 then
   if inflight + routeInflight > 0 then
     return waitAnswer()
   end
+  local rfe = tonumber(r[9]) or 0
+  if RF ~= F then
+    rfe = math.max(rfe, tonumber(redis.call('HGET', P .. ':b:' .. ARGV[2], 'fe') or '0'))
+  end
+  if rfe > now and redis.call('EXISTS', F) + redis.call('EXISTS', RF) == 0 then
+    -- A pioneer's in-flight set is gone before its expiry (evicted): one
+    -- may be in flight still. Ask again, until its answer or its expiry.
+    lostNow = 1
+    return waitAnswer()
+  end
   if hash == '' then
     -- It may land in any known bucket of the major: each must have a slot
     -- free (its hold keeps that slot while it is in flight), and none may
@@ -280,6 +290,8 @@ if pioneer == 1 and hash == '' then
 end
 if limit > 0 then
   redis.call('HSET', B, 'l', limit, 'u', used, 'r', reset, 'w', win, 'v', prov, 's', start, 'fe', now + ttl)
+else
+  redis.call('HSET', B, 'fe', now + ttl) -- a pioneer's: its set must be there while it is in flight
 end
 redis.call('PEXPIRE', B, math.max(reset - now, ttl) + keep)
 if wantG then
@@ -364,6 +376,10 @@ if score then
   reservedAt = tonumber(score) - ttl
 end
 local removed = redis.call('ZREM', F, lease)
+if removed == 1 and not redis.call('HGET', B, 'l') then
+  -- a pioneer answered (or never sent): its set need not be there any more
+  redis.call('HDEL', B, 'fe')
+end
 if redis.call('ZREM', P .. ':m:' .. major, lease) == 1 then
   -- The major's first pioneer is answered: its actors may go on.
   woken = woken + redis.call('PUBLISH', P .. ':wake', 'w|' .. major)
