@@ -164,6 +164,11 @@ type SharedGrant struct {
 	Lease string
 	// Key is the shared bucket key the slot was taken from (opaque).
 	Key string
+	// Window is the bucket's window as the caller knew it when it
+	// reserved (SharedRequest.Window and Margin; 0: unknown): a report
+	// that finds the shared record gone (evicted) counts the bucket full
+	// for that long.
+	Window time.Duration
 	// Global reports that a global slot was taken.
 	Global bool
 	// Groups and GroupID are the request's (SharedRequest) when granted:

@@ -329,8 +329,10 @@ return res
 // X-RateLimit-Reset in Unix ms (0: none), which tells windows
 // apart, 22 the request's id in its declared groups, 23 the number of
 // groups, 24 1 to give back a reservation that may or may not have run
-// (its call failed or timed out), 25 then the request's route key, then
-// per group: key, count, window ms.
+// (its call failed or timed out), 25 then the request's route key, 26 1
+// if the reservation was its bucket's pioneer, 27 the bucket's window as
+// the caller knew it ms (0: unknown), then per group: key, count, window
+// ms.
 //
 // Giving a reservation back is a report of a request never sent, whose
 // bucket key is found as the reservation found it (by the template's
@@ -397,8 +399,8 @@ end
 -- slot back and keeps its place.
 local gid, ng = ARGV[22] or '', tonumber(ARGV[23] or '0')
 for j = 0, ng - 1 do
-  local D = gkey(P, ARGV[26 + 3 * j])
-  local gn, gper = tonumber(ARGV[27 + 3 * j]), tonumber(ARGV[28 + 3 * j])
+  local D = gkey(P, ARGV[28 + 3 * j])
+  local gn, gper = tonumber(ARGV[29 + 3 * j]), tonumber(ARGV[30 + 3 * j])
   local rec = redis.call('HGET', D .. ':r', gid)
   local gstart, gseq, glease = 0, 0, ''
   if rec then gstart, gseq, glease = gparse(rec) end
@@ -479,7 +481,13 @@ end
 
 if full and scope ~= 'global' and scope ~= 'ban' then
   local e = now + ra
-  if limit == 0 then
+  if limit == 0 and ARGV[26] ~= '1' and target == key then
+    -- Not a pioneer, yet no record: it was evicted since the reservation.
+    -- Which window this answer was counted in, and what the others sent
+    -- in the current one, is unknown: full for a window from now.
+    limit, used, prov, start, x = L, L, 0, now, dr
+    reset = math.max(e, now + math.max(tonumber(ARGV[27]) or 0, ra, 50))
+  elseif limit == 0 then
     -- The pioneer's answer: the bucket becomes known.
     limit, used, reset, prov, start, x = L, math.max(L - rem, inflight + 1), e, 0, reservedAt, dr
   elseif reservedAt < start then

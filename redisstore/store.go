@@ -702,6 +702,9 @@ func (s *Store) reserve(ctx context.Context, lease string, r ratelimit.SharedReq
 	if g.OK {
 		g.Lease, g.Global, g.Pioneer = joinLease(lease, ""), r.Global, flag == 1
 		g.Groups, g.GroupID = r.Groups, r.GroupID
+		if r.Window > 0 {
+			g.Window = r.Window + r.Margin
+		}
 		return g, nil
 	}
 	g.Wait = time.Duration(wait) * time.Millisecond
@@ -890,7 +893,8 @@ func (s *Store) run(ctx context.Context, lease string, g ratelimit.SharedGrant, 
 		h.Limit, h.Remaining, ms(max(resetIn, time.Millisecond)), hash, a.Template, a.Major,
 		scope, ms(a.Verdict.Wait), b2i(invalid), b2i(g.Global),
 		ms(s.cfg.GlobalPeriod), ms(a.RoundTrip), ms(DefaultKeep), ms(s.cfg.InvalidWindow) / 60000,
-		ms(s.cfg.LeaseTTL), resetMs, s.groupID(g.GroupID), len(g.Groups), b2i(cancelRoute != ""), cancelRoute}
+		ms(s.cfg.LeaseTTL), resetMs, s.groupID(g.GroupID), len(g.Groups), b2i(cancelRoute != ""), cancelRoute,
+		b2i(g.Pioneer), ms(g.Window)}
 	return reportScript.Run(ctx, s.rdb, []string{s.ns}, groupArgs(args, g.Groups, true)...).Err()
 }
 
