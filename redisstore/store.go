@@ -203,7 +203,8 @@ type Stats struct {
 	// leases of reservations that failed or timed out (which may have run
 	// in Redis, or may yet run there), and the reports of answers that
 	// came while Redis was unreachable. Dropped counts those dropped
-	// because too many were owed (their leases expire in Redis).
+	// because too many were owed, or because Redis refused them for what
+	// it found (a key of the wrong type): their leases expire in Redis.
 	Owed    int
 	Dropped int64
 	// Lost counts the losses of shared state this store found or saw: a
