@@ -35,6 +35,21 @@
 // have not noticed yet cannot push the total over, then in Redis alone. The
 // switches are logged and counted ([Store.Stats]).
 //
+// # When Redis loses state
+//
+// State Redis may have lost is unknown, and unknown is full. A generation
+// marker every script checks finds a wipe (FLUSHALL, a restart without
+// persistence, a failover to an empty replica); each key that must exist
+// until a known time (the global log, a bucket's in-flight set) is checked
+// against it; a bucket a process knows whose record is gone was evicted.
+// What was lost counts as full: the global window for a period, a bucket
+// for a window ([Stats].Lost counts the losses). A process silent in Redis,
+// or on its fallback share, has its share kept out of what Redis hands the
+// others, so a partition never adds up to more than a limit. A reservation
+// whose call failed is given back when Redis answers again, and one that
+// runs after its caller's deadline takes nothing. docs/scale-out.md has the
+// failure table and the Redis settings to use.
+//
 // A Store starts two goroutines (the heartbeat that counts processes and
 // probes, and the wake-up subscriber); Close stops them. It never closes the
 // Redis client, which belongs to the caller. A Store is safe for concurrent
