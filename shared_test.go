@@ -55,7 +55,7 @@ type sharedScenario struct {
 	name  string
 	rules sluicetest.RuleSet
 	// path is the request of worker w of process p; paths, when set, its
-	// requests, sent one after the other.
+	// requests, sent one after the other (see requests).
 	path  func(p, w int) string
 	paths func(p, w int) []string
 	// window and limit are the bucket the load saturates (0: the global
@@ -132,6 +132,14 @@ var sharedScenarios = map[string]sharedScenario{
 	},
 }
 
+// requests are the requests of worker w of process p, in order.
+func (sc sharedScenario) requests(p, w int) []string {
+	if sc.paths != nil {
+		return sc.paths(p, w)
+	}
+	return []string{sc.path(p, w)}
+}
+
 // childResult is what a child process reports.
 type childResult struct {
 	First, Last int64 // Unix ns of its first and last answer
@@ -187,13 +195,7 @@ func TestSharedChild(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			paths := []string{}
-			if sc.paths != nil {
-				paths = sc.paths(p, w)
-			} else {
-				paths = append(paths, sc.path(p, w))
-			}
-			for _, path := range paths {
+			for _, path := range sc.requests(p, w) {
 				send(path)
 			}
 		}()
@@ -282,13 +284,10 @@ func runShared(t *testing.T, name, base string, redisURL string, share float64, 
 func runSharedURLs(t *testing.T, name, base string, urls []string, share float64, progress func(n int)) []childResult {
 	t.Helper()
 	sc := sharedScenarios[name]
-	total := sharedProcesses * sharedWorkers
-	if sc.paths != nil {
-		total = 0
-		for p := range sharedProcesses {
-			for w := range sharedWorkers {
-				total += len(sc.paths(p, w))
-			}
+	total := 0
+	for p := range sharedProcesses {
+		for w := range sharedWorkers {
+			total += len(sc.requests(p, w))
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -447,6 +447,7 @@ if scope == 'global' then
   if blockEnd > tonumber(redis.call('HGET', P .. ':gen', 'b') or '0') then
     -- (in the marker: lost with it, and a lost marker holds the window)
     redis.call('HSET', P .. ':gen', 'b', blockEnd)
+    redis.call('PEXPIRE', P .. ':gen', 6 * keep)
     redis.call('PUBLISH', P .. ':wake', 'g|' .. wait)
   end
 end

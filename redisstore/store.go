@@ -392,22 +392,21 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 	s.processes.Store(DefaultFallbackProcesses)
 	s.fb = newFallback(cfg.GlobalLimit, cfg.GlobalPeriod, s.silence(), s.share)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	abort := func(err error) (*Store, error) {
+		s.cancel()
+		if s.owned {
+			s.rdb.Close()
+		}
+		return nil, err
+	}
 	if err := s.beat(); err != nil {
 		if refusal(err) && !cfg.FallbackOnRefusal {
-			s.cancel()
-			if s.owned {
-				s.rdb.Close()
-			}
-			return nil, fmt.Errorf("%w: %w", ErrRefused, err)
+			return abort(fmt.Errorf("%w: %w", ErrRefused, err))
 		}
 		s.failed(err, cfg.Clock())
 	} else if policy := s.evicting(); policy != "" {
 		if cfg.RefuseEviction {
-			s.cancel()
-			if s.owned {
-				s.rdb.Close()
-			}
-			return nil, fmt.Errorf("%w: maxmemory-policy %s", ErrEviction, policy)
+			return abort(fmt.Errorf("%w: maxmemory-policy %s", ErrEviction, policy))
 		}
 		log.Warn("sluice: Redis may evict the shared rate limits' keys: set maxmemory-policy noeviction, or give Sluice a Redis of its own; evicted state counts as full until it is known again (docs/scale-out.md)",
 			slog.String("maxmemory_policy", policy))
@@ -629,7 +628,7 @@ func (s *Store) Reserve(ctx context.Context, r ratelimit.SharedRequest) ratelimi
 			s.fb.report(local, ratelimit.SharedAnswer{Now: r.Now})
 		}
 		return ratelimit.SharedGrant{Scope: "bucket"}
-	case err != nil && s.refusedOnce(err, r.Now):
+	case err != nil && s.refusedOnce(err):
 		// Redis answers but refused this call (a key of the wrong type,
 		// memory full at maxmemory, a script error on what it found): this
 		// request waits and tries again; Redis is not down for the others.
@@ -754,7 +753,7 @@ func callRefusal(err error) bool {
 // (callRefusal), as long as Redis has not refused every reservation for
 // refusedStreak: then it is counted as an outage like any other failure.
 // A refusal is counted (Stats.Errors) and logged at most once a second.
-func (s *Store) refusedOnce(err error, now time.Time) bool {
+func (s *Store) refusedOnce(err error) bool {
 	if !callRefusal(err) {
 		return false
 	}
@@ -808,9 +807,11 @@ func (s *Store) saw(gen string, lost bool) {
 	if gen == "" {
 		return
 	}
-	old := s.gen.Swap(&gen)
-	if old != nil && *old != gen {
-		lost = true
+	if old := s.gen.Load(); old == nil || *old != gen {
+		// (stored only when it changes: this runs on every reservation)
+		if old := s.gen.Swap(&gen); old != nil && *old != gen {
+			lost = true
+		}
 	}
 	if !lost {
 		return
