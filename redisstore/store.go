@@ -269,9 +269,10 @@ type Store struct {
 
 	// owed are the Redis calls that must still be made once Redis answers
 	// (see owe), oldest first, at most maxOwed.
-	owedMu  sync.Mutex
-	owed    []func(context.Context) error
-	dropped atomic.Int64 // owed calls dropped at maxOwed (their leases expire)
+	owedMu   sync.Mutex
+	owed     []func(context.Context) error
+	settleMu sync.Mutex   // held by settle, across its Redis calls (the heartbeat's goroutine)
+	dropped  atomic.Int64 // owed calls dropped at maxOwed (their leases expire)
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -508,8 +509,12 @@ func (s *Store) owe(f func(context.Context) error) {
 const maxOwed = 4096
 
 // settle makes the owed calls, oldest first, until one fails (it is kept,
-// and the store falls back): it reports whether all were made.
+// and the store falls back): it reports whether all were made. One settle
+// runs at a time (settleMu), so the calls are made in order, and one that
+// returns has seen every call owed before it made.
 func (s *Store) settle() bool {
+	s.settleMu.Lock()
+	defer s.settleMu.Unlock()
 	for s.ctx.Err() == nil {
 		s.owedMu.Lock()
 		if len(s.owed) == 0 {
