@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/ratelimit"
+	"github.com/sluicehq/sluice/routes"
 )
 
 // State that Redis may have lost is unknown, and unknown is full: a wipe
@@ -229,4 +230,59 @@ func TestEvictedInflightSetCountsAsFull(t *testing.T) {
 	assert.False(t, again.OK)
 	assert.LessOrEqual(t, again.Wait, refused.Wait, "found once: the window is not pushed on by every call")
 	assert.EqualValues(t, 1, s.Stats().Lost)
+}
+
+// A known bucket's record, evicted while its in-flight set lives (it never
+// outlives the record otherwise), with every answer in: a process that has
+// not learned the bucket itself must not send a new pioneer into a window
+// the others may have filled. The bucket counts as full for the window the
+// set recorded, then takes one request until an answer tells the limit.
+func TestEvictedRecordOfAKnownBucketCountsAsFull(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := Config{Namespace: Namespace(t.Name()), Heartbeat: time.Hour}
+	a := newStore(t, srv, cfg)
+	b := newStore(t, srv, cfg)
+	ctx := context.Background()
+	r := request()
+	r.Global = false
+	p := a.Reserve(ctx, r)
+	require.True(t, p.OK && p.Pioneer)
+	a.Report(ctx, p, answer(5, 4, time.Second, "h"))
+	known := r
+	known.Hash, known.Window = "h", time.Second
+	known.Local = ratelimit.Bucket{Known: true, Limit: 5, Remaining: 3, ResetAt: time.Now().Add(time.Second)}
+	for i := range 4 {
+		g := a.Reserve(ctx, known)
+		require.True(t, g.OK, "the window has 4 left")
+		a.Report(ctx, g, answer(5, 3-i, time.Second, "h"))
+	}
+	require.NoError(t, a.rdb.Del(ctx, a.ns+":b:"+p.Key).Err(), "evicted")
+	require.NoError(t, a.rdb.Del(ctx, a.ns+":b:"+routes.BucketKey("h", r.Major)).Err(), "evicted")
+
+	g := b.Reserve(ctx, r) // b knows neither the hash nor the limit
+	assert.False(t, g.OK, "the record was lost with the window full: no new pioneer")
+	assert.Equal(t, "bucket", g.Scope)
+	assert.Greater(t, g.Wait, 900*time.Millisecond, "for the window the set recorded")
+	assert.EqualValues(t, 1, b.Stats().Lost)
+	again := b.Reserve(ctx, r)
+	assert.False(t, again.OK)
+	assert.LessOrEqual(t, again.Wait, g.Wait, "found once: not pushed on by every call")
+	assert.EqualValues(t, 1, b.Stats().Lost)
+}
+
+// A pioneer answered without telling its bucket (a lost answer, a 5xx)
+// leaves no in-flight set behind, so the next one is a pioneer again, not
+// a loss.
+func TestPioneerWithoutAnswerIsNotALoss(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, srv, Config{Heartbeat: time.Hour})
+	ctx := context.Background()
+	r := request()
+	r.Global, r.Hash = false, "h"
+	p := s.Reserve(ctx, r)
+	require.True(t, p.OK && p.Pioneer)
+	s.Report(ctx, p, ratelimit.SharedAnswer{Now: time.Now(), Sent: true})
+	again := s.Reserve(ctx, r)
+	assert.True(t, again.OK && again.Pioneer, "a pioneer again")
+	assert.Zero(t, s.Stats().Lost)
 }

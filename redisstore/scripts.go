@@ -19,7 +19,8 @@ import "github.com/redis/go-redis/v9"
 //	                     ms, the server's clock), z 1 once a shared or
 //	                     sublimit 429 was met (one at a time), n 1 while a process waits for an answer on
 //	                     this bucket
-//	P:f:<bucket>  zset   reservations in flight: lease -> expiry (ms)
+//	P:f:<bucket>  zset   reservations in flight: lease -> expiry (ms); at
+//	                     +inf "~" and "~w<window ms>" (lossLua, reserveScript)
 //	P:g           zset   global slots: lease -> held until (ms); "~" at +inf
 //	P:gen         hash   the state's generation (lossLua)
 //	P:seen, P:ex  zsets  processes' last heartbeat, and when one silent
@@ -144,6 +145,26 @@ if limit > 0 and (tonumber(r[9]) or 0) > now and redis.call('EXISTS', F) == 0 th
   lostNow = 1
 end
 
+if limit == 0 and hash ~= '' and redis.call('EXISTS', B) == 0 and redis.call('EXISTS', F) == 1 then
+  -- A known bucket (its hash was learned) whose record is gone while its
+  -- in-flight set lives, which it never does past the record: the record
+  -- was evicted, maybe with the window full. Unknown is full: for one
+  -- window from now (the longest the set or the caller knows; 1 s if
+  -- neither does), and then one request until an answer tells the limit
+  -- (unless the caller knows it).
+  local w = lWin
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', F, '+inf', '+inf')) do
+    local v = tonumber(string.sub(m, 3))
+    if string.sub(m, 1, 2) == '~w' and v and v > w then w = v end
+  end
+  if w <= 0 then w = 1000 end
+  limit, win, prov, start = math.max(lLimit, 1), w, 0, now
+  used, reset = limit, now + w + margin
+  redis.call('HSET', B, 'l', limit, 'u', used, 'r', reset, 'w', win, 'v', prov, 's', start)
+  redis.call('PEXPIRE', B, reset - now + keep)
+  lostNow = 1
+end
+
 if pause > now then
   return {0, pause - now, 'bucket', hash, 0, key}
 end
@@ -157,7 +178,7 @@ local function waitAnswer()
   redis.call('PEXPIRE', B, math.max(reset - now, ttl) + keep)
   local first = redis.call('ZRANGE', F, 0, 0, 'WITHSCORES')
   local w = 1000
-  if first[2] and first[1] ~= '~' then w = math.max(1, math.min(w, tonumber(first[2]) - now)) end
+  if first[2] and string.sub(first[1], 1, 1) ~= '~' then w = math.max(1, math.min(w, tonumber(first[2]) - now)) end
   return {0, w, 'bucket', hash, 1, key}
 end
 
@@ -283,6 +304,11 @@ end
 -- (the member '~', at +inf, keeps the set until it expires: gone before,
 -- it was evicted; the bucket's 'fe' says until when it must exist)
 redis.call('ZADD', F, now + ttl, lease, '+inf', '~')
+if limit > 0 and win > 0 then
+  -- the bucket's window, kept with the set: if the record is evicted, the
+  -- set tells how long to hold the bucket full
+  redis.call('ZADD', F, '+inf', '~w' .. win)
+end
 redis.call('PEXPIRE', F, ttl)
 if pioneer == 1 and hash == '' then
   redis.call('ZADD', M, now + ttl, lease)
@@ -379,8 +405,13 @@ if score then
 end
 local removed = redis.call('ZREM', F, lease)
 if removed == 1 and not redis.call('HGET', B, 'l') then
-  -- a pioneer answered (or never sent): its set need not be there any more
+  -- a pioneer answered (or never sent): its set need not be there any
+  -- more, and once nothing is in flight it must not be (a set without its
+  -- record means the record was evicted: see reserveScript)
   redis.call('HDEL', B, 'fe')
+  if redis.call('ZCOUNT', F, '-inf', '(+inf') == 0 then
+    redis.call('DEL', F)
+  end
 end
 if redis.call('ZREM', P .. ':m:' .. major, lease) == 1 then
   -- The major's first pioneer is answered: its actors may go on.
