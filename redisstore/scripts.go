@@ -19,6 +19,7 @@ import "github.com/redis/go-redis/v9"
 //	                     ms, the server's clock), z 1 once a shared or
 //	                     sublimit 429 was met (one at a time), n 1 while a process waits for an answer on
 //	                     this bucket
+//	P:q:<bucket>  hash   the turns of the processes waiting on it (fair.go)
 //	P:f:<bucket>  zset   reservations in flight: lease -> expiry (ms); at
 //	                     +inf "~" and "~w<window ms>" (lossLua, reserveScript)
 //	P:g           zset   global slots: lease -> held until (ms); "~" at +inf
@@ -69,7 +70,7 @@ import "github.com/redis/go-redis/v9"
 // pioneer; when refused, 1 if the wait ends with another process's answer
 // (published on P:wake). The 8th is 1 when this call found state lost
 // (see lossLua).
-var reserveScript = redis.NewScript(groupLua + lossLua + `
+var reserveScript = redis.NewScript(groupLua + lossLua + fairLua + `
 local P = KEYS[1]
 local lease, key, tpl, major = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local wantG = ARGV[5] == '1'
@@ -209,6 +210,8 @@ local M = P .. ':m:' .. major
 redis.call('ZREMRANGEBYSCORE', M, '-inf', now)
 local holds = redis.call('ZCARD', M)
 local pioneer = 0
+-- the turns of the processes on the bucket (fairLua), when they take them
+local proc, fair, fairQ = string.match(lease, '^[^:]*'), nil, nil
 if limit == 0 then
   if hash == '' and holds > 0 then
     return waitAnswer()
@@ -267,13 +270,35 @@ else
     return waitAnswer()
   end
   local cap = capacity(P, limit, math.max(win, 50) + margin, now, stale)
-  if used + holds >= cap then
+  local function keepWindow()
     redis.call('HSET', B, 'l', limit, 'u', used, 'r', reset, 'w', win, 'v', prov, 's', start)
     redis.call('PEXPIRE', B, reset - now + keep)
+  end
+  local Q = P .. ':q:' .. key
+  if used + holds >= cap then
+    keepWindow()
     if used < cap then
       return waitAnswer() -- the slot held for the major's pioneer
     end
+    -- Full: the process waits its turn (fairLua) in the next window.
+    local e = fairRead(Q, now)
+    local m = fairMine(e, proc, now)
+    m[3], m[4] = math.max(m[3], reset), true
+    fairWrite(Q, e, now)
     return {0, math.max(1, reset - now), 'bucket', hash, 0, key}
+  end
+  if redis.call('EXISTS', Q) == 1 then
+    -- Processes wait on this bucket: slots go by turns.
+    fair = fairRead(Q, now)
+    local m = fairMine(fair, proc, now)
+    local ahead, w = fairAhead(fair, proc, now)
+    if ahead >= cap - used - holds then
+      keepWindow()
+      m[3], m[4] = math.max(m[3], now + w), true
+      fairWrite(Q, fair, now)
+      return {0, w, 'bucket', hash, 0, key}
+    end
+    fairQ = Q
   end
   used = used + 1
 end
@@ -324,6 +349,11 @@ if wantG then
   redis.call('ZADD', G, now + ttl + gPer, lease, '+inf', '~')
   redis.call('PEXPIRE', G, ttl + gPer)
   logLives(P, now + ttl + gPer)
+end
+if fairQ then
+  local m = fair[proc]
+  m[1], m[2], m[3], m[4] = m[1] + 1, now, now, false
+  fairWrite(fairQ, fair, now)
 end
 for _, g in ipairs(groups) do
   local D, gseq, gstart, gper = g[1], g[2], g[3], g[4]
