@@ -286,3 +286,34 @@ func TestPioneerWithoutAnswerIsNotALoss(t *testing.T) {
 	assert.True(t, again.OK && again.Pioneer, "a pioneer again")
 	assert.Zero(t, s.Stats().Lost)
 }
+
+// Requests in flight when the global log is wiped are counted again when
+// their answers are reported: the window held full after the loss ends
+// with them still in it, as the API counts them from their arrival.
+func TestInflightGlobalSlotsSurviveAWipe(t *testing.T) {
+	srv := redistest.Start(t)
+	const period = time.Second
+	s := newStore(t, srv, Config{GlobalLimit: 5, GlobalPeriod: period, Heartbeat: time.Hour})
+	ctx := context.Background()
+	var inflight []ratelimit.SharedGrant
+	for i := range 2 {
+		r := request()
+		r.Route, r.Major = "GET /x/{id} id="+strconv.Itoa(i), "id="+strconv.Itoa(i)
+		g := s.Reserve(ctx, r)
+		require.True(t, g.OK)
+		inflight = append(inflight, g)
+	}
+	require.NoError(t, s.rdb.FlushAll(ctx).Err())
+	held := s.Reserve(ctx, request())
+	require.False(t, held.OK, "the loss is found: full for a period")
+	for _, g := range inflight {
+		s.Report(ctx, g, ratelimit.SharedAnswer{Now: time.Now(), Sent: true, Status: 200})
+	}
+	redisNow, err := s.rdb.Time(ctx).Result()
+	require.NoError(t, err)
+	for _, g := range inflight {
+		score, err := s.rdb.ZScore(ctx, s.ns+":g", splitLease(g.Lease)).Result()
+		require.NoError(t, err, "the answered request is in the new log")
+		assert.Greater(t, score, float64(redisNow.Add(period/2).UnixMilli()), "for a period from its answer")
+	}
+}
