@@ -26,12 +26,7 @@ func TestProcessesTakeTurnsOnABusyBucket(t *testing.T) {
 		stores[i] = newStore(t, srv, cfg)
 	}
 	ctx := context.Background()
-	r := request()
-	r.Global = false
-	p := stores[0].Reserve(ctx, r)
-	require.True(t, p.OK && p.Pioneer)
-	stores[0].Report(ctx, p, answer(5, 4, time.Second, "h"))
-	r.Hash, r.Window = "h", time.Second
+	r, _ := learned(t, stores[0], 5, 4)
 	record := stores[0].ns + ":b:" + routes.BucketKey("h", r.Major)
 
 	const windows = 9
@@ -84,12 +79,7 @@ func TestTurnsOfAProcessThatLeft(t *testing.T) {
 	cfg := Config{Namespace: Namespace(t.Name()), Heartbeat: time.Hour}
 	a, b := newStore(t, srv, cfg), newStore(t, srv, cfg)
 	ctx := context.Background()
-	r := request()
-	r.Global = false
-	p := a.Reserve(ctx, r)
-	require.True(t, p.OK && p.Pioneer)
-	a.Report(ctx, p, answer(2, 1, time.Second, "h"))
-	r.Hash, r.Window = "h", time.Second
+	r, _ := learned(t, a, 2, 1)
 	record := a.ns + ":b:" + routes.BucketKey("h", r.Major)
 	held := a.Reserve(ctx, r)
 	require.True(t, held.OK)

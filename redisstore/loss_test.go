@@ -212,12 +212,7 @@ func TestEvictedInflightSetCountsAsFull(t *testing.T) {
 	srv := redistest.Start(t)
 	s := newStore(t, srv, Config{Heartbeat: time.Hour})
 	ctx := context.Background()
-	r := request()
-	r.Global = false
-	p := s.Reserve(ctx, r)
-	require.True(t, p.OK && p.Pioneer)
-	s.Report(ctx, p, answer(5, 4, time.Second, "h"))
-	r.Hash, r.Window = "h", time.Second
+	r, _ := learned(t, s, 5, 4)
 	g := s.Reserve(ctx, r)
 	require.True(t, g.OK, "the bucket is known: 3 left")
 	require.NoError(t, s.rdb.Del(ctx, s.ns+":f:"+g.Key).Err())
@@ -243,13 +238,7 @@ func TestEvictedRecordOfAKnownBucketCountsAsFull(t *testing.T) {
 	a := newStore(t, srv, cfg)
 	b := newStore(t, srv, cfg)
 	ctx := context.Background()
-	r := request()
-	r.Global = false
-	p := a.Reserve(ctx, r)
-	require.True(t, p.OK && p.Pioneer)
-	a.Report(ctx, p, answer(5, 4, time.Second, "h"))
-	known := r
-	known.Hash, known.Window = "h", time.Second
+	known, p := learned(t, a, 5, 4)
 	known.Local = ratelimit.Bucket{Known: true, Limit: 5, Remaining: 3, ResetAt: time.Now().Add(time.Second)}
 	for i := range 4 {
 		g := a.Reserve(ctx, known)
@@ -257,8 +246,10 @@ func TestEvictedRecordOfAKnownBucketCountsAsFull(t *testing.T) {
 		a.Report(ctx, g, answer(5, 3-i, time.Second, "h"))
 	}
 	require.NoError(t, a.rdb.Del(ctx, a.ns+":b:"+p.Key).Err(), "evicted")
-	require.NoError(t, a.rdb.Del(ctx, a.ns+":b:"+routes.BucketKey("h", r.Major)).Err(), "evicted")
+	require.NoError(t, a.rdb.Del(ctx, a.ns+":b:"+routes.BucketKey("h", known.Major)).Err(), "evicted")
 
+	r := request()
+	r.Global = false
 	g := b.Reserve(ctx, r) // b knows neither the hash nor the limit
 	assert.False(t, g.OK, "the record was lost with the window full: no new pioneer")
 	assert.Equal(t, "bucket", g.Scope)
@@ -316,4 +307,19 @@ func TestInflightGlobalSlotsSurviveAWipe(t *testing.T) {
 		require.NoError(t, err, "the answered request is in the new log")
 		assert.Greater(t, score, float64(redisNow.Add(period/2).UnixMilli()), "for a period from its answer")
 	}
+}
+
+// learned has s's pioneer learn a bucket ("h") of limit per second, with
+// remaining left in its window: it returns the request, which now knows the
+// hash and the window, and the pioneer's grant.
+func learned(t *testing.T, s *Store, limit, remaining int) (ratelimit.SharedRequest, ratelimit.SharedGrant) {
+	t.Helper()
+	ctx := context.Background()
+	r := request()
+	r.Global = false
+	p := s.Reserve(ctx, r)
+	require.True(t, p.OK && p.Pioneer)
+	s.Report(ctx, p, answer(limit, remaining, time.Second, "h"))
+	r.Hash, r.Window = "h", time.Second
+	return r, p
 }
