@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -103,19 +104,32 @@ type child struct {
 type gate struct {
 	conns []*transport.Conn // empty: no connection
 	hold  bool              // a ban (or its probe) holds every request
+	// turn is where the next pick starts looking (System.turn, shared by
+	// every gate published): among connections carrying as few requests,
+	// successive picks take turns.
+	turn *atomic.Uint32
 }
 
 // pick returns the connection carrying the fewest requests, counting
-// those picked and not yet sent, and Claims it (nil: none). The request's
-// worker Unclaims it as it hands the request over (System.work): requests
-// dispatched together spread over the pool, so one reset ends fewer of a
-// bucket's window.
+// those picked and not yet sent, and Claims it (nil: none); among equally
+// loaded ones, successive picks take turns. The request's worker Unclaims
+// it as it hands the request over (System.work): requests dispatched
+// together spread over the pool, so one reset ends fewer of a bucket's
+// window. Taking turns keeps them spread when the machine is so busy that
+// each request of a burst is answered before the next is picked (every
+// connection then carries none, and the first would take them all).
 func (g *gate) pick() *transport.Conn {
 	var best *transport.Conn
 	least := 0
-	for _, c := range g.conns {
-		if n := c.Load(); best == nil || n < least {
-			best, least = c, n
+	n := len(g.conns)
+	if n == 0 {
+		return nil
+	}
+	start := int(g.turn.Add(1) % uint32(n))
+	for i := range n {
+		c := g.conns[(start+i)%n]
+		if l := c.Load(); best == nil || l < least {
+			best, least = c, l
 		}
 	}
 	if best != nil {
@@ -398,7 +412,7 @@ func (s *supervisor) connDown(ctx actor.Context, m *connDownMsg) {
 // publish stores the gate the bucket actors read.
 func (s *supervisor) publish() {
 	hold := s.closing != nil || s.probing || s.breaker.State(s.sys.now()) != supervision.Closed
-	g := &gate{hold: hold, conns: make([]*transport.Conn, len(s.conns))}
+	g := &gate{hold: hold, conns: make([]*transport.Conn, len(s.conns)), turn: &s.sys.turn}
 	for i, p := range s.conns {
 		g.conns[i] = p.conn
 	}

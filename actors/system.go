@@ -173,6 +173,8 @@ type System struct {
 	// gate is published by the supervisor for the bucket actors (see
 	// supervisor.publish); only the supervisor stores it.
 	gate atomic.Pointer[gate]
+	// turn is where gate.pick starts looking among the connections.
+	turn atomic.Uint32
 	// clock learns the server's clock from every answer (see
 	// ratelimit.ServerClock); safe for concurrent use.
 	clock    ratelimit.ServerClock
