@@ -113,6 +113,13 @@ func newShared(opts Options, cfg actors.Config, sysp *atomic.Pointer[actors.Syst
 				s.SharedGlobalBlocked(w, wait)
 			}
 		},
+		ModeChanged: func(from, to redisstore.Mode) {
+			if from == redisstore.Fallback || to == redisstore.Shared {
+				if s := sysp.Load(); s != nil {
+					s.SharedResumed()
+				}
+			}
+		},
 	}
 	if w == actors.IPWindow {
 		sc.Namespace = redisstore.IPNamespace(cmpOr(opts.RedisIPKey, defaultRedisIPKey))

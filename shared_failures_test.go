@@ -133,14 +133,16 @@ func sharedFailures() []sharedFailure {
 			})
 		}},
 		{name: "cut-off", start: func(t *testing.T, rs *redistest.Server, end *faultEnd) ([]string, func(int)) {
-			// One process's connections are black-holed for 4 s (a
+			// One process's connections are black-holed for 6 s (a
 			// partition: packets vanish, nothing is closed); the others
-			// keep Redis.
+			// keep Redis. Long enough for it to send on its share (past
+			// the hold at the switch and a period), so that its return
+			// has grants on the share that may still count.
 			relay := redistest.NewRelay(t, rs.Socket)
 			urls := []string{relay.URL, rs.URL, rs.URL, rs.URL}
 			return urls, at(500, func() {
 				relay.BlackHole()
-				time.AfterFunc(4*time.Second, func() { relay.Heal(); end.mark() })
+				time.AfterFunc(6*time.Second, func() { relay.Heal(); end.mark() })
 			})
 		}},
 		{name: "evicting", args: []string{"--maxmemory", evictMaxMemory(), "--maxmemory-policy", evictPolicy()},
@@ -256,6 +258,19 @@ func TestSharedLimitsSurviveRedisFailures(t *testing.T) {
 					back = "never back to 90% of the pace after Redis answered again"
 				}
 			}
+			// The answers per 250 ms, to see the pace around the fault
+			// (shown with -v, or when the test fails).
+			var quarters []int
+			for _, b := range st.Buckets {
+				for _, e := range b.Timeline {
+					i := int(e.At / (250 * time.Millisecond))
+					for len(quarters) <= i {
+						quarters = append(quarters, 0)
+					}
+					quarters[i]++
+				}
+			}
+			t.Logf("answers per 250 ms since the simulator started: %v", quarters)
 			t.Logf("%s: 2000 requests in %v (10 s at the global limit); %s; %s\n%s", f.name, took.Round(time.Millisecond),
 				back, st.Summary(), strings.Join(shared, "\n"))
 			if t.Failed() {

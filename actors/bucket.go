@@ -210,10 +210,12 @@ func (b *bucket) receive(ctx actor.Context, msg any) {
 			ctx.Send(b.sys.sup, &probeDoneMsg{abandoned: true})
 		}
 	case *sharedWakeMsg:
-		b.lastWake = max(b.lastWake, m.seq)
+		if !m.all {
+			b.lastWake = max(b.lastWake, m.seq)
+		}
 		for _, l := range b.lanes {
-			if l.sharedNotify {
-				l.sharedNotify, l.sharedUntil = false, time.Time{}
+			if m.all && l.sharedLocal || !m.all && l.sharedNotify {
+				l.sharedNotify, l.sharedLocal, l.sharedUntil = false, false, time.Time{}
 			}
 		}
 		b.pump(ctx)
@@ -824,7 +826,7 @@ func (b *bucket) deferred(ctx actor.Context, c *Call, m *resultMsg) {
 		return // or the answer it waits for came while it was being refused
 	}
 	if until := now.Add(g.Wait); until.After(l.sharedUntil) {
-		l.sharedUntil = until
+		l.sharedUntil, l.sharedLocal = until, g.Local
 	}
 	l.sharedNotify = l.sharedNotify || g.Notify
 }

@@ -62,6 +62,10 @@ type lane struct {
 	// (a sharedWakeMsg).
 	sharedUntil  time.Time
 	sharedNotify bool
+	// sharedLocal is set when sharedUntil came from the fallback share
+	// (SharedGrant.Local: Redis was out): it ends when Redis answers again
+	// (System.SharedResumed), whose count is the one that holds.
+	sharedLocal bool
 	// mergedInto is set when the lane turned out to share its hash with
 	// another lane of the actor: its work moved there, and its calls still
 	// on the wire report there.

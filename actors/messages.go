@@ -104,10 +104,14 @@ type freedMsg struct {
 
 // sharedWakeMsg: Shared's subscriber -> supervisor -> bucket. An answer
 // another process's request got, which requests of the bucket actor of
-// major wait for (SharedGrant.Notify), has come.
+// major wait for (SharedGrant.Notify), has come; or, with all, the shared
+// count answers again after an outage (System.SharedResumed): sent to
+// every bucket actor, whose lanes held by a refusal of the fallback share
+// ask again at once.
 type sharedWakeMsg struct {
 	major string
 	seq   uint64 // its number in System.wakes
+	all   bool
 }
 
 // globalHitMsg: worker -> supervisor. A global 429 paused a global

@@ -305,7 +305,11 @@ func (s *supervisor) receive(ctx actor.Context) {
 	case *globalHitMsg:
 		s.globalHit(m.window, m.until)
 	case *sharedWakeMsg:
-		if ch := s.children[m.major]; ch != nil {
+		if m.all {
+			for _, ch := range s.children {
+				ctx.Send(ch.pid, m)
+			}
+		} else if ch := s.children[m.major]; ch != nil {
 			ctx.Send(ch.pid, m)
 		}
 	case *banMsg:

@@ -639,6 +639,20 @@ func (s *System) SharedWake(major string) {
 	s.root.Send(s.sup, &sharedWakeMsg{major: major, seq: s.wakes.Add(1)})
 }
 
+// SharedResumed tells every bucket actor that the shared count answers
+// again after an outage: lanes held by a refusal of the fallback share
+// (SharedGrant.Local) ask again at once rather than at the end of its
+// wait, which counted what Redis no longer hides. Safe to call from any
+// goroutine, also after Close.
+func (s *System) SharedResumed() {
+	s.subMu.RLock()
+	defer s.subMu.RUnlock()
+	if s.closed.Load() {
+		return
+	}
+	s.root.Send(s.sup, &sharedWakeMsg{all: true})
+}
+
 // SharedGlobalBlocked pauses global window w for wait: another process
 // sharing it (the token, or the egress IP) met a global 429. Safe to call
 // from any goroutine.

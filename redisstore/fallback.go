@@ -59,6 +59,19 @@ type fallback struct {
 	hold    time.Duration // how long nothing is sent after a switch
 	seq     uint64        // grants so far, across buckets and switches
 	entered uint64        // seq at the last switch: older grants' group guards were cleared
+
+	// The local-only grants: counted here and not in Redis (made in
+	// fallback, or kept when a Redis call failed). The other processes
+	// keep this one's share out of what Redis hands them for as long as
+	// they may count at Discord (Store.beat tells Redis how long).
+	//
+	// Invariant (under mu): only counts the local-only grants not yet
+	// reported, began those ever made; onlyEnd is the latest end of what
+	// a reported one may count in: its answer plus the longest of the
+	// global period, its bucket's window and its groups' windows.
+	only    int
+	began   uint64
+	onlyEnd time.Time
 }
 
 // fbWindow is one bucket as this process paces it in fallback.
@@ -225,8 +238,34 @@ func later(a, b time.Time) time.Time {
 	return a
 }
 
-// report settles a local grant (Key and Global as reserve set them).
-func (f *fallback) report(g ratelimit.SharedGrant, a ratelimit.SharedAnswer) {
+// begin counts a local-only grant (see fallback.only) and returns how many
+// were ever made.
+func (f *fallback) begin() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.only++
+	f.began++
+	return f.began
+}
+
+// holding returns until when the local-only grants reported may still
+// count at Discord, whether some are still in flight (their end is not
+// known yet), and how many were ever made.
+func (f *fallback) holding() (end time.Time, inflight bool, began uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.onlyEnd, f.only > 0, f.began
+}
+
+// holds reports whether local-only grants may still count at now.
+func (f *fallback) holds(now time.Time) bool {
+	end, inflight, _ := f.holding()
+	return inflight || now.Before(end)
+}
+
+// report settles a local grant (Key and Global as reserve set them); only
+// tells a local-only one (see fallback.only).
+func (f *fallback) report(g ratelimit.SharedGrant, a ratelimit.SharedAnswer, only bool) {
 	if g.Global {
 		if a.Sent {
 			f.global.Settle(a.Now)
@@ -240,6 +279,19 @@ func (f *fallback) report(g ratelimit.SharedGrant, a ratelimit.SharedAnswer) {
 	key, seq := parseGrantKey(g.Key)
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if only {
+		f.only = max(0, f.only-1)
+		if a.Sent {
+			span := f.period
+			if w := f.buckets[key]; w != nil {
+				span = max(span, w.window)
+			}
+			for _, gr := range g.Groups {
+				span = max(span, gr.Window)
+			}
+			f.onlyEnd = later(f.onlyEnd, a.Now.Add(span))
+		}
+	}
 	for _, gr := range g.Groups {
 		if gw := f.groups[gr.Key]; gw != nil && seq > f.entered {
 			if a.Sent {

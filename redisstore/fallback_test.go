@@ -139,10 +139,10 @@ func (s *fbSim) serve(now time.Duration) {
 		p := s.procs[f.proc]
 		at := fbBase.Add(now)
 		if f.unsent {
-			p.f.report(f.grant, ratelimit.SharedAnswer{Now: at})
+			p.f.report(f.grant, ratelimit.SharedAnswer{Now: at}, false)
 			continue
 		}
-		p.f.report(f.grant, ratelimit.SharedAnswer{Now: at, Sent: true, Status: 200, Headers: f.headers})
+		p.f.report(f.grant, ratelimit.SharedAnswer{Now: at, Sent: true, Status: 200, Headers: f.headers}, false)
 		p.local.ResetAt = at.Add(f.headers.ResetAfter)
 	}
 }

@@ -3,9 +3,11 @@ package redisstore
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -120,15 +122,20 @@ func TestLostBucketRecordCountsAsFull(t *testing.T) {
 }
 
 // The shares of processes that may be counting on their fallback (silent
-// for longer than Store.silence, or heard from again within the window)
-// are kept out of what Redis hands to the others: a process cut off from
-// Redis and the ones still on it never add up to more than the limit. A
-// process that leaves (Close) is not kept out.
+// for longer than Store.silence, or back with grants made on their share
+// that may still count at Discord) are kept out of what Redis hands to the
+// others: a process cut off from Redis and the ones still on it never add
+// up to more than the limit. A process back without such grants, or that
+// leaves (Close) once they ended, is not kept out.
 func TestSilentProcessShareIsKeptOut(t *testing.T) {
 	srv := redistest.Start(t)
 	cfg := Config{Namespace: Namespace(t.Name()), GlobalLimit: 8, GlobalPeriod: 10 * time.Second, Heartbeat: time.Hour}
 	a := newStore(t, srv, cfg)
-	b, err := New(srv.Client(t), cfg)
+	var bNow atomic.Int64 // b's clock
+	bNow.Store(time.Now().UnixNano())
+	bcfg := cfg
+	bcfg.Clock = func() time.Time { return time.Unix(0, bNow.Load()) }
+	b, err := New(srv.Client(t), bcfg)
 	require.NoError(t, err)
 	ctx := context.Background()
 	count := func(s *Store, prefix string) int {
@@ -142,25 +149,57 @@ func TestSilentProcessShareIsKeptOut(t *testing.T) {
 		}
 		return n
 	}
+	empty := func() { // (not a loss: the test empties the log)
+		require.NoError(t, a.rdb.Del(ctx, a.ns+":g").Err())
+		require.NoError(t, a.rdb.HSet(ctx, a.ns+":gen", "g", 0).Err())
+	}
 	// b goes silent: its last heartbeat is older than the silence allowed
 	// (two heartbeats of an hour here).
 	redisNow, err := a.rdb.Time(ctx).Result()
 	require.NoError(t, err)
 	require.NoError(t, a.rdb.ZAdd(ctx, a.ns+":seen", redisZ(redisNow.Add(-3*time.Hour), b.procID)).Err())
 	assert.Equal(t, 4, count(a, "a"), "half of 8: b's share, 1/2, is kept out")
-	empty := func() { // (not a loss: the test empties the log)
-		require.NoError(t, a.rdb.Del(ctx, a.ns+":g").Err())
-		require.NoError(t, a.rdb.HSet(ctx, a.ns+":gen", "g", 0).Err())
-	}
-	// b is heard from again: what it sent on its share may still be in
-	// the window, so its share stays out for one.
+
+	// b is heard from again, and granted nothing on its share: nothing
+	// of it can count at Discord, nothing is kept out.
 	require.NoError(t, b.beat())
 	empty()
-	assert.Equal(t, 4, count(a, "b"), "b's share stays out for a window after it came back")
-	require.NoError(t, b.Close())
-	// b left: nothing is kept out any more.
+	assert.Equal(t, 8, count(a, "b"), "b came back without grants made on its share")
+
+	// b falls back and sends on its share past the hold at the switch;
+	// heard from again, its share stays out until what it sent on it is
+	// out of the window (a period after its answer).
+	onShare := func() {
+		t.Helper()
+		b.failed(errors.New("test: Redis unreachable"), bcfg.Clock())
+		require.Equal(t, Fallback, b.Mode())
+		bNow.Add(int64(b.silence() + cfg.GlobalPeriod))
+		r := request()
+		r.Now = bcfg.Clock()
+		g := b.Reserve(ctx, r)
+		require.True(t, g.OK && g.Local, "a grant on b's share")
+		b.Report(ctx, g, ratelimit.SharedAnswer{Now: r.Now, Sent: true, Status: 200})
+		require.NoError(t, b.beat())
+	}
+	onShare()
+	assert.Equal(t, Recovering, b.Mode(), "b's grant on its share may still count: it counts there too")
 	empty()
-	assert.Equal(t, 8, count(a, "c"), "b left: the whole limit")
+	assert.Equal(t, 4, count(a, "c"), "b's share stays out while its grant may count")
+
+	// A period after the answer, b's next beat says nothing of its share
+	// counts any more: b counts in Redis alone, and is not kept out.
+	bNow.Add(int64(cfg.GlobalPeriod))
+	require.NoError(t, b.beat())
+	assert.Equal(t, Shared, b.Mode())
+	empty()
+	assert.Equal(t, 8, count(a, "d"), "b's grant is out of the window")
+
+	// A process that leaves while a grant on its share may count keeps
+	// its share out until then.
+	onShare()
+	require.NoError(t, b.Close())
+	empty()
+	assert.Equal(t, 4, count(a, "e"), "b left, but its grant may still count")
 }
 
 // New warns when Redis may evict the store's keys, and refuses with

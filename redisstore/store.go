@@ -30,10 +30,14 @@
 // to its fallback: every limit is counted locally with a share of it
 // (Config.Share, by default 1/N for N processes last seen sharing the token),
 // never all of it (failing open is how bots get Cloudflare-banned). A
-// background probe pings Redis; when it answers, the store counts in both
-// places (shared and local share) for a cool-down, so the processes that
-// have not noticed yet cannot push the total over, then in Redis alone. The
-// switches are logged and counted ([Store.Stats]).
+// background probe pings Redis; when it answers, the store counts in Redis
+// again at once. The grants it made on its share alone may still count at
+// Discord for a while (a period after their answers, or a bucket's
+// window): until then the store is Recovering, and Redis keeps its share
+// out of what it hands to every process. The processes that have not
+// noticed yet are silent in Redis, so their shares are kept out too. The
+// switches are logged and counted ([Store.Stats]), and the limiter's
+// requests held by the share's waits ask again when Redis answers.
 //
 // # When Redis loses state
 //
@@ -183,8 +187,10 @@ const (
 	Shared Mode = iota
 	// Fallback: Redis is unreachable; locally, with the fallback share.
 	Fallback
-	// Recovering: Redis answers again; in Redis and, until the cool-down
-	// ends, locally with the fallback share too.
+	// Recovering: Redis answers again, and grants made on the fallback
+	// share alone may still count at Discord: in Redis, which keeps this
+	// process's share out of what it hands every process until they no
+	// longer count (requests in declared groups count on the share too).
 	Recovering
 )
 
@@ -240,7 +246,6 @@ type Store struct {
 	leases atomic.Uint64
 
 	mode       atomic.Int32
-	coolUntil  atomic.Int64 // Recovering ends then (Unix ns, local clock)
 	processes  atomic.Int32
 	reserved   atomic.Int64
 	fbReserved atomic.Int64
@@ -434,9 +439,11 @@ func (s *Store) Close() error {
 	s.relMu.Unlock()
 	if s.Mode() != Fallback {
 		// Leave: the others need not keep this process's share out of
-		// their count as they would for a silent one.
+		// their count as they would for a silent one, once the grants it
+		// counted only on its share no longer count.
+		_, ahead, _ := s.sharing()
 		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.Timeout)
-		_ = heartbeatScript.Run(ctx, s.rdb, []string{s.ns}, s.procID, 0, ms(DefaultKeep), ms(s.silence()), s.generation(), 1).Err()
+		_ = heartbeatScript.Run(ctx, s.rdb, []string{s.ns}, s.procID, 0, ms(DefaultKeep), ms(s.silence()), s.generation(), 1, ahead).Err()
 		cancel()
 	}
 	s.cancel()
@@ -586,19 +593,20 @@ func ms(d time.Duration) int64 {
 // Reserve implements ratelimit.Shared.
 func (s *Store) Reserve(ctx context.Context, r ratelimit.SharedRequest) ratelimit.SharedGrant {
 	mode := s.Mode()
-	if mode == Recovering && r.Now.UnixNano() >= s.coolUntil.Load() {
-		if s.mode.CompareAndSwap(int32(Recovering), int32(Shared)) {
-			s.log.Info("sluice: Redis: shared limits resumed")
-			s.changed(Recovering, Shared)
-		}
+	if mode == Recovering && s.resume(r.Now) {
 		mode = Shared
 	}
 	if mode == Fallback {
-		return s.local(r)
+		return s.localOnly(r, s.local(r))
 	}
+	// Recovering: grants made on the fallback share may still count at
+	// Discord. Redis keeps this process's share out of what it hands to
+	// every process, itself included, in the global window and the
+	// buckets (Store.sharing); the declared groups have no such keep-out,
+	// so a request in one counts on the share too.
+	both := mode == Recovering && len(r.Groups) > 0
 	var local ratelimit.SharedGrant
-	if mode == Recovering {
-		// Count the share locally too, until every process noticed.
+	if both {
 		if local = s.local(r); !local.OK {
 			return local
 		}
@@ -614,7 +622,7 @@ func (s *Store) Reserve(ctx context.Context, r ratelimit.SharedRequest) ratelimi
 		// the lease's tombstone).
 		s.owe(func(ctx context.Context) error { return s.cancelLease(ctx, lease, r) })
 	}
-	if err == nil && g.OK && mode == Shared && s.Mode() != Shared {
+	if err == nil && g.OK && !both && s.Mode() == Fallback {
 		// The store fell back while this call was under way: the grant is
 		// spent only if the local share counts it too (the fallback's hold
 		// at the switch), else it is given back.
@@ -623,34 +631,34 @@ func (s *Store) Reserve(ctx context.Context, r ratelimit.SharedRequest) ratelimi
 			s.owe(func(ctx context.Context) error { return s.report(ctx, lease, g, a) })
 			return local
 		}
-		mode = Recovering
+		both = true
 	}
 	switch {
 	case err != nil && ctx.Err() != nil:
 		// The caller's context ended (the request was cancelled, its
 		// attempt timed out, Close): not Redis's fault, and nothing to send.
-		if mode == Recovering {
-			s.fb.report(local, ratelimit.SharedAnswer{Now: r.Now})
+		if both {
+			s.fb.report(local, ratelimit.SharedAnswer{Now: r.Now}, false)
 		}
 		return ratelimit.SharedGrant{Scope: "bucket"}
 	case err != nil && s.refusedOnce(err):
 		// Redis answers but refused this call (a key of the wrong type,
 		// memory full at maxmemory, a script error on what it found): this
 		// request waits and tries again; Redis is not down for the others.
-		if mode == Recovering {
-			s.fb.report(local, ratelimit.SharedAnswer{Now: r.Now})
+		if both {
+			s.fb.report(local, ratelimit.SharedAnswer{Now: r.Now}, false)
 		}
 		return ratelimit.SharedGrant{Scope: "bucket", Wait: callRefusedWait}
 	case err != nil:
 		s.failed(err, r.Now)
-		if mode == Recovering {
-			return local // counted locally already
+		if both {
+			return s.localOnly(r, local) // counted locally already
 		}
-		return s.local(r)
-	case mode != Recovering:
+		return s.localOnly(r, s.local(r))
+	case !both:
 		return g
 	case !g.OK:
-		s.fb.report(local, ratelimit.SharedAnswer{Now: r.Now}) // never sent
+		s.fb.report(local, ratelimit.SharedAnswer{Now: r.Now}, false) // never sent
 		return g
 	}
 	g.Local = true
@@ -665,6 +673,39 @@ func (s *Store) local(r ratelimit.SharedRequest) ratelimit.SharedGrant {
 		s.fbReserved.Add(1)
 	}
 	return g
+}
+
+// localOnly returns g, a grant from the fallback share that Redis does not
+// count, once the fallback counts it among the grants whose share the
+// other processes must keep out (fallback.only). If the store left its
+// fallback meanwhile, the heartbeat that brought it back may have told
+// Redis that nothing here counts any more: the grant is given back, and
+// the caller asks again at once (through Redis).
+func (s *Store) localOnly(r ratelimit.SharedRequest, g ratelimit.SharedGrant) ratelimit.SharedGrant {
+	if !g.OK {
+		return g
+	}
+	s.fb.begin()
+	if s.Mode() == Fallback {
+		return g
+	}
+	s.fb.report(ratelimit.SharedGrant{Key: fallbackKey(g.Lease), Global: g.Global, Groups: g.Groups},
+		ratelimit.SharedAnswer{Now: r.Now}, true)
+	return ratelimit.SharedGrant{Scope: "bucket", Wait: time.Millisecond}
+}
+
+// resume ends Recovering once no grant counted only on the fallback share
+// may count at Discord any more (at now): the shared limits alone apply
+// from then on. It reports whether the store counts in Redis alone.
+func (s *Store) resume(now time.Time) bool {
+	if s.fb.holds(now) {
+		return s.Mode() == Shared
+	}
+	if s.mode.CompareAndSwap(int32(Recovering), int32(Shared)) {
+		s.log.Info("sluice: Redis: shared limits resumed")
+		s.changed(Recovering, Shared)
+	}
+	return s.Mode() == Shared
 }
 
 // A grant's Lease is "<Redis lease>|<fallback key>": either part is empty
@@ -854,10 +895,16 @@ func (s *Store) cancelLease(ctx context.Context, lease string, r ratelimit.Share
 // answers, so the lease and the slots it holds are settled then, not at
 // the lease's expiry.
 func (s *Store) Report(ctx context.Context, g ratelimit.SharedGrant, a ratelimit.SharedAnswer) {
-	if g.Local {
-		s.fb.report(ratelimit.SharedGrant{Key: fallbackKey(g.Lease), Global: g.Global, Groups: g.Groups}, a)
-	}
 	lease := splitLease(g.Lease)
+	if g.Local {
+		s.fb.report(ratelimit.SharedGrant{Key: fallbackKey(g.Lease), Global: g.Global, Groups: g.Groups}, a, lease == "")
+		if _, inflight, _ := s.fb.holding(); lease == "" && !inflight && s.Mode() == Recovering {
+			// The last grant made on the share is answered: the next
+			// beat, at once, tells Redis when it stops counting, rather
+			// than the guess made while it was in flight (Store.sharing).
+			s.nudge()
+		}
+	}
 	if lease == "" {
 		return // counted locally only
 	}
@@ -984,14 +1031,9 @@ func (s *Store) beat() error {
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.Timeout)
 	defer cancel()
 	sent := time.Now()
-	// A process on its fallback share (falling back, or recovering) tells
-	// the others to keep that share out of their count (lossLua).
-	onShare := 0
-	if s.Mode() != Shared {
-		onShare = 2
-	}
+	onShare, ahead, began := s.sharing()
 	res, err := heartbeatScript.Run(ctx, s.rdb, []string{s.ns}, s.procID, ms(3*s.cfg.Heartbeat), ms(DefaultKeep),
-		ms(s.silence()), s.generation(), onShare).Slice()
+		ms(s.silence()), s.generation(), onShare, ahead).Slice()
 	if err != nil {
 		return err
 	}
@@ -1009,18 +1051,41 @@ func (s *Store) beat() error {
 	if !s.settle() {
 		return nil // a call failed again: recorded, and the store is in fallback
 	}
-	if s.Mode() == Fallback {
-		// Every process notices within a heartbeat (plus a call's
-		// timeout); until then, and for a global period after, count the
-		// local share too.
-		cool := 2*s.cfg.Heartbeat + s.cfg.Timeout + s.cfg.GlobalPeriod
-		s.coolUntil.Store(s.cfg.Clock().Add(cool).UnixNano())
-		if s.mode.CompareAndSwap(int32(Fallback), int32(Recovering)) {
-			s.log.Info("sluice: Redis answers again; counting in both places for a cool-down", slog.Duration("cool_down", cool))
-			s.changed(Fallback, Recovering)
+	if s.mode.CompareAndSwap(int32(Fallback), int32(Recovering)) {
+		s.log.Info("sluice: Redis answers again; counting the local share too while grants made on it may count")
+		s.changed(Fallback, Recovering)
+		if _, _, now := s.fb.holding(); now != began {
+			// A grant was made on the share while this call was under
+			// way: told in the next beat, at once.
+			s.nudge()
 		}
 	}
+	if s.Mode() == Recovering {
+		s.resume(s.cfg.Clock())
+	}
 	return nil
+}
+
+// sharing returns what the heartbeat tells Redis of this process's
+// fallback share: 2 while grants counted only on it (made in fallback, not
+// in Redis) may still count at Discord, with how far ahead of Redis's now
+// to date its P:ex entry (see heartbeatScript: the others keep the share
+// out of the global window until a period after that date), else 0 and
+// "". began is how many such grants were ever made. A grant still in
+// flight may count until a period after its answer, which the next beat
+// tells: until then, and until the process counts as unheard if that beat
+// fails, it is dated Store.silence ahead.
+func (s *Store) sharing() (onShare int, ahead string, began uint64) {
+	end, inflight, began := s.fb.holding()
+	now := s.cfg.Clock()
+	if !inflight && !now.Before(end) {
+		return 0, "", began
+	}
+	d := end.Sub(now) - s.cfg.GlobalPeriod
+	if inflight {
+		d = max(d, s.silence())
+	}
+	return 2, strconv.FormatInt(ms(d+clockSlack), 10), began
 }
 
 // subscribe forwards wake-ups and global pauses published by any process.

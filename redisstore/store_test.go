@@ -196,7 +196,7 @@ func TestFallbackAndRecovery(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the store never noticed Redis was back")
 	}
-	// Recovering: the local share still applies on top of Redis.
+	// Recovering: a refusal names its scope.
 	g := s.Reserve(ctx, request())
 	assert.False(t, g.Local && !g.OK && g.Scope == "", "a refusal names its scope")
 }

@@ -109,7 +109,7 @@ func TestDemoProcessesStayWithinEveryLimit(t *testing.T) {
 			assert.Regexp(t, `of the ideal time`, report)
 			lines := processLines(t, report)
 			require.Len(t, lines, 3, "one line per process")
-			total := 0
+			total, most := 0, 0
 			for i, pl := range lines {
 				assert.Equal(t, "p"+strconv.Itoa(i+1), pl.name)
 				assert.Equal(t, tc.size/3, pl.requests, "each process has its share")
@@ -118,9 +118,14 @@ func TestDemoProcessesStayWithinEveryLimit(t *testing.T) {
 				assert.GreaterOrEqual(t, pl.reserved, pl.requests, "%s reserved each request in Redis", pl.name)
 				assert.Zero(t, pl.fallback)
 				assert.Zero(t, pl.outages)
-				assert.Equal(t, 3, pl.seen, "%s saw the 3 processes in Redis", pl.name)
+				// The count comes with each heartbeat (every second): a
+				// process that beat first at its start and was done within
+				// a second has seen only itself.
+				assert.True(t, pl.seen >= 1 && pl.seen <= 3, "%s saw 1 to 3 processes in Redis: %d", pl.name, pl.seen)
+				most = max(most, pl.seen)
 				total += pl.ok
 			}
+			assert.Equal(t, 3, most, "the last process to start saw the 3 in Redis")
 			assert.Equal(t, tc.size, total)
 		})
 	}
