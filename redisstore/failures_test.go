@@ -296,3 +296,32 @@ func TestWrongTypedKeyDegradesOnlyItsBucket(t *testing.T) {
 	assert.Zero(t, s.Stats().Outages)
 	assert.Positive(t, s.Stats().Errors)
 }
+
+// A request whose answer was lost (its connection dropped after it was
+// sent: Sent, no headers) is settled as soon as its process reports it,
+// as the in-process limiter settles it (ratelimit.Bucket.ObserveLost): its
+// in-flight lease is released at once, and its slot counts in a window
+// that ends within one window (+50 ms) of the report, never until the
+// lease expires (a minute here).
+func TestLostAnswerIsSettledAtOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, srv, Config{Namespace: Namespace(t.Name()), LeaseTTL: time.Minute})
+	ctx := context.Background()
+	r, _ := learned(t, s, 5, 4)
+	g := s.Reserve(ctx, r)
+	require.True(t, g.OK && !g.Pioneer)
+	s.Report(ctx, g, ratelimit.SharedAnswer{Now: time.Now(), Sent: true, Major: r.Major, Template: r.Template})
+	after, err := s.rdb.Time(ctx).Result()
+	require.NoError(t, err)
+
+	inflight, err := s.rdb.ZCount(ctx, s.ns+":f:"+g.Key, "-inf", "(+inf").Result()
+	require.NoError(t, err)
+	assert.Zero(t, inflight, "the lease of the lost answer is released")
+	reset, err := s.rdb.HGet(ctx, s.ns+":b:"+g.Key, "r").Int64()
+	require.NoError(t, err)
+	assert.LessOrEqual(t, reset, after.UnixMilli()+time.Second.Milliseconds()+50+clockSlack.Milliseconds(),
+		"the bucket's window ends within a window of the report")
+	used, err := s.rdb.HGet(ctx, s.ns+":b:"+g.Key, "u").Int()
+	require.NoError(t, err)
+	assert.Equal(t, 2, used, "the lost answer's slot counts (Discord may have counted it)")
+}
