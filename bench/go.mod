@@ -9,6 +9,7 @@ require (
 	github.com/diamondburned/arikawa/v3 v3.6.0
 	github.com/disgoorg/disgo v0.18.15
 	github.com/disgoorg/snowflake/v2 v2.0.3
+	github.com/redis/go-redis/v9 v9.23.0
 	github.com/sluicehq/sluice v0.0.0-00010101000000-000000000000
 )
 
@@ -34,7 +35,6 @@ require (
 	github.com/prometheus/client_model v0.5.0 // indirect
 	github.com/prometheus/common v0.44.0 // indirect
 	github.com/prometheus/procfs v0.11.1 // indirect
-	github.com/redis/go-redis/v9 v9.23.0 // indirect
 	github.com/sasha-s/go-csync v0.0.0-20240107134140-fcbab37b09ad // indirect
 	github.com/twmb/murmur3 v1.1.8 // indirect
 	go.opentelemetry.io/otel v1.21.0 // indirect
