@@ -92,6 +92,7 @@ func TestLostReservationIsGivenBack(t *testing.T) {
 	assert.False(t, s.Reserve(ctx, other).OK, "its slots are held: the global window, and the unknown bucket's pioneer")
 
 	require.NoError(t, s.cancelLease(ctx, "lost-1", r))
+	forgetRefusals(s) // (given back behind the store's back)
 	g2 := s.Reserve(ctx, other)
 	assert.True(t, g2.OK, "given back: the global slot and the bucket's are free again")
 	s.Report(ctx, g2, ratelimit.SharedAnswer{Now: time.Now(), Template: r.Template, Major: r.Major}) // never sent

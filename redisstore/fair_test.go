@@ -39,6 +39,7 @@ func TestProcessesTakeTurnsOnABusyBucket(t *testing.T) {
 		var grants []grant
 		for more := true; more; { // each asks until refused, in turn, until none gets a slot
 			more = false
+			forgetRefusals(stores...) // each comes back when told, at once here
 			for i, s := range stores {
 				for {
 					g := s.Reserve(ctx, r)
@@ -62,6 +63,7 @@ func TestProcessesTakeTurnsOnABusyBucket(t *testing.T) {
 		// The window ends (the record's end moved to the past: Redis's
 		// clock cannot be driven).
 		require.NoError(t, stores[0].rdb.HSet(ctx, record, "r", 1).Err())
+		forgetRefusals(stores...)
 	}
 	t.Logf("slots taken per process in %d windows of 5: %v", windows-1, taken)
 	least, most := taken[0], taken[0]
@@ -88,6 +90,7 @@ func TestTurnsOfAProcessThatLeft(t *testing.T) {
 
 	a.Report(ctx, held, ratelimit.SharedAnswer{Now: time.Now(), Sent: true, Status: 200})
 	require.NoError(t, a.rdb.HSet(ctx, record, "r", 1).Err()) // the next window
+	forgetRefusals(a, b)
 	g := a.Reserve(ctx, r)
 	require.True(t, g.OK, "a turn: b is owed one slot of two: %+v %v", g, a.rdb.HGetAll(ctx, record).Val())
 	turn := a.Reserve(ctx, r)
@@ -98,5 +101,6 @@ func TestTurnsOfAProcessThatLeft(t *testing.T) {
 	// b never comes back: past its grace it leaves the line.
 	q := a.ns + ":q:" + routes.BucketKey("h", r.Major)
 	require.NoError(t, a.rdb.HSet(ctx, q, b.procID, "0|0|1|1").Err())
+	forgetRefusals(a)
 	assert.True(t, a.Reserve(ctx, r).OK, "b left: its slot goes to a")
 }

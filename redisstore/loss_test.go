@@ -64,6 +64,7 @@ func TestWipedGlobalLogIsFullForAPeriod(t *testing.T) {
 			g := s.Reserve(context.Background(), request())
 			require.False(t, g.OK, "the window is full")
 			tc.lose(t, srv, s)
+			forgetRefusals(s)
 			g = s.Reserve(context.Background(), request())
 			assert.False(t, g.OK, "the lost log counts as full")
 			assert.Equal(t, "global", g.Scope)
@@ -149,9 +150,14 @@ func TestSilentProcessShareIsKeptOut(t *testing.T) {
 		}
 		return n
 	}
-	empty := func() { // (not a loss: the test empties the log)
-		require.NoError(t, a.rdb.Del(ctx, a.ns+":g").Err())
-		require.NoError(t, a.rdb.HSet(ctx, a.ns+":gen", "g", 0).Err())
+	empty := func() { // (not a loss: the test empties the log, at once: b's heartbeat may run)
+		_, err := a.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Del(ctx, a.ns+":g")
+			p.HSet(ctx, a.ns+":gen", "g", 0)
+			return nil
+		})
+		require.NoError(t, err)
+		forgetRefusals(a)
 	}
 	// b goes silent: its last heartbeat is older than the silence allowed
 	// (two heartbeats of an hour here).
@@ -351,6 +357,16 @@ func TestInflightGlobalSlotsSurviveAWipe(t *testing.T) {
 // learned has s's pioneer learn a bucket ("h") of limit per second, with
 // remaining left in its window: it returns the request, which now knows the
 // hash and the window, and the pioneer's grant.
+// forgetRefusals drops what the stores remember of Redis's refusals
+// (coalesce.go), for a test that changes Redis's state behind their back
+// (a window moved to its end, a log emptied): as if the waits told had
+// passed.
+func forgetRefusals(stores ...*Store) {
+	for _, s := range stores {
+		s.refusals.forget()
+	}
+}
+
 func learned(t *testing.T, s *Store, limit, remaining int) (ratelimit.SharedRequest, ratelimit.SharedGrant) {
 	t.Helper()
 	ctx := context.Background()

@@ -253,6 +253,9 @@ type Store struct {
 	errs       atomic.Int64
 
 	fb *fallback
+	// refusals are what Redis refused, told once per process
+	// (coalesce.go).
+	refusals refusals
 
 	// gen is the generation of the shared state this store last saw (see
 	// lossLua in scripts.go); lost counts the losses it found or saw.
@@ -599,6 +602,17 @@ func (s *Store) Reserve(ctx context.Context, r ratelimit.SharedRequest) ratelimi
 	if mode == Fallback {
 		return s.localOnly(r, s.local(r))
 	}
+	// A key Redis refused for a while is refused here until then; a
+	// contended one is asked one reservation at a time (coalesce.go).
+	refused, done := s.refusals.enter(ctx, keysOf(r), s.cfg.Clock)
+	if done == nil {
+		return refused
+	}
+	if s.Mode() == Fallback {
+		// It fell back while this one waited for its turn.
+		done(ratelimit.SharedGrant{}, false)
+		return s.localOnly(r, s.local(r))
+	}
 	// Recovering: grants made on the fallback share may still count at
 	// Discord. Redis keeps this process's share out of what it hands to
 	// every process, itself included, in the global window and the
@@ -608,11 +622,13 @@ func (s *Store) Reserve(ctx context.Context, r ratelimit.SharedRequest) ratelimi
 	var local ratelimit.SharedGrant
 	if both {
 		if local = s.local(r); !local.OK {
+			done(ratelimit.SharedGrant{}, false)
 			return local
 		}
 	}
 	lease := s.procID + ":" + strconv.FormatUint(s.leases.Add(1), 36)
 	g, err := s.reserve(ctx, lease, r)
+	done(g, err == nil)
 	if err == nil {
 		s.refusedSince.Store(0)
 	} else {
@@ -992,6 +1008,7 @@ func (s *Store) failed(err error, now time.Time) {
 }
 
 func (s *Store) changed(from, to Mode) {
+	s.refusals.forget()
 	if f := s.cfg.ModeChanged; f != nil {
 		f(from, to)
 	}

@@ -57,7 +57,7 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	progress := fs.String("progress", "auto", "live view: auto (when stdout is a terminal), on, off")
 	fs.IntVar(&cfg.processes, "processes", 1, "OS processes sharing one token through Redis, 1 to 64 (1: one process, no Redis)")
 	fs.StringVar(&cfg.redisURL, "redis", "", "Redis `URL` the processes share (redis://host:port/db or unix:///path); default: a private redis-server on a unix socket, if installed")
-	fs.BoolVar(&cfg.killRedis, "kill-redis", false, "kill the private redis-server a quarter into the load and restart it 2 s later, to show the fallback (with -processes, without -redis)")
+	fs.BoolVar(&cfg.killRedis, "kill-redis", false, "kill the private redis-server a quarter into the load and restart it 5 s later, to show the fallback (with -processes, without -redis)")
 	const usage = "Usage: sluice demo [flags]\n\nStart the simulator in-process, drive a realistic load through Sluice and report.\nNo network is needed. Interrupted (Ctrl-C), it reports what completed and exits 130.\n" +
 		"With -processes N, N OS processes (this program run again) share one token through\nRedis, each with its share of the load, and the simulator judges them together.\n"
 	if done, err := parseFlags(fs, args, usage, stdout); done {

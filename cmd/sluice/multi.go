@@ -36,8 +36,11 @@ const (
 	// stopGrace is how long stopped children have to report before they
 	// are killed.
 	stopGrace = 10 * time.Second
-	// redisOutage is how long -kill-redis keeps Redis down.
-	redisOutage = 2 * time.Second
+	// redisOutage is how long -kill-redis keeps Redis down: longer than
+	// the fallback's hold at the switch (two heartbeats + a call's timeout
+	// + a global period, 3.25 s), so that the processes send on their
+	// shares before Redis answers again.
+	redisOutage = 5 * time.Second
 	// liveRows caps the processes the live view shows.
 	liveRows = 16
 )

@@ -129,7 +129,7 @@ func TestDemoProcessesStayWithinEveryLimit(t *testing.T) {
 			assert.Equal(t, tc.size, total)
 		})
 	}
-	// Redis killed a quarter into the load and restarted 2 s later: the
+	// Redis killed a quarter into the load and restarted 5 s later: the
 	// processes fall back to 1/3 of the bucket each, nothing is lost,
 	// nothing goes over, and they return to shared limits.
 	t.Run("kill-redis", func(t *testing.T) {
