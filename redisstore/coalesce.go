@@ -23,9 +23,10 @@ import (
 // global window) refused for a wait is refused here, with the rest of that
 // wait, without asking Redis again until it ends; and while a key is
 // contended (refused within the last wait, or a second), its reservations
-// go to Redis one at a time, so that the first refusal is known before
-// the next one asks. A window's share then costs one call per request
-// and one refusal.
+// go to Redis one at a time (globalTurns at a time for the global window,
+// which every request asks for), so that the first refusal is known before
+// the next one asks. A window's share then costs one call per request and
+// one refusal.
 //
 // Only refusals that end at a known time are remembered: a full window,
 // a turn, the global window's first slot. A refusal that waits for
@@ -42,7 +43,8 @@ type refusals struct {
 // Invariants (under refusals.mu): until is after refused only when a
 // refusal of scope, told at refused, holds the key until then (local
 // clock); the key is contended until contended; turn holds a token while
-// a reservation of the key is being asked of Redis (its capacity is 1);
+// a reservation of the key is being asked of Redis (its capacity is 1,
+// globalTurns for the global window);
 // users counts the reservations holding or waiting for the gate, which
 // keep the entry in the map.
 type keyGate struct {
@@ -60,6 +62,11 @@ const refusalSweep = 4096
 // contendedFor is how long, at least, a key stays contended after a
 // refusal ends.
 const contendedFor = time.Second
+
+// globalTurns is how many reservations of a contended global window go to
+// Redis at once: every request of the process asks for it, so one at a
+// time would space a window's sends by Redis's round trip.
+const globalTurns = 4
 
 // globalKey is the key of the global window among the bucket keys.
 const globalKey = "\x00global"
@@ -178,7 +185,11 @@ func (rf *refusals) gate(key string, now time.Time) *keyGate {
 			}
 		}
 	}
-	g = &keyGate{turn: make(chan struct{}, 1)}
+	n := 1
+	if key == globalKey {
+		n = globalTurns
+	}
+	g = &keyGate{turn: make(chan struct{}, n)}
 	rf.keys[key] = g
 	return g
 }
