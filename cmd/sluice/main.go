@@ -5,7 +5,7 @@
 //	sluice demo [flags]       drive a realistic load through Sluice against the simulator, live
 //	sluice simulate [flags]   serve the simulated Discord API (see -h)
 //	sluice proxy [flags]      relay Discord API requests through one rate limiter per token (see -h)
-//	sluice version            print the version (sluice.Version, the library's)
+//	sluice version            print the version, the commit it was built from and the Go toolchain (also --version)
 //	sluice help [command]     print the usage, or a command's flags
 //
 // "sluice demo -processes N" runs N processes of this program (as the
@@ -29,8 +29,6 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
-
-	"github.com/sluicehq/sluice"
 )
 
 func main() {
@@ -103,7 +101,7 @@ Usage:
   sluice demo [flags]       drive a realistic load through Sluice against the in-process simulator
   sluice simulate [flags]   serve a simulated, rate-limited Discord API on loopback
   sluice proxy [flags]      relay Discord API requests through one rate limiter per token
-  sluice version            print the version
+  sluice version            print the version and the commit it was built from (also --version)
   sluice help [command]     print this, or a command's flags
 
 Run "sluice <command> -h" for a command's flags.
@@ -127,11 +125,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return demoChild(ctx, args[1:], os.Stdin, stdout, stderr)
 	case "version":
 		fs := flag.NewFlagSet("version", flag.ContinueOnError)
-		if done, err := parseFlags(fs, args[1:], "Usage: sluice version\n\nPrint the version (the library's, also in its User-Agent).\n", stdout); done {
+		if done, err := parseFlags(fs, args[1:], "Usage: sluice version\n\nPrint the version (the library's, also in its User-Agent), the module\nversion and commit the binary was built from, and the Go toolchain.\n", stdout); done {
 			return err
 		}
-		fmt.Fprintln(stdout, "sluice", sluice.Version) // one version: the library's, also in the User-Agent
-		return nil
+		return printVersion(stdout)
+	case "--version", "-version":
+		if len(args) > 1 {
+			return usageErrorf("", "unexpected argument %q: %s takes none", args[1], args[0])
+		}
+		return printVersion(stdout)
 	case "-h", "-help", "--help", "help":
 		switch len(args) {
 		case 1:

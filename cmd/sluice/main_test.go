@@ -212,6 +212,8 @@ func TestExitStatus(t *testing.T) {
 		{[]string{"help"}, 0, "Usage:", ""},
 		{[]string{"help", "simulate"}, 0, "Usage: sluice simulate", ""},
 		{[]string{"version"}, 0, "sluice " + sluice.Version, ""},
+		{[]string{"--version"}, 0, "sluice " + sluice.Version, ""},
+		{[]string{"--version", "x"}, 2, "", `unexpected argument "x"`},
 		{[]string{"demo", "-h"}, 0, "Usage: sluice demo", ""},
 		{[]string{"demo", "-help"}, 0, "Usage: sluice demo", ""},
 		{[]string{"demo", "--help"}, 0, "Usage: sluice demo", ""},
