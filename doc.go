@@ -26,9 +26,11 @@
 //
 // # Inner workings
 //
-// A supervisor actor (github.com/asynkron/protoactor-go) owns the one
-// HTTP/2 connection, the global limit's pauses, the Cloudflare-ban breaker
-// and the admission queue. Its state machine (package fsm, on
+// A supervisor actor (github.com/asynkron/protoactor-go) owns the pool of
+// HTTP/2 connections (one after a first request, one more per four
+// requests awaiting an answer, up to Options.Connections, 16 by default),
+// the global limit's pauses, the Cloudflare-ban breaker and the admission
+// queue. Its state machine (package fsm, on
 // github.com/looplab/fsm) has the states disconnected, connecting, connected
 // and global_limit. It keeps two global windows, each with its own
 // admission queue and pause (a machine each: open, global_limit): the
