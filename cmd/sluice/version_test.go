@@ -26,7 +26,7 @@ func TestVersionText(t *testing.T) {
 		want string
 	}{
 		{"a release installed with go install", &debug.BuildInfo{GoVersion: "go1.26.8",
-			Main: debug.Module{Path: "github.com/sluicehq/sluice", Version: "v0.2.0"},
+			Main:     debug.Module{Path: "github.com/sluicehq/sluice", Version: "v0.2.0"},
 			Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "abc123"}, {Key: "vcs.time", Value: "2026-11-27T18:00:00Z"}, {Key: "vcs.modified", Value: "false"}}},
 			true, "sluice " + sluice.Version + "\nmodule github.com/sluicehq/sluice v0.2.0\ncommit abc123 (2026-11-27T18:00:00Z)\ngo1.26.8 " + platform + "\n"},
 		{"a checkout with changes", &debug.BuildInfo{GoVersion: "go1.26.8",
