@@ -15,7 +15,10 @@
 // limiter. Keep discordgo's endpoint variables as they are: the limiter
 // sends https://discord.com/api/v9/... to its Options.BaseURL's host, and
 // URLs on other hosts (cdn.discordapp.com) directly to them, outside the
-// limits and without the bot's Authorization header.
+// limits and without the bot's Authorization header. Webhook executions
+// and interaction follow-ups (routes that carry their own token) go without
+// the bot token discordgo puts on every request, and count on the per-IP
+// global limit, as through the other integrations.
 //
 // # What Apply switches off, and why
 //

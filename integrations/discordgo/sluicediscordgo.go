@@ -11,6 +11,7 @@ import (
 	"github.com/bwmarrin/discordgo"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/routes"
 )
 
 // Apply makes s send every REST call through lim: s.Client becomes an
@@ -52,10 +53,17 @@ func NewTransport(lim *sluice.Limiter) *Transport { return &Transport{lim: lim} 
 // later, that Read returns a *url.Error wrapping the limiter's error, as
 // http.Client.Do would have. Closing the body before the answer arrives
 // does not cancel the request; cancel its context for that.
+//
+// A route that carries its own token in the path (a webhook's, an
+// interaction's) goes without the Authorization header discordgo puts on
+// every request, as it does through the other integrations: it then counts
+// on the per-IP global limit, not on the bot's (sluice.Options.WebhookAuth
+// has the limiter send the bot's token with them instead).
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !t.lim.APIHost(req.URL) {
 		return t.lim.RoundTrip(req)
 	}
+	req = withoutBotToken(req)
 	fut := t.lim.Send(req.Context(), req)
 	select {
 	case <-fut.Done():
@@ -73,6 +81,21 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	resp.Body = &pendingBody{fut: fut, resp: resp, req: req}
 	return resp, nil
+}
+
+// withoutBotToken returns req without its Authorization header if its
+// route carries its own token (routes.Route.PerToken), else req itself.
+// The copy shares req's body.
+func withoutBotToken(req *http.Request) *http.Request {
+	if req.Header.Get("Authorization") == "" {
+		return req
+	}
+	if route, err := routes.Parse(req.Method, req.URL.EscapedPath()); err != nil || !route.PerToken {
+		return req
+	}
+	r := req.Clone(req.Context())
+	r.Header.Del("Authorization")
+	return r
 }
 
 // pendingBody is the body of a response returned before its answer: the
