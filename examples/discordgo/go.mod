@@ -4,8 +4,8 @@ go 1.26.8
 
 require (
 	github.com/bwmarrin/discordgo v0.29.0
-	github.com/sluicehq/sluice v0.0.0
-	github.com/sluicehq/sluice/integrations/discordgo v0.0.0
+	github.com/sluicehq/sluice v0.1.0
+	github.com/sluicehq/sluice/integrations/discordgo v0.1.0
 	go.uber.org/goleak v1.3.0
 )
 

@@ -4,7 +4,7 @@ go 1.26.8
 
 require (
 	github.com/diamondburned/arikawa/v3 v3.6.0
-	github.com/sluicehq/sluice v0.0.0
+	github.com/sluicehq/sluice v0.1.0
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
 )
