@@ -46,7 +46,7 @@ func TestReleaseSetsOneVersionEverywhere(t *testing.T) {
 	require.NoError(t, err, "git clone: %s", out)
 	head, _ := sh("git", "rev-parse", "HEAD")
 
-	got, code := sh(".ci/release", "-n", "v9.8.7")
+	got, code := sh(".ci/release", "-n", "v0.98.7")
 	require.Zero(t, code, got)
 	assert.Contains(t, got, "dry run, nothing changed")
 	status, _ := sh("git", "status", "--porcelain")
@@ -54,10 +54,10 @@ func TestReleaseSetsOneVersionEverywhere(t *testing.T) {
 	tags, _ := sh("git", "tag")
 	assert.Empty(t, tags)
 
-	got, code = sh(".ci/release", "v9.8.7")
+	got, code = sh(".ci/release", "v0.98.7")
 	require.Zero(t, code, got)
 	tags, _ = sh("git", "tag", "--points-at", "HEAD")
-	assert.ElementsMatch(t, []string{"v9.8.7", "integrations/discordgo/v9.8.7", "integrations/disgo/v9.8.7", "integrations/arikawa/v9.8.7"},
+	assert.ElementsMatch(t, []string{"v0.98.7", "integrations/discordgo/v0.98.7", "integrations/disgo/v0.98.7", "integrations/arikawa/v0.98.7"},
 		strings.Fields(tags))
 	parent, _ := sh("git", "rev-parse", "HEAD^")
 	assert.Equal(t, head, parent, "one commit")
@@ -66,20 +66,22 @@ func TestReleaseSetsOneVersionEverywhere(t *testing.T) {
 		require.NoError(t, err)
 		return string(b)
 	}
-	assert.Contains(t, read("options.go"), "\nconst Version = \"9.8.7\"\n")
+	assert.Contains(t, read("options.go"), "\nconst Version = \"0.98.7\"\n")
 	for _, m := range []string{"integrations/discordgo", "integrations/disgo", "integrations/arikawa", "examples/discordgo", "bench"} {
 		mod := read(m + "/go.mod")
-		assert.Contains(t, mod, "\tgithub.com/sluicehq/sluice v9.8.7\n", m)
+		assert.Contains(t, mod, "\tgithub.com/sluicehq/sluice v0.98.7\n", m)
 		assert.NotRegexp(t, `github\.com/sluicehq/sluice(/[a-z/]+)? v0\.0\.0`, mod, m)
 	}
-	assert.Contains(t, read("examples/discordgo/go.mod"), "\tgithub.com/sluicehq/sluice/integrations/discordgo v9.8.7\n")
+	assert.Contains(t, read("examples/discordgo/go.mod"), "\tgithub.com/sluicehq/sluice/integrations/discordgo v0.98.7\n")
 	changelog := read("CHANGELOG.md")
-	assert.Contains(t, changelog, "\n## Unreleased\n\n## v9.8.7 (")
+	assert.Contains(t, changelog, "\n## Unreleased\n\n## v0.98.7 (")
 
-	got, code = sh(".ci/release", "v9.8.7")
+	got, code = sh(".ci/release", "v0.98.7")
 	assert.Equal(t, 1, code, "tagged already: %s", got)
 	got, code = sh(".ci/release", "9.8")
 	assert.Equal(t, 2, code, "not a version: %s", got)
+	got, code = sh(".ci/release", "v2.0.0")
+	assert.Equal(t, 2, code, "a v2 needs /v2 module paths: %s", got)
 }
 
 // No module of this repository requires the library (or an integration)
