@@ -112,37 +112,29 @@ func (rf *refusals) enter(ctx context.Context, keys []string, now func() time.Ti
 		}
 		rf.mu.Unlock()
 	}
-	for _, g := range gates {
+	// check returns g's refusal at now, if any, and whether g is contended.
+	check := func(g *keyGate) (ratelimit.SharedGrant, bool) {
 		rf.mu.Lock()
+		defer rf.mu.Unlock()
 		t := now()
 		if g.until.After(t) {
-			refused = ratelimit.SharedGrant{Scope: g.scope, Wait: g.until.Sub(t)}
+			return ratelimit.SharedGrant{Scope: g.scope, Wait: g.until.Sub(t)}, true
 		}
-		contended := g.contended.After(t)
-		rf.mu.Unlock()
-		if refused.Scope != "" {
-			release()
-			leave()
-			return refused, nil
+		return ratelimit.SharedGrant{}, g.contended.After(t)
+	}
+	for _, g := range gates {
+		refused, contended := check(g)
+		if refused.Scope == "" && contended {
+			select {
+			case g.turn <- struct{}{}:
+				held = append(held, g)
+			case <-ctx.Done():
+				refused = ratelimit.SharedGrant{Scope: "bucket"}
+			}
+			if refused.Scope == "" {
+				refused, _ = check(g) // refused while this one waited for its turn?
+			}
 		}
-		if !contended {
-			continue
-		}
-		select {
-		case g.turn <- struct{}{}:
-			held = append(held, g)
-		case <-ctx.Done():
-			release()
-			leave()
-			return ratelimit.SharedGrant{Scope: "bucket"}, nil
-		}
-		// Refused while this one waited for its turn?
-		rf.mu.Lock()
-		t = now()
-		if g.until.After(t) {
-			refused = ratelimit.SharedGrant{Scope: g.scope, Wait: g.until.Sub(t)}
-		}
-		rf.mu.Unlock()
 		if refused.Scope != "" {
 			release()
 			leave()

@@ -639,26 +639,25 @@ return woken
 // token (the most seen alive at once within the last ARGV[3] ms), Redis's
 // clock (Unix ms), the generation and whether this call found state lost.
 // A process whose grants counted only on its fallback share may still
-// count at Discord (ARGV[6] = 2) goes into P:ex, dated ARGV[7] ms from now:
+// count at Discord (ARGV[5] = 2) goes into P:ex, dated ARGV[6] ms from now:
 // the others keep its share out of their global window until a period
 // after that date, and out of a bucket until a window after it (lossLua);
 // with 0, none may any more and it leaves P:ex.
-// With ARGV[6] = 1 the process leaves: its records are removed (Close),
-// but for its P:ex entry when ARGV[7] is not empty.
+// With ARGV[5] = 1 the process leaves: its records are removed (Close),
+// but for its P:ex entry when ARGV[6] is not empty.
 //
 // ARGV: 1 process id, 2 how long the record lives ms, 3 how long the
-// largest count (and a silent process) is remembered ms, 4 how long a
-// process may go unheard ms, 5 the generation the caller knows, 6 0, or
-// 1 leaving, or 2 on its fallback share, 7 with 2 (or 1), how long from
-// now the P:ex entry is dated, ms ("": none).
+// largest count (and a silent process) is remembered ms, 4 the generation
+// the caller knows, 5 0, or 1 leaving, or 2 on its fallback share, 6 with
+// 2 (or 1), how long from now the P:ex entry is dated, ms ("": none).
 var heartbeatScript = redis.NewScript(lossLua + `
 local P = KEYS[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local id, keep = ARGV[1], tonumber(ARGV[3])
 local k, S, X = P .. ':procs', P .. ':seen', P .. ':ex'
-local ahead = tonumber(ARGV[7] or '')
-if ARGV[6] == '1' then
+local ahead = tonumber(ARGV[6] or '')
+if ARGV[5] == '1' then
   redis.call('ZREM', k, id)
   redis.call('ZREM', S, id)
   if ahead then
@@ -669,8 +668,8 @@ if ARGV[6] == '1' then
   end
   return {0, now, '', 0}
 end
-local gen, lostAt, lostNow = generation(P, ARGV[5], now, keep, 'hb:' .. id .. ':' .. now)
-if ARGV[6] == '2' then
+local gen, lostAt, lostNow = generation(P, ARGV[4], now, keep, 'hb:' .. id .. ':' .. now)
+if ARGV[5] == '2' then
   redis.call('ZADD', X, now + (ahead or 0), id)
   redis.call('PEXPIRE', X, keep)
 else

@@ -446,7 +446,7 @@ func (s *Store) Close() error {
 		// counted only on its share no longer count.
 		_, ahead, _ := s.sharing()
 		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.Timeout)
-		_ = heartbeatScript.Run(ctx, s.rdb, []string{s.ns}, s.procID, 0, ms(DefaultKeep), ms(s.silence()), s.generation(), 1, ahead).Err()
+		_ = heartbeatScript.Run(ctx, s.rdb, []string{s.ns}, s.procID, 0, ms(DefaultKeep), s.generation(), 1, ahead).Err()
 		cancel()
 	}
 	s.cancel()
@@ -1050,7 +1050,7 @@ func (s *Store) beat() error {
 	sent := time.Now()
 	onShare, ahead, began := s.sharing()
 	res, err := heartbeatScript.Run(ctx, s.rdb, []string{s.ns}, s.procID, ms(3*s.cfg.Heartbeat), ms(DefaultKeep),
-		ms(s.silence()), s.generation(), onShare, ahead).Slice()
+		s.generation(), onShare, ahead).Slice()
 	if err != nil {
 		return err
 	}
