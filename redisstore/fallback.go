@@ -106,7 +106,8 @@ func newFallback(limit int, period, hold time.Duration, share func() float64) *f
 
 // enter starts counting locally at now. The other processes keep this
 // one's share out of what Redis hands them only once it has been silent
-// for the hold (or told them it falls back): until then they may fill
+// for the hold (a heartbeat that reaches Redis ends the fallback, and says
+// how long what was sent on the share may count): until then they may fill
 // whole windows. So nothing is sent for the hold, nor in a window that
 // began before its end: the global window's next period, and each
 // bucket's window under way then.
