@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -145,19 +146,51 @@ func TestReportOwedWhileRedisIsOut(t *testing.T) {
 
 // failOnReserve is a hook that switches its store to the fallback while a
 // reservation is under way: the call began in shared mode and its grant
-// comes back after the switch.
-type failOnReserve struct{ s *Store }
+// comes back after the switch. It sets down first (see heartbeatDown), so
+// the store is still in its fallback when the grant comes back.
+type failOnReserve struct {
+	s    *Store
+	down *atomic.Bool
+}
 
 func (h failOnReserve) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h failOnReserve) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if isScript(cmd, reserveScript) {
+			h.down.Store(true)
 			h.s.failed(errors.New("another call failed meanwhile"), time.Now())
 		}
 		return next(ctx, cmd)
 	}
 }
 func (h failOnReserve) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// heartbeatDown is a hook that fails the heartbeat's calls while down is
+// set. A switch to the fallback nudges the heartbeat, which ends the
+// fallback at once when Redis answers it: a test that needs the store to
+// stay in its fallback for a while holds the heartbeat down meanwhile.
+// Each call refused is told on rejected, when set (without blocking).
+type heartbeatDown struct {
+	down     *atomic.Bool
+	rejected chan struct{}
+}
+
+func (h heartbeatDown) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h heartbeatDown) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.down.Load() && isScript(cmd, heartbeatScript) {
+			select {
+			case h.rejected <- struct{}{}:
+			default:
+			}
+			return errors.New("test: Redis unreachable for the heartbeat")
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h heartbeatDown) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
 
@@ -182,11 +215,14 @@ func TestGrantAfterTheSwitchCountsLocally(t *testing.T) {
 	watch, modes := modeWatch()
 	s := newStore(t, srv, Config{GlobalLimit: 5, GlobalPeriod: time.Second, Heartbeat: 100 * time.Millisecond,
 		LeaseTTL: time.Minute, ModeChanged: watch})
-	s.rdb.AddHook(failOnReserve{s})
+	var down atomic.Bool
+	s.rdb.AddHook(heartbeatDown{down: &down})
+	s.rdb.AddHook(failOnReserve{s, &down})
 	ctx := context.Background()
 	g := s.Reserve(ctx, request())
 	assert.False(t, g.OK, "the local share holds the global window at the switch")
 	assert.True(t, g.Local)
+	down.Store(false) // Redis answers the heartbeat again
 	waitMode(t, modes, Recovering)
 	// The heartbeat that recovered may have run before Reserve owed the
 	// grant back (the switch nudged it); the next one makes what is owed.

@@ -175,9 +175,16 @@ func TestSilentProcessShareIsKeptOut(t *testing.T) {
 	// b falls back and sends on its share past the hold at the switch;
 	// heard from again, its share stays out until what it sent on it is
 	// out of the window (a period after its answer).
+	// b's heartbeat fails while down: the switch's nudge would end the
+	// fallback at once, or beat later with what b knew then.
+	var down atomic.Bool
+	rejected := make(chan struct{}, 1)
+	b.rdb.AddHook(heartbeatDown{&down, rejected})
 	onShare := func() {
 		t.Helper()
+		down.Store(true)
 		b.failed(errors.New("test: Redis unreachable"), bcfg.Clock())
+		<-rejected // the nudged heartbeat ran, and failed: the next is 15 min away
 		require.Equal(t, Fallback, b.Mode())
 		bNow.Add(int64(b.silence() + cfg.GlobalPeriod))
 		r := request()
@@ -185,6 +192,7 @@ func TestSilentProcessShareIsKeptOut(t *testing.T) {
 		g := b.Reserve(ctx, r)
 		require.True(t, g.OK && g.Local, "a grant on b's share")
 		b.Report(ctx, g, ratelimit.SharedAnswer{Now: r.Now, Sent: true, Status: 200})
+		down.Store(false)
 		require.NoError(t, b.beat())
 	}
 	onShare()
