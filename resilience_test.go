@@ -98,7 +98,10 @@ func TestChaosEveryRequestEndsAndNoUnsafeResend(t *testing.T) {
 	assert.Zero(t, st.DuplicateMessages, "a message that may have been created is resent only with its nonce: never created twice")
 	assert.Greater(t, st.Dropped, 0)
 	assert.Greater(t, st.ServerErrors, 0)
-	if !assert.Zero(t, st.RateLimited["user"]+st.RateLimited["global"], "no 429s even under faults") {
+	// User 429s by the simulator's arrival judge: on a busy machine its
+	// handlers can be held up and handle requests out of their arrival
+	// order (Stats.ReorderedExcused).
+	if !assert.Zero(t, st.ClientUser429s()+st.RateLimited["global"], "no 429s even under faults") {
 		logAround429s(t, st)
 	}
 }

@@ -150,22 +150,23 @@ type outage struct {
 }
 
 type counters struct {
-	requests       int
-	byStatus       map[int]int
-	rateLimited    map[string]int
-	duplicates     map[string]int
-	injected       int
-	banned         int
-	bans           int
-	invalid        int
-	serverErrors   int
-	dropped        int
-	goAways        int
-	maxBucket      int
-	maxGlobal      int
-	lateReset      int
-	lateExcused    int
-	lastBanExpires time.Time
+	requests         int
+	byStatus         map[int]int
+	rateLimited      map[string]int
+	duplicates       map[string]int
+	injected         int
+	banned           int
+	bans             int
+	invalid          int
+	serverErrors     int
+	dropped          int
+	goAways          int
+	maxBucket        int
+	maxGlobal        int
+	lateReset        int
+	lateExcused      int
+	reorderedExcused int // see Stats.ReorderedExcused
+	lastBanExpires   time.Time
 
 	messagesCreated      int
 	messagesDeduplicated int
@@ -429,7 +430,12 @@ func (e *Engine) decideInBucket(now time.Time, req Request, rule *compiledRule, 
 	if !b.win.open {
 		b.win.limit = rule.windowLimit(b.stats.Windows) // each window its own limit
 	}
+	early := b.win.stampedEarly(now)
 	admitted, opened := b.win.take(now)
+	fits := early && b.win.arrive(now)
+	if admitted && early {
+		b.win.early++
+	}
 	if opened {
 		b.stats.Windows++
 	}
@@ -447,6 +453,13 @@ func (e *Engine) decideInBucket(now time.Time, req Request, rule *compiledRule, 
 				b.stats.LateResetExcused++
 				e.stats.lateExcused++
 			}
+		}
+		// By arrival, the client kept the limit: this request fitted
+		// the window its stamp falls in, or the window is full only with
+		// requests stamped before it opened.
+		if !(late && onTimeAdmits) && (fits || (!early && !b.win.inOrderFull())) {
+			b.stats.ReorderedExcused++
+			e.stats.reorderedExcused++
 		}
 		e.record(b, now, rule, d, b.win.remaining())
 		return named(d, rule)
@@ -676,6 +689,7 @@ func (e *Engine) Stats() Stats {
 		MaxGlobalWindow:      c.maxGlobal,
 		LateReset429s:        c.lateReset,
 		LateResetExcused:     c.lateExcused,
+		ReorderedExcused:     c.reorderedExcused,
 		MessagesCreated:      c.messagesCreated,
 		MessagesDeduplicated: c.messagesDeduplicated,
 		DuplicateMessages:    c.duplicateMessages,

@@ -804,3 +804,43 @@ func TestSublimitPerGroupSpansRules(t *testing.T) {
 	_, err = NewEngine(t0, Config{Rules: bad})
 	assert.ErrorContains(t, err, `per "channel_id" is not a parameter`)
 }
+
+// TestRequestsHandledOutOfArrivalOrder: the engine judges each request at
+// its arrival stamp; one handled after a later-stamped request opened a new
+// window (a starved goroutine) is counted there, and the 429s that this
+// alone causes are excused, by arrival. An overshoot by arrival is not.
+func TestRequestsHandledOutOfArrivalOrder(t *testing.T) {
+	s := newSim(t, rl(5, 100*time.Millisecond, Rule{Name: "get", Method: "GET", Route: "/channels/{channel_id}", Bucket: "c"}))
+	get := func(at int) Decision { return s.do(ms(at), "GET", "/api/v10/channels/1") }
+	for i := range 3 {
+		require.Equal(t, 200, get(i).Status) // window A: 0..100, 3 by arrival
+	}
+	require.Equal(t, 200, get(100).Status) // window B opens at 100
+	// Stamped in A, handled now: counted in B, and in A by arrival (4, 5).
+	require.Equal(t, 200, get(50).Status)
+	require.Equal(t, 200, get(51).Status)
+	require.Equal(t, 200, get(110).Status)
+	require.Equal(t, 200, get(111).Status) // B full: 5, 3 of them stamped in it
+	assert.Equal(t, 429, get(112).Status, "the answer is the handling order's")
+	st := s.e.Stats()
+	assert.Equal(t, 1, st.RateLimited["user"])
+	assert.Equal(t, 1, st.ReorderedExcused, "by arrival B holds 3 of 5")
+	assert.Zero(t, st.ClientUser429s())
+	assert.Empty(t, st.Violations())
+	// A sixth stamped in A: over A's limit by arrival, a violation.
+	assert.Equal(t, 429, get(52).Status)
+	st = s.e.Stats()
+	assert.Equal(t, 2, st.RateLimited["user"])
+	assert.Equal(t, 1, st.ReorderedExcused)
+	assert.Equal(t, 1, st.ClientUser429s())
+	assert.Len(t, st.Violations(), 1)
+	require.Len(t, st.Buckets, 1)
+	assert.Equal(t, 1, st.Buckets[0].ReorderedExcused)
+	// Once B ends, in-order requests are judged as always: a sixth in a
+	// window is the client's.
+	for i := range 5 {
+		require.Equal(t, 200, get(300+i).Status)
+	}
+	assert.Equal(t, 429, get(310).Status)
+	assert.Equal(t, 2, s.e.Stats().ClientUser429s())
+}

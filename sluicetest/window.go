@@ -16,6 +16,18 @@ type fixedWindow struct {
 	open   bool
 	start  time.Time
 	count  int // requests admitted in the open window; 0 <= count <= limit
+
+	// The arrival judge (bucket windows only; see Stats.ReorderedExcused).
+	// early counts the requests admitted into the open window although
+	// their arrival stamp is before its start: a request stamped first
+	// was handled after a later-stamped one had opened the window, as on
+	// a starved machine. By arrival they belong to the window before
+	// (prevStart..prevEnd), which had prevCount requests by arrival, of a
+	// limit of prevLimit.
+	early              int
+	prevStart, prevEnd time.Time
+	prevCount          int
+	prevLimit          int
 }
 
 // announced is the reset the open window's headers announce.
@@ -25,10 +37,31 @@ func (w *fixedWindow) announced() time.Time { return w.start.Add(w.length) }
 // reset) and reports whether it did.
 func (w *fixedWindow) roll(now time.Time) (closed bool) {
 	if w.open && !now.Before(w.announced().Add(w.late)) {
-		w.open, w.count, closed = false, 0, true
+		w.prevStart, w.prevEnd, w.prevCount, w.prevLimit = w.start, w.announced().Add(w.late), w.count-w.early, w.limit
+		w.open, w.count, w.early, closed = false, 0, 0, true
 	}
 	return closed
 }
+
+// stampedEarly reports whether a request stamped now, handled while the
+// window is open (after roll), arrived before the window opened.
+func (w *fixedWindow) stampedEarly(now time.Time) bool { return w.open && now.Before(w.start) }
+
+// arrive counts an early-stamped request in the window its stamp falls in
+// and reports whether it fitted there: the window before, if the stamp is
+// within it; a stamp between two windows or before the previous one would
+// have opened a window of its own, so it fits.
+func (w *fixedWindow) arrive(now time.Time) bool {
+	if now.Before(w.prevStart) || !now.Before(w.prevEnd) {
+		return true
+	}
+	w.prevCount++
+	return w.prevCount <= w.prevLimit
+}
+
+// inOrderFull reports whether the open window is full with requests
+// stamped in it alone, not counting early-stamped ones.
+func (w *fixedWindow) inOrderFull() bool { return w.count-w.early >= w.limit }
 
 // inLate reports whether now, at or after the last roll, falls in the open
 // window's late interval: its announced reset has passed, its real end not.
