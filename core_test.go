@@ -119,7 +119,7 @@ func TestCoreThreeRoutesSharingAHashNeverOverTheLimit(t *testing.T) {
 	doAllWithin(t, h.lim, reqs, 30*time.Second)
 	st := h.srv.Stats()
 	h.srv.AssertNoViolations(t)
-	assert.Zero(t, st.RateLimited["user"])
+	assert.Zero(t, st.ClientUser429s())
 	assert.LessOrEqual(t, st.MaxBucketWindow, 5)
 }
 
@@ -138,7 +138,7 @@ func TestCoreHashLearnedOnOneChannelServesTheOthers(t *testing.T) {
 	doAllWithin(t, h.lim, reqs, 20*time.Second)
 	st := h.srv.Stats()
 	h.srv.AssertNoViolations(t)
-	assert.Zero(t, st.RateLimited["user"], "user 429s on new channels")
+	assert.Zero(t, st.ClientUser429s(), "user 429s on new channels")
 }
 
 // Defect 3: a slot lost for good when a sibling route on the channel turns
@@ -471,5 +471,5 @@ func TestCoreNewRouteDoesNotWaitForAnUnrelatedSpentBucket(t *testing.T) {
 	_, err = sixth.Await(context.Background())
 	assert.ErrorIs(t, err, sluice.ErrClosed)
 	h.srv.AssertNoViolations(t)
-	assert.Zero(t, h.srv.Stats().RateLimited["user"])
+	assert.Zero(t, h.srv.Stats().ClientUser429s())
 }
