@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -167,6 +168,60 @@ func TestCloudflareBanStopsProbesAndResumes(t *testing.T) {
 	assert.LessOrEqual(t, st.Banned, 4, "one request, then single probes: no burst")
 	assert.GreaterOrEqual(t, o.counts["status 200"], 17)
 	assert.Equal(t, 20, o.counts["status 200"]+o.counts["banned"])
+}
+
+// TestBanProbeMetByDiscordsOwn429EndsTheBan: the probe after a ban that
+// meets a 429 of Discord's own — no X-RateLimit-* header, but JSON with a
+// retry_after, which ratelimit.Classify reads as a user limit, not a ban —
+// ends the hold: the breaker reads the probe's answer by the one rule every
+// answer is read by. (It used to read "429 without a rate-limit header" as
+// the ban still on and hold everything for another backoff.)
+func TestBanProbeMetByDiscordsOwn429EndsTheBan(t *testing.T) {
+	var n atomic.Int32
+	var logs lockedLog
+	var passedFirst atomic.Bool
+	srv := tlsServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch n.Add(1) {
+		case 1: // Cloudflare's ban page: HTML, no rate-limit header
+			w.Header().Set("Content-Type", "text/html")
+			w.WriteHeader(http.StatusTooManyRequests)
+			w.Write([]byte("<html><body>You are being rate limited.</body></html>"))
+		case 2: // the probe: a 429 of Discord's, headers lost on the way
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusTooManyRequests)
+			w.Write([]byte(`{"message":"You are being rate limited.","retry_after":0.05,"global":false}`))
+		default:
+			passedFirst.CompareAndSwap(false, strings.Contains(logs.String(), "ban probe passed"))
+			w.Write([]byte(`{}`))
+		}
+	}))
+	lim := limiterFor(t, srv, sluice.Options{BanBackoff: 100 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	_, err := lim.Do(context.Background(), req("GET", "/channels/1", ""))
+	require.ErrorIs(t, err, sluice.ErrBanned)
+	resp, err := lim.Do(context.Background(), req("GET", "/channels/2", ""))
+	require.NoError(t, err)
+	assert.Equal(t, 200, resp.StatusCode, "the probe's 429 is retried after its retry_after")
+	assert.EqualValues(t, 3, n.Load())
+	assert.True(t, passedFirst.Load(), "the ban ended with the probe's answer, before its retry was sent: %s", logs.String())
+}
+
+// lockedLog is a log sink safe for concurrent writes.
+type lockedLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func TestInvalidRequestCeilingRefusesBeforeTheBan(t *testing.T) {

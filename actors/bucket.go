@@ -756,7 +756,7 @@ func (b *bucket) result(ctx actor.Context, m *resultMsg) {
 	}()
 	if c.probe {
 		c.probe = false
-		ctx.Send(b.sys.sup, &probeDoneMsg{status: status, rateLimit: h.Has.RateLimit})
+		ctx.Send(b.sys.sup, &probeDoneMsg{status: status, banned: status == http.StatusTooManyRequests && v.Kind == ratelimit.CloudflareBan})
 	}
 	if m.err != nil {
 		b.failed(l, c, m.err, notSent)

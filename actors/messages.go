@@ -125,11 +125,11 @@ type globalHitMsg struct {
 type banMsg struct{ wait time.Duration }
 
 // probeDoneMsg: bucket -> supervisor. The ban breaker's probe was answered
-// (status, and whether it carried rate-limit headers), failed (status 0),
-// or could not be sent (abandoned).
+// (status, and whether its verdict is a ban), failed (status 0), or could
+// not be sent (abandoned).
 type probeDoneMsg struct {
 	status    int
-	rateLimit bool
+	banned    bool // the answer's verdict (ratelimit.Classify) is a ban
 	abandoned bool
 }
 

@@ -767,7 +767,7 @@ func (s *supervisor) probeDone(ctx actor.Context, m *probeDoneMsg) {
 	switch {
 	case m.abandoned || m.status == 0:
 		s.breaker.Abandon() // no answer: says nothing about the ban
-	case m.status == 429 && !m.rateLimit:
+	case m.banned:
 		s.breaker.Probed(now, true)
 		s.holdForBan(now)
 	default:
