@@ -190,7 +190,9 @@ func TestCoreHotChannelIsNotStarvedByTheGlobalQueue(t *testing.T) {
 	for range 50 {
 		reqs = append(reqs, req("POST", "/channels/1/messages", `{"content":"hot"}`))
 	}
+	began := time.Now()
 	doAllWithin(t, h.lim, reqs, 90*time.Second)
+	took := time.Since(began)
 	st := h.srv.Stats()
 	h.srv.AssertNoViolations(t)
 	var hot *sluicetest.BucketStats
@@ -212,6 +214,16 @@ func TestCoreHotChannelIsNotStarvedByTheGlobalQueue(t *testing.T) {
 	// pioneer and the start of pacing (the bursts before its first want
 	// take a period to smooth out).
 	counts, starts := windowsOf(hot.Timeline, 500*time.Millisecond)
+	// The premise is a global limit that binds: the machine must keep up
+	// with 500 requests a second (9 s for the load). A machine too busy to
+	// (the suite beside CPU-bound processes, under the race detector)
+	// starves every actor alike, and windows open late for all; the
+	// order is then not what is measured. bench/ measures the pace.
+	if ideal := 9 * time.Second; took > ideal*5/4 {
+		t.Skipf("the machine kept only %.0f%% of the global pace (%v for the load, ideal %v): the global limit did not bind; hot windows %v starting %v",
+			100*ideal.Seconds()/took.Seconds(), took.Round(time.Millisecond), ideal, counts, starts)
+	}
+	t.Logf("the load took %v (ideal 9s); hot windows %v", took.Round(time.Millisecond), counts)
 	left, late, checked := 50, 0, 0
 	for i := range counts {
 		if left <= 5 {

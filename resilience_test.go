@@ -206,6 +206,56 @@ func TestBanProbeMetByDiscordsOwn429EndsTheBan(t *testing.T) {
 	assert.True(t, passedFirst.Load(), "the ban ended with the probe's answer, before its retry was sent: %s", logs.String())
 }
 
+// TestResendPolicyDecidesRetriesAfter5xx: a 5xx without rate-limit headers
+// may come after the API processed the request; whether it goes again is
+// the route's resend policy alone (routes.Route.Resend: Discord's PUT,
+// PATCH and DELETE set or remove a resource; a message create carries its
+// nonce; other POSTs never), or the caller's WithRetrySafe.
+func TestResendPolicyDecidesRetriesAfter5xx(t *testing.T) {
+	var mu sync.Mutex
+	hits := map[string]int{}
+	srv := tlsServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		key := r.Method + " " + r.URL.Path
+		hits[key]++
+		first := hits[key] == 1
+		mu.Unlock()
+		if first {
+			w.WriteHeader(http.StatusBadGateway)
+			return
+		}
+		w.Write([]byte(`{}`))
+	}))
+	lim := limiterFor(t, srv, sluice.Options{})
+	bg := context.Background()
+	for _, tc := range []struct {
+		method, path, body string
+		ctx                context.Context
+		want               int
+	}{
+		{"GET", "/channels/1", "", bg, 200},
+		{"PATCH", "/channels/2", `{"name":"x"}`, bg, 200},
+		{"PUT", "/channels/3/pins/4", "", bg, 200},
+		{"DELETE", "/channels/4/messages/5", "", bg, 200},
+		{"POST", "/channels/5/messages", `{"content":"x"}`, bg, 200}, // Sluice adds nonce and enforce_nonce
+		{"POST", "/channels/6/typing", "", bg, 200},
+		{"POST", "/channels/7/invites", `{}`, bg, 502},
+		{"POST", "/channels/8/invites", `{}`, sluice.WithRetrySafe(bg), 200},
+	} {
+		r := req(tc.method, tc.path, tc.body)
+		if tc.body != "" {
+			r.Header.Set("Content-Type", "application/json")
+		}
+		resp, err := lim.Do(tc.ctx, r)
+		require.NoError(t, err, "%s %s", tc.method, tc.path)
+		assert.Equal(t, tc.want, resp.StatusCode, "%s %s", tc.method, tc.path)
+		mu.Lock()
+		sent := hits[tc.method+" /api/v10"+tc.path]
+		mu.Unlock()
+		assert.Equal(t, map[int]int{200: 2, 502: 1}[tc.want], sent, "%s %s: times sent", tc.method, tc.path)
+	}
+}
+
 // lockedLog is a log sink safe for concurrent writes.
 type lockedLog struct {
 	mu sync.Mutex

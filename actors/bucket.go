@@ -784,7 +784,7 @@ func (b *bucket) result(ctx actor.Context, m *resultMsg) {
 				slog.Duration("check_every", b.sys.cfg.UnauthorizedProbe))
 		}
 		c.Complete(m.resp, nil)
-	case status >= 500 && !h.Has.RateLimit && c.safe() && c.errAttempts < b.sys.cfg.MaxErrorRetries:
+	case status >= 500 && !h.Has.RateLimit && c.mayResend(b.sys.cfg.MaxErrorRetries):
 		b.sys.log.Warn("sluice: retrying after a server error", slog.Int("status", status), slog.String("route", c.Route.Redacted()))
 		b.retryLater(l, now, c)
 	default:
@@ -914,7 +914,7 @@ func (b *bucket) failed(l *lane, c *Call, err error, notSent bool) {
 		// Never reached the server: it goes again once admitted (on a new
 		// connection if this one is gone).
 		requeueFront(l, c, b.sys.now())
-	case c.safe() && c.errAttempts < b.sys.cfg.MaxErrorRetries:
+	case c.mayResend(b.sys.cfg.MaxErrorRetries):
 		// It may have been processed: only a request that is safe to
 		// repeat is sent again.
 		b.sys.log.Warn("sluice: retrying after a transport error", slog.String("route", c.Route.Redacted()), slog.String("error", err.Error()))

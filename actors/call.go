@@ -10,7 +10,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/routes"
-	"github.com/sluicehq/sluice/transport"
 )
 
 // Call is one submitted request and its single outcome. The public API
@@ -28,7 +27,10 @@ type Call struct {
 	Ctx context.Context
 	// Route is the parsed route: template, major parameters, exemption.
 	Route routes.Route
-	// Safe marks a request the caller allows to be sent twice.
+	// Safe marks a request that may be sent twice when its answer was
+	// lost: its route's resend policy (routes.Route.Resend) says so, or
+	// the caller does (sluice.WithRetrySafe). Decided once, when the call
+	// is made; the one rule the actors read.
 	Safe bool
 	// Submitted is when the call was submitted (limiter clock).
 	Submitted time.Time
@@ -153,9 +155,10 @@ func (c *Call) waits() (bucket, global, network time.Duration) {
 	return time.Duration(c.waitBucket.Load()), time.Duration(c.waitGlobal.Load()), time.Duration(c.waitNetwork.Load())
 }
 
-// safe reports whether the request may be sent twice: an idempotent method,
-// or the caller said so.
-func (c *Call) safe() bool { return c.Safe || transport.IdempotentMethod(c.Req.Method) }
+// mayResend reports whether a request whose answer was lost, or was a 5xx
+// without rate-limit headers, goes again: it is safe to send twice (Safe)
+// and has attempts left of max.
+func (c *Call) mayResend(max int) bool { return c.Safe && c.errAttempts < max }
 
 // Finished reports whether the call has its outcome, without blocking.
 func (c *Call) Finished() bool { return c.fin.Load() }

@@ -87,9 +87,9 @@
 //	anything else                                         Other
 //
 // NotSent requests may be resent whatever their method. ConnectionDied
-// requests may have been processed: resend only idempotent ones (see
-// IdempotentMethod) or ones the caller marked safe; Failure.SafeToResend
-// encodes this. A resent request needs a fresh body (Request.GetBody).
+// requests may have been processed: whether one may go again is the
+// request's resend policy (routes.Route.Resend), not the transport's. A
+// resent request needs a fresh body (Request.GetBody).
 // PeerClosed tells the ConnectionDied errors that the server caused (EOF,
 // a reset, a GOAWAY and close) from those this side caused (Close, a PING
 // unanswered): after the former, a request the server had not received

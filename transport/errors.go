@@ -177,29 +177,6 @@ func (f Failure) String() string {
 	return "Failure(?)"
 }
 
-// SafeToResend reports whether a request that failed with class f may be
-// sent again on a new connection. idempotent tells whether the request is
-// idempotent (see IdempotentMethod) or was marked safe by the caller.
-func (f Failure) SafeToResend(idempotent bool) bool {
-	switch f {
-	case NotSent:
-		return true
-	case ConnectionDied:
-		return idempotent
-	}
-	return false
-}
-
-// IdempotentMethod reports whether method is idempotent per RFC 9110
-// section 9.2.2 (GET, HEAD, OPTIONS, TRACE, PUT, DELETE).
-func IdempotentMethod(method string) bool {
-	switch method {
-	case "", "GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE":
-		return true
-	}
-	return false
-}
-
 // Messages of unexported net/http (bundled HTTP/2, Go 1.26) errors. They
 // cannot be matched with errors.Is, so they are matched by text. The tests
 // exercise the ones that a real server can trigger.
