@@ -88,6 +88,39 @@ func TestCoreSharedHashOnNewChannelsStrandsNothing(t *testing.T) {
 	})
 }
 
+// A route never answered that shares the hash of an unrelated route
+// (messages/{id} and pins: not the same path, parent, child nor sibling)
+// whose window is spent on each of 50 channels: before its first answer
+// nobody knows which bucket it is, and each channel's first pioneer went
+// beside the spent bucket: 50 user 429s. One first pioneer per template
+// goes now, across channels; the others wait for its answer and count in
+// their channel's bucket: at most that one guess draws a 429.
+func TestCoreNewRouteOnManyChannelsLearnsItsHashOnce(t *testing.T) {
+	rs := shared(5, 300*time.Millisecond, [2]string{"GET", messagesRoute + "/{message_id}"}, [2]string{"GET", pinsRoute})
+	rs.GlobalLimit = 1000
+	h := newHarness(t, sluicetest.Options{Rules: rs, Faults: sluicetest.Faults{Latency: 10 * time.Millisecond}}, sluice.Options{GlobalLimit: 1000})
+	var spend, pins []*http.Request
+	for c := range 50 {
+		for i := range 5 {
+			spend = append(spend, req("GET", fmt.Sprintf("/channels/%d/messages/%d", 3500+c, 1+i), ""))
+		}
+		pins = append(pins, req("GET", fmt.Sprintf("/channels/%d/pins", 3500+c), ""))
+	}
+	doAllWithin(t, h.lim, spend[:5], 10*time.Second) // the messages' hash is known
+	rest := h.lim.SendBatch(context.Background(), spend[5:])
+	doAllWithin(t, h.lim, pins, 20*time.Second)
+	for _, f := range rest {
+		_, err := f.Await(context.Background())
+		require.NoError(t, err)
+	}
+	st := h.srv.Stats()
+	t.Logf("%s", st.Summary())
+	if !assert.LessOrEqual(t, st.ClientUser429s(), 1, "one first pioneer guesses; the others learn from it") {
+		logAround429s(t, st)
+	}
+	assert.Equal(t, 300, st.Requests-st.ClientUser429s(), "nothing else sent twice")
+}
+
 func closeWithin(t *testing.T, lim *sluice.Limiter, limit time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), limit)

@@ -48,7 +48,8 @@
 // bucket's limit is known it sends one pioneer at a time, and a route never
 // answered goes alone, holding a slot in each known bucket of the channel it
 // might share (those of related routes: the same path, its parent, a child
-// or a sibling). While calls remain in a window the actor sends several
+// or a sibling), and one at a time across channels: the others learn its
+// bucket from its answer. While calls remain in a window the actor sends several
 // requests at once (pipelining), never more than remaining; answers that
 // arrive out of order never raise remaining within a window (package
 // ratelimit). Each request takes its bucket slot and its global slot

@@ -209,6 +209,8 @@ func (b *bucket) receive(ctx actor.Context, msg any) {
 			b.probe = false
 			ctx.Send(b.sys.sup, &probeDoneMsg{abandoned: true})
 		}
+	case *pioneeredMsg:
+		b.pump(ctx) // which adopts what the template's answer taught
 	case *sharedWakeMsg:
 		if !m.all {
 			b.lastWake = max(b.lastWake, m.seq)
@@ -377,6 +379,9 @@ func (b *bucket) ready(l *lane, now time.Time) (bool, time.Duration) {
 			if b.pioneers > 0 {
 				return false, 0
 			}
+			if c := l.head(); c != nil && !b.sys.firsts.free(l.template, c) {
+				return false, firstPoll // another actor's first pioneer of the template
+			}
 			for _, k := range b.lanes {
 				if k != l && k.state.Known && mayShare(l, k) {
 					if ok, wait := peek(k.state, now); !ok {
@@ -461,6 +466,7 @@ func (b *bucket) pump(ctx actor.Context) {
 	held := false
 	for progress := true; progress; {
 		progress = false
+		b.adoptLearned()
 		n := len(b.lanes)
 		for i := range n {
 			l := b.lanes[(b.next+i)%n]
@@ -474,6 +480,24 @@ func (b *bucket) pump(ctx actor.Context) {
 					wake = wait
 				}
 				continue
+			}
+			if l.first && l.machine.Current() == fsm.Initial {
+				if !b.sys.firsts.take(l.template, c, b.self) {
+					// Another actor's first pioneer of the template took
+					// the turn since ready: its answer (a pioneeredMsg)
+					// wakes this.
+					if wake == 0 || firstPoll < wake {
+						wake = firstPoll
+					}
+					continue
+				}
+				if hash, known := b.sys.store.Alias(l.template); known && hash != "" {
+					// The turn came free with the template's answer
+					// (recorded before its turn ended): no guess to make.
+					b.endFirstTurn(ctx, l.template, c)
+					progress = true // adoptLearned, at the next round
+					continue
+				}
 			}
 			if ok, wait := b.sys.groups.take(c, now); !ok {
 				// Another actor took the declared group's last slot.
@@ -572,6 +596,7 @@ func (b *bucket) dispatch(ctx actor.Context, l *lane, c *Call, conn *transport.C
 		if l.first {
 			b.firstOut = true
 			c.first = true
+			c.firstWire.Store(true)
 			for _, k := range b.lanes {
 				if k != l && k.state.Known && mayShare(l, k) {
 					k.state.Take(now) // a hold: reported when the pioneer is answered
@@ -656,6 +681,13 @@ func (b *bucket) release(ctx actor.Context, c *Call, at time.Time, h ratelimit.H
 		if c.first {
 			c.first = false
 			b.firstOut = false
+			c.firstWire.Store(false)
+			// The template's hash, for every channel, before the actors
+			// waiting for this pioneer are told (learn records it too).
+			if h.Has.Bucket && h.Bucket != "" && l.routeKeyed {
+				b.sys.store.SetAlias(l.template, h.Bucket)
+			}
+			b.endFirstTurn(ctx, l.template, c)
 		}
 	}
 	if uncounted {
@@ -843,11 +875,51 @@ func (b *bucket) learn(l *lane, c *Call, h ratelimit.Headers, status int) {
 		return
 	}
 	b.sys.store.SetAlias(l.template, h.Bucket)
-	target := routes.BucketKey(h.Bucket, c.Route.Major)
+	b.rekey(l, routes.BucketKey(h.Bucket, c.Route.Major))
+}
+
+// endFirstTurn ends c's turn as the first pioneer of template, if it has
+// it, and tells the actors waiting for it.
+func (b *bucket) endFirstTurn(ctx actor.Context, template string, c *Call) {
+	for _, pid := range b.sys.firsts.done(template, c) {
+		ctx.Send(pid, &pioneeredMsg{template: template})
+	}
+}
+
+// adoptLearned gives each lane keyed by its route whose template's hash
+// was learned meanwhile (another actor's first pioneer was answered) its
+// bucket's key, or merges it into the lane that has it, before any of its
+// requests goes: a request of a route sharing a hash with a known bucket
+// of this channel counts there, instead of going as a pioneer beside it.
+func (b *bucket) adoptLearned() {
+	for i := 0; i < len(b.lanes); i++ {
+		l := b.lanes[i]
+		if !l.first || !l.routeKeyed || l.running > 0 {
+			continue
+		}
+		c := l.head()
+		if c == nil {
+			continue
+		}
+		hash, ok := b.sys.store.Alias(l.template)
+		if !ok || hash == "" {
+			continue
+		}
+		l.first = false
+		if b.rekey(l, routes.BucketKey(hash, c.Route.Major)) {
+			i-- // l left b.lanes
+		}
+	}
+}
+
+// rekey gives l, a lane keyed by its route, the key of its bucket (target),
+// or merges it into the lane that already has that key, and reports whether
+// it merged (l then left b.lanes).
+func (b *bucket) rekey(l *lane, target string) (merged bool) {
 	owner := b.find(target)
 	if owner == nil {
 		l.key, l.routeKeyed = target, false
-		return
+		return false
 	}
 	// Another route of this major got there first: hand the work over once.
 	owner.state.Absorb(&l.state)
@@ -865,6 +937,7 @@ func (b *bucket) learn(l *lane, c *Call, h ratelimit.Headers, status int) {
 			break
 		}
 	}
+	return true
 }
 
 // limited handles a 429 by its shape.

@@ -85,12 +85,15 @@ type Call struct {
 	shared *sharedPlace
 
 	// Read by the outcome hook, which may run on another goroutine.
-	sends       atomic.Int64                // attempts put on the wire
-	waitBucket  atomic.Int64                // nanoseconds waiting for the bucket, all attempts
-	waitGlobal  atomic.Int64                // nanoseconds waiting for the global limit and the connection
-	waitNetwork atomic.Int64                // nanoseconds on the wire
-	stopCtx     atomic.Pointer[func() bool] // unregisters the context watch
-	onDone      func()                      // set before arm; runs once with the outcome
+	sends       atomic.Int64 // attempts put on the wire
+	waitBucket  atomic.Int64 // nanoseconds waiting for the bucket, all attempts
+	waitGlobal  atomic.Int64 // nanoseconds waiting for the global limit and the connection
+	waitNetwork atomic.Int64 // nanoseconds on the wire
+	// firstWire is set while the call is on the wire as its template's
+	// first pioneer: other actors read it (firstPioneers).
+	firstWire atomic.Bool
+	stopCtx   atomic.Pointer[func() bool] // unregisters the context watch
+	onDone    func()                      // set before arm; runs once with the outcome
 	// Release, when set, runs once with the outcome, after the system's
 	// bookkeeping: the public API cancels the default deadline's context.
 	Release func()
@@ -159,6 +162,10 @@ func (c *Call) waits() (bucket, global, network time.Duration) {
 // without rate-limit headers, goes again: it is safe to send twice (Safe)
 // and has attempts left of max.
 func (c *Call) mayResend(max int) bool { return c.Safe && c.errAttempts < max }
+
+// onWire reports whether the call is on the wire as a first pioneer; safe
+// from any goroutine.
+func (c *Call) onWire() bool { return c.firstWire.Load() }
 
 // Finished reports whether the call has its outcome, without blocking.
 func (c *Call) Finished() bool { return c.fin.Load() }

@@ -133,6 +133,13 @@ type probeDoneMsg struct {
 	abandoned bool
 }
 
+// pioneeredMsg: bucket -> bucket. The first pioneer of template (a route
+// never answered) this actor waited for has its answer, or failed: its
+// hash may be known now (bucket.adoptLearned), or another may go.
+type pioneeredMsg struct {
+	template string
+}
+
 // idleMsg: bucket -> supervisor. Nothing queued, running or limited; the
 // bucket has received `received` enqueue messages so far.
 type idleMsg struct {

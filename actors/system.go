@@ -148,7 +148,10 @@ type System struct {
 	// windows are the two global windows (Config.Global, Config.IPGlobal).
 	windows [numWindows]*globalWindow
 	store   ratelimit.BucketStore
-	log     *slog.Logger
+	// firsts: one first pioneer at a time per route template, across
+	// the actors (firsts.go).
+	firsts firstPioneers
+	log    *slog.Logger
 
 	// hardCtx ends every request on the wire when Close gives up waiting.
 	hardCtx    context.Context

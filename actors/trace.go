@@ -103,6 +103,7 @@ var messageFlows = []flow{
 	{(*sharedWakeMsg)(nil), "shared_wake", "supervisor", "bucket", "forwarded to the actor of its major parameters (to every actor when Redis answers again)"},
 	{(*banMsg)(nil), "ban", "bucket", "supervisor", "a Cloudflare ban"},
 	{(*probeDoneMsg)(nil), "probe_done", "bucket", "supervisor", "the ban probe's answer"},
+	{(*pioneeredMsg)(nil), "pioneered", "bucket", "bucket", "the first pioneer of a route you wait for is answered: its bucket may be known"},
 	{(*idleMsg)(nil), "idle", "bucket", "supervisor", "nothing to do: may I stop?"},
 	{(*drainMsg)(nil), "drain", "supervisor", "bucket", "Close: fail the queues"},
 	{(*wakeMsg)(nil), "wake", "timer", "bucket", "a reset or retry timer"},

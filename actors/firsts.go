@@ -1,0 +1,94 @@
+package actors
+
+import (
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+)
+
+// firstPioneers lets one first pioneer go at a time per route template,
+// across every bucket actor. A template's hash, learned from its first
+// answer, holds for every channel (the store's aliases), but before that
+// answer no actor knows which bucket its route shares: a first pioneer
+// holds a slot only in the related known buckets of its own channel
+// (mayShare), and one that lands in an unrelated known bucket goes over
+// that bucket's limit. With the template's requests on 50 channels sent
+// at once, 50 first pioneers each guessed, and each drew a 429 where its
+// channel's window of a route sharing the hash was spent. One pioneer
+// guesses now; the others wait for its answer (one round trip), then
+// take their channel's real bucket (bucket.adoptLearned) and its count.
+//
+// It is shared by the actors as the store's aliases are, a small map under
+// its own lock, never held while sending; waiters are told by a message.
+//
+// Invariants: out[t] names the call that holds template t's turn: taken
+// when its lane was ready (take), kept while it waits for admission and
+// while it is on the wire, given up when its attempt ends (done). A holder
+// that finished without being sent (cancelled, failed, its actor crashed)
+// holds nothing: the next take has the turn. waiters are the actors that
+// found the turn taken; done tells each with a pioneeredMsg.
+type firstPioneers struct {
+	mu  sync.Mutex
+	out map[string]*firstTurn
+}
+
+type firstTurn struct {
+	holder  *Call
+	waiters []*actor.PID
+}
+
+// firstPoll is how often a lane waiting for another actor's first pioneer
+// looks again if no message came: a holder that ended without being sent
+// tells nobody.
+const firstPoll = 100 * time.Millisecond
+
+// free reports whether c may take template's turn: nobody holds it, c
+// does, or its holder finished without being sent.
+func (f *firstPioneers) free(template string, c *Call) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := f.out[template]
+	return t == nil || t.holder == c || t.holder.Finished() && !t.holder.onWire()
+}
+
+// take gives c template's turn if free; otherwise self is told when it
+// ends.
+func (f *firstPioneers) take(template string, c *Call, self *actor.PID) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := f.out[template]
+	switch {
+	case t == nil:
+		if f.out == nil {
+			f.out = map[string]*firstTurn{}
+		}
+		f.out[template] = &firstTurn{holder: c}
+		return true
+	case t.holder == c:
+		return true
+	case t.holder.Finished() && !t.holder.onWire():
+		t.holder = c
+		return true
+	}
+	for _, w := range t.waiters {
+		if w.Equal(self) {
+			return false
+		}
+	}
+	t.waiters = append(t.waiters, self)
+	return false
+}
+
+// done ends c's turn on template, if it holds it, and returns the actors
+// to tell.
+func (f *firstPioneers) done(template string, c *Call) []*actor.PID {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := f.out[template]
+	if t == nil || t.holder != c {
+		return nil
+	}
+	delete(f.out, template)
+	return t.waiters
+}
