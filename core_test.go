@@ -121,6 +121,46 @@ func TestCoreNewRouteOnManyChannelsLearnsItsHashOnce(t *testing.T) {
 	assert.Equal(t, 300, st.Requests-st.ClientUser429s(), "nothing else sent twice")
 }
 
+// A route whose answers name no bucket (no rate-limit headers) has no hash
+// to learn: once its first answer says so, its first requests on other
+// channels go together, not one channel after another behind a turn that
+// teaches nothing.
+func TestCoreRouteWithoutBucketHeadersIsNotSerialized(t *testing.T) {
+	const channels = 20
+	var mu sync.Mutex
+	arrived, alone := 0, 0
+	all := make(chan struct{})
+	srv := tlsServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		arrived++
+		n := arrived
+		if n == channels {
+			close(all)
+		}
+		mu.Unlock()
+		if n > 1 { // the first is answered at once; the others are held until all are in
+			select {
+			case <-all:
+			case <-time.After(2 * time.Second):
+				mu.Lock()
+				alone++ // the others did not come: they wait for this one
+				mu.Unlock()
+			}
+		}
+		w.Write([]byte(`{}`))
+	}))
+	lim := limiterFor(t, srv, sluice.Options{})
+	var reqs []*http.Request
+	for c := range channels {
+		reqs = append(reqs, req("GET", fmt.Sprintf("/channels/%d/messages/1", 4000+c), ""))
+	}
+	doAllWithin(t, lim, reqs, 2*time.Minute)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, channels, arrived)
+	assert.Zero(t, alone, "after the first answer, the other channels' first requests were in flight together")
+}
+
 func closeWithin(t *testing.T, lim *sluice.Limiter, limit time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), limit)

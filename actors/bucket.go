@@ -771,6 +771,12 @@ func (b *bucket) result(ctx actor.Context, m *resultMsg) {
 	}
 	prev := &c.lane.resolve().state
 	known, limit, paused := prev.Known, prev.Limit, prev.PausedUntil
+	if c.first && m.resp != nil && status < 500 && status != http.StatusTooManyRequests && !(h.Has.Bucket && h.Bucket != "") {
+		// A first answer without a bucket: nothing to learn, the
+		// template's other first pioneers need not wait (release tells
+		// them).
+		b.sys.firsts.settle(c.lane.resolve().template)
+	}
 	l := b.release(ctx, c, m.at, h, count)
 	if answered {
 		b.learn(l, c, h, status)

@@ -31,7 +31,17 @@ import (
 type firstPioneers struct {
 	mu  sync.Mutex
 	out map[string]*firstTurn
+	// settled lists templates whose first answer named no bucket (a
+	// route without rate-limit headers): there is no hash to learn, so
+	// their first pioneers go at once, each alone in its actor, as before
+	// any answer. Bounded: past maxFirstTemplates it starts over (the
+	// cost is one round trip of waiting).
+	settled map[string]struct{}
 }
+
+// maxFirstTemplates bounds the templates firstPioneers keeps: routes are
+// canonical templates, but a caller's paths are not to be trusted.
+const maxFirstTemplates = 4096
 
 type firstTurn struct {
 	holder  *Call
@@ -48,6 +58,9 @@ const firstPoll = 100 * time.Millisecond
 func (f *firstPioneers) free(template string, c *Call) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if _, ok := f.settled[template]; ok {
+		return true
+	}
 	t := f.out[template]
 	return t == nil || t.holder == c || t.holder.Finished() && !t.holder.onWire()
 }
@@ -57,11 +70,17 @@ func (f *firstPioneers) free(template string, c *Call) bool {
 func (f *firstPioneers) take(template string, c *Call, self *actor.PID) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if _, ok := f.settled[template]; ok {
+		return true
+	}
 	t := f.out[template]
 	switch {
 	case t == nil:
 		if f.out == nil {
 			f.out = map[string]*firstTurn{}
+		}
+		if len(f.out) >= maxFirstTemplates {
+			f.sweep()
 		}
 		f.out[template] = &firstTurn{holder: c}
 		return true
@@ -78,6 +97,27 @@ func (f *firstPioneers) take(template string, c *Call, self *actor.PID) bool {
 	}
 	t.waiters = append(t.waiters, self)
 	return false
+}
+
+// sweep drops the turns whose holder finished without being sent: nobody
+// is on the wire for them. Called with mu held.
+func (f *firstPioneers) sweep() {
+	for k, t := range f.out {
+		if t.holder.Finished() && !t.holder.onWire() {
+			delete(f.out, k)
+		}
+	}
+}
+
+// settle records that template's first answer named no bucket: its first
+// pioneers need no turn from now on.
+func (f *firstPioneers) settle(template string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.settled == nil || len(f.settled) >= maxFirstTemplates {
+		f.settled = map[string]struct{}{}
+	}
+	f.settled[template] = struct{}{}
 }
 
 // done ends c's turn on template, if it holds it, and returns the actors
