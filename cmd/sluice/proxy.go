@@ -77,6 +77,11 @@ to another address, such as a private one. It logs to stderr.
 Anyone who reaches the listen address can send requests with SLUICE_TOKEN:
 keep it on loopback or a private network (docs/proxy.md, "Security").
 
+With -tls-cert and -tls-key (PEM files, both or neither) the listen address
+serves HTTPS instead, HTTP/2 and HTTP/1.1 (ALPN), TLS 1.2 or later; the
+-metrics-listen address stays plain HTTP. The files are read once, at start:
+restart the proxy to use a renewed certificate.
+
 On SIGTERM or SIGINT /readyz answers 503; after -drain-delay (default 0: at
 once) it stops accepting connections; accepted requests keep their place in
 the queues until -grace is nearly over (the last half of it, at most 5 s, is
@@ -88,6 +93,7 @@ A second signal ends it at once.
 // proxyFlags is the parsed and checked command line and environment.
 type proxyFlags struct {
 	listen, upstream, caFile      string
+	tlsCert, tlsKey               string // -tls-cert, -tls-key: the listener's certificate and key files
 	metricsListen                 string
 	redisURL, redisIPKey          string
 	maxWaitHeader                 string
@@ -127,17 +133,18 @@ func proxyEnvName(flagName string) string {
 	return proxyEnvPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
-// parseProxyFlags reads the flags of "sluice proxy", then the environment
-// variables of the flags not given (getenv is os.LookupEnv), and checks
-// every value. done is as parseFlags returns it.
-func parseProxyFlags(args []string, getenv func(string) (string, bool), stdout io.Writer) (f *proxyFlags, done bool, err error) {
+// proxyFlagSet is the flag set of "sluice proxy", storing into f. It is
+// also the list of its flags, and through proxyEnvName of its variables,
+// that the files under deploy/ are checked against (deploy_test.go).
+func proxyFlagSet(f *proxyFlags) *flag.FlagSet {
 	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
-	f = &proxyFlags{from: map[string]string{}}
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:8080", "listen `address`, host:port (port 0 picks a free one; \":8080\" listens on every interface)")
 	fs.StringVar(&f.metricsListen, "metrics-listen", "", "serve /metrics (and /healthz, /readyz) on this other `address` only, e.g. a private one, instead of on -listen")
 	fs.StringVar(&f.upstream, "upstream", sluice.DefaultBaseURL, "API `base` the requests are relayed to: Discord's, or the API base \"sluice simulate\" prints")
 	fs.BoolVar(&f.h2c, "h2c", false, "cleartext HTTP/2 to an http:// upstream (what the proxy speaks to any http:// upstream anyway: it never uses HTTP/1.1)")
 	fs.StringVar(&f.caFile, "ca-file", "", "PEM `file` of a CA certificate to trust for an https upstream, beside the system's (e.g. the certificate \"sluice simulate\" writes)")
+	fs.StringVar(&f.tlsCert, "tls-cert", "", "PEM `file` of the certificate (chain) to serve HTTPS on -listen with, HTTP/2 and HTTP/1.1; needs -tls-key (read at start only)")
+	fs.StringVar(&f.tlsKey, "tls-key", "", "PEM `file` of the private key of -tls-cert")
 	fs.StringVar(&f.redisURL, "redis", "", "share every limit through the Redis at `URL` (redis://[:password@]host:port/db, rediss://..., unix:///path): run every replica with the same -redis (default: each process counts alone)")
 	fs.StringVar(&f.redisIPKey, "redis-ip-key", "", "with -redis, the `name` of this process's egress IP: processes with the same name share the per-IP limit of token-less requests (default \"default\": all behind one IP)")
 	fs.IntVar(&f.maxTokens, "max-tokens", proxy.DefaultMaxTokens, "tokens with a live limiter at most; the least recently used idle one makes room, else the request gets the overflow answer")
@@ -158,6 +165,15 @@ func parseProxyFlags(args []string, getenv func(string) (string, bool), stdout i
 	fs.DurationVar(&f.drainDelay, "drain-delay", 0, "on SIGTERM or SIGINT, keep accepting requests this long while /readyz answers 503, so a load balancer (a Kubernetes Service) stops sending new ones before the listener closes; -grace starts after it")
 	fs.StringVar(&f.logLevel, "log-level", "info", "`level` of the log on stderr: debug (a line per request), info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", "text", "`format` of the log: text or json")
+	return fs
+}
+
+// parseProxyFlags reads the flags of "sluice proxy", then the environment
+// variables of the flags not given (getenv is os.LookupEnv), and checks
+// every value. done is as parseFlags returns it.
+func parseProxyFlags(args []string, getenv func(string) (string, bool), stdout io.Writer) (f *proxyFlags, done bool, err error) {
+	f = &proxyFlags{from: map[string]string{}}
+	fs := proxyFlagSet(f)
 	if done, err := parseFlags(fs, args, proxyUsage, stdout); done {
 		if err != nil && strings.Contains(err.Error(), "-token") {
 			err = usageErrorf("proxy", "%v (the token comes only from the environment variable %s)", err, proxyTokenEnv)
@@ -215,6 +231,10 @@ func (f *proxyFlags) check() error {
 		return bad("h2c", "is for an http:// upstream; %s is https (HTTP/2 over TLS)", f.name("upstream"))
 	case f.caFile != "" && u.Scheme != "https":
 		return bad("ca-file", "is for an https upstream; %s is http", f.name("upstream"))
+	case f.tlsCert != "" && f.tlsKey == "":
+		return bad("tls-cert", "needs %s too, the certificate's private key: both or neither", f.name("tls-key"))
+	case f.tlsKey != "" && f.tlsCert == "":
+		return bad("tls-key", "needs %s too, the certificate of the key: both or neither", f.name("tls-cert"))
 	}
 	if f.redisURL != "" {
 		if _, err := redis.ParseURL(f.redisURL); err != nil {
@@ -338,6 +358,36 @@ func (f *proxyFlags) tlsConfig() (*tls.Config, error) {
 	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
 }
 
+// listenerTLS is the TLS configuration of the -listen address: nil (plain
+// HTTP) without -tls-cert and -tls-key. The files are read here, once: a
+// renewed certificate takes a restart, which -drain-delay and -grace make
+// harmless behind a load balancer, and a file that is missing, not PEM or
+// not a pair is a usage error before anything listens.
+func (f *proxyFlags) listenerTLS() (*tls.Config, error) {
+	if f.tlsCert == "" {
+		return nil, nil // check made sure -tls-key is empty too
+	}
+	certPEM, err := os.ReadFile(f.tlsCert)
+	if err != nil {
+		return nil, usageErrorf("proxy", "%s: %v", f.name("tls-cert"), err)
+	}
+	keyPEM, err := os.ReadFile(f.tlsKey)
+	if err != nil {
+		return nil, usageErrorf("proxy", "%s: %v", f.name("tls-key"), err)
+	}
+	// crypto/tls's errors name the input at fault ("certificate input",
+	// "key input", "does not match") and never quote the key.
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, usageErrorf("proxy", "%s %s, %s %s: %v", f.name("tls-cert"), f.tlsCert, f.name("tls-key"), f.tlsKey, err)
+	}
+	return &tls.Config{
+		Certificates: []tls.Certificate{cert},
+		MinVersion:   tls.VersionTLS12,
+		NextProtos:   []string{"h2", "http/1.1"}, // HTTP/2 first, as a client asking for both prefers
+	}, nil
+}
+
 // logger is the process's log on stderr.
 func (f *proxyFlags) logger(stderr io.Writer) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: f.level}
@@ -398,6 +448,10 @@ func proxyCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
+	listenTLS, err := f.listenerTLS()
+	if err != nil {
+		return err
+	}
 	log := f.logger(stderr)
 	cfg := proxy.Config{
 		Upstream:         f.upstream,
@@ -447,20 +501,30 @@ func proxyCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return fmt.Errorf("%s: %w", f.name("listen"), err)
 	}
 	ln = newLimitListener(ln, f.maxConns)
-	// HTTP/1.1, and cleartext HTTP/2 for clients that speak it with prior
-	// knowledge: many requests on one connection.
+	// HTTP/1.1, and HTTP/2 for many requests on one connection: over TLS
+	// when the listener has it (chosen by ALPN), else cleartext for clients
+	// that speak it with prior knowledge.
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true)
+	if listenTLS != nil {
+		protocols.SetHTTP2(true)
+	} else {
+		protocols.SetUnencryptedHTTP2(true)
+	}
 	srv := &http.Server{
-		Handler:           p,
+		Handler: p,
+		// Also bounds the TLS handshake.
 		ReadHeaderTimeout: 10 * time.Second,
 		MaxHeaderBytes:    64 << 10, // Discord's requests need a few KiB
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		Protocols:         &protocols,
+		TLSConfig:         listenTLS, // nil: plain HTTP
 	}
 	front := "http://" + ln.Addr().String()
+	if listenTLS != nil {
+		front = "https://" + ln.Addr().String()
+	}
 	upstream := strings.TrimSuffix(f.upstream, "/")
 	var mln net.Listener
 	if f.metricsListen != "" {
@@ -473,7 +537,9 @@ func proxyCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fmt.Fprintf(stdout, "sluice proxy listening on %s → %s\n", front, upstream)
 	if mln != nil {
 		// The metrics on their own listener: /metrics there only (the
-		// proxy answers it 404), /healthz and /readyz on both.
+		// proxy answers it 404), /healthz and /readyz on both. It stays
+		// plain HTTP with -tls-cert: it is meant for a private address,
+		// where scrapers and probes need no certificate.
 		mux := http.NewServeMux()
 		mux.Handle(proxy.MetricsPath, p.MetricsHandler())
 		mux.Handle(proxy.HealthPath, p)
@@ -484,7 +550,8 @@ func proxyCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fmt.Fprintf(stdout, "sluice proxy metrics on http://%s%s\n", mln.Addr(), proxy.MetricsPath)
 	}
 	log.Info("sluice proxy listening",
-		slog.String("listen", ln.Addr().String()), slog.String("metrics_listen", f.metricsListen), slog.String("upstream", upstream),
+		slog.String("listen", ln.Addr().String()), slog.Bool("tls", listenTLS != nil), slog.String("tls_cert", f.tlsCert),
+		slog.String("metrics_listen", f.metricsListen), slog.String("upstream", upstream),
 		slog.Bool("h2c", f.h2c), slog.String("ca_file", f.caFile),
 		slog.String("redis", redisDesc), slog.String("redis_ip_key", f.redisIPKey),
 		slog.Int("max_tokens", f.maxTokens), slog.Duration("idle_timeout", f.idleTimeout),
@@ -495,6 +562,14 @@ func proxyCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		slog.String("limits_file", f.limitsFile), slog.Int("limits", len(f.limits)), slog.Bool("no_default_limits", f.noDefaultLimits),
 		slog.Bool("webhook_auth", f.webhookAuth), slog.Duration("grace", f.grace), slog.Duration("drain_delay", f.drainDelay),
 		slog.Bool("default_token", f.token != ""), slog.String("version", sluice.Version))
+	if listenTLS != nil {
+		if leaf := listenTLS.Certificates[0].Leaf; leaf != nil && time.Now().After(leaf.NotAfter) {
+			// Served anyway: refusing to start would turn an expired
+			// certificate into an outage of every client, not only of
+			// those that check it.
+			log.Warn("sluice proxy: the certificate of "+f.name("tls-cert")+" has expired", slog.String("tls_cert", f.tlsCert), slog.Time("not_after", leaf.NotAfter))
+		}
+	}
 	return serveProxy(ctx, srv, ln, p, f.drainDelay, f.grace, log)
 }
 
@@ -528,10 +603,17 @@ func proxyConfigError(f *proxyFlags, err error) error {
 // the queues until the last wireReserve of grace, when the proxy is
 // closed (queued requests are answered 503 shutting_down; those on the
 // wire have until grace is over); then the answers are flushed and every
-// connection closed. It returns nil after a graceful shutdown.
+// connection closed. It returns nil after a graceful shutdown. srv serves
+// HTTPS when its TLSConfig is set (with the certificate in it).
 func serveProxy(ctx context.Context, srv *http.Server, ln net.Listener, p *proxy.Proxy, drainDelay, grace time.Duration, log *slog.Logger) error {
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	go func() {
+		if srv.TLSConfig != nil {
+			served <- srv.ServeTLS(ln, "", "") // the certificate is in TLSConfig
+			return
+		}
+		served <- srv.Serve(ln)
+	}()
 	select {
 	case err := <-served: // the listener failed
 		closeProxy(p, log, grace)
