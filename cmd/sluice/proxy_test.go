@@ -108,15 +108,21 @@ func proxyCmd(t *testing.T, env []string, args ...string) *exec.Cmd {
 // still running.
 func startProxy(t *testing.T, env []string, args ...string) *proxyProc {
 	t.Helper()
+	return launchProxy(t, &http.Client{Transport: &http.Transport{}}, env, args...)
+}
+
+// launchProxy is startProxy with the client p.get uses (an HTTPS one for
+// a proxy given -tls-cert: startProxyTLS).
+func launchProxy(t *testing.T, client *http.Client, env []string, args ...string) *proxyProc {
+	t.Helper()
 	p := &proxyProc{t: t, cmd: proxyCmd(t, env, args...), outDone: make(chan struct{})}
 	p.cmd.Stderr = &p.stderr
 	out, err := p.cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, p.cmd.Start())
-	tr := &http.Transport{}
-	p.client = &http.Client{Transport: tr}
+	p.client = client
 	t.Cleanup(func() {
-		tr.CloseIdleConnections()
+		client.CloseIdleConnections()
 		if !p.exited {
 			_ = p.cmd.Process.Kill()
 			p.wait(proxyStopTimeout)
@@ -138,7 +144,7 @@ func startProxy(t *testing.T, env []string, args ...string) *proxyProc {
 		_ = p.cmd.Process.Kill()
 		p.first = <-firstLine
 	}
-	m := regexp.MustCompile(`^sluice proxy listening on (http://\S+) → (\S+)\n$`).FindStringSubmatch(p.first)
+	m := regexp.MustCompile(`^sluice proxy listening on (https?://\S+) → (\S+)\n$`).FindStringSubmatch(p.first)
 	if m == nil {
 		if !p.exited {
 			_ = p.cmd.Process.Kill()

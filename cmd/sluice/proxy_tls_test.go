@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -89,47 +88,13 @@ func tlsClient(t *testing.T, roots *x509.CertPool, h2 bool, maxVersion uint16) *
 	return &http.Client{Transport: tr}
 }
 
-// startProxyTLS is startProxy for a proxy whose listening line names an
-// https:// address; its client (p.get) trusts roots and speaks HTTP/2.
+// startProxyTLS is startProxy for a proxy given -tls-cert: its listening
+// line names an https:// address, and its client (p.get) trusts roots and
+// speaks HTTP/2.
 func startProxyTLS(t *testing.T, roots *x509.CertPool, env []string, args ...string) *proxyProc {
 	t.Helper()
-	p := &proxyProc{t: t, cmd: proxyCmd(t, env, args...), outDone: make(chan struct{})}
-	p.cmd.Stderr = &p.stderr
-	out, err := p.cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, p.cmd.Start())
-	p.client = tlsClient(t, roots, true, 0)
-	t.Cleanup(func() {
-		if !p.exited {
-			_ = p.cmd.Process.Kill()
-			p.wait(proxyStopTimeout)
-		}
-	})
-	firstLine := make(chan string, 1)
-	go func() {
-		defer close(p.outDone)
-		r := bufio.NewReader(out)
-		line, _ := r.ReadString('\n')
-		firstLine <- line
-		_, _ = io.Copy(&p.rest, r)
-	}()
-	timer := time.NewTimer(proxyStartTimeout)
-	defer timer.Stop()
-	select {
-	case p.first = <-firstLine:
-	case <-timer.C:
-		_ = p.cmd.Process.Kill()
-		p.first = <-firstLine
-	}
-	m := regexp.MustCompile(`^sluice proxy listening on (https://\S+) → (\S+)\n$`).FindStringSubmatch(p.first)
-	if m == nil {
-		if !p.exited {
-			_ = p.cmd.Process.Kill()
-			p.wait(proxyStopTimeout)
-		}
-		t.Fatalf("sluice proxy did not start over TLS: stdout %q, stderr:\n%s", p.first+p.rest.String(), p.stderr.String())
-	}
-	p.URL, p.Upstream = m[1], m[2]
+	p := launchProxy(t, tlsClient(t, roots, true, 0), env, args...)
+	require.True(t, strings.HasPrefix(p.URL, "https://"), "listening on %s", p.URL)
 	return p
 }
 
