@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -98,7 +99,13 @@ func TestCoreSharedHashOnNewChannelsStrandsNothing(t *testing.T) {
 func TestCoreNewRouteOnManyChannelsLearnsItsHashOnce(t *testing.T) {
 	rs := shared(5, 300*time.Millisecond, [2]string{"GET", messagesRoute + "/{message_id}"}, [2]string{"GET", pinsRoute})
 	rs.GlobalLimit = 1000
-	h := newHarness(t, sluicetest.Options{Rules: rs, Faults: sluicetest.Faults{Latency: 10 * time.Millisecond}}, sluice.Options{GlobalLimit: 1000})
+	var told atomic.Int32 // pioneered messages the waiting actors received
+	h := newHarness(t, sluicetest.Options{Rules: rs, Faults: sluicetest.Faults{Latency: 10 * time.Millisecond}},
+		sluice.Options{GlobalLimit: 1000, Trace: func(e sluice.TraceEvent) {
+			if e.Kind == "receive" && e.Message == "pioneered" {
+				told.Add(1)
+			}
+		}})
 	var spend, pins []*http.Request
 	for c := range 50 {
 		for i := range 5 {
@@ -119,6 +126,7 @@ func TestCoreNewRouteOnManyChannelsLearnsItsHashOnce(t *testing.T) {
 		logAround429s(t, st)
 	}
 	assert.Equal(t, 300, st.Requests-st.ClientUser429s(), "nothing else sent twice")
+	assert.Positive(t, told.Load(), "the channels waiting for the first pioneer are told of its answer, not left to poll")
 }
 
 // A route whose answers name no bucket (no rate-limit headers) has no hash

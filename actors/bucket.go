@@ -379,7 +379,7 @@ func (b *bucket) ready(l *lane, now time.Time) (bool, time.Duration) {
 			if b.pioneers > 0 {
 				return false, 0
 			}
-			if c := l.head(); c != nil && !b.sys.firsts.free(l.template, c) {
+			if c := l.head(); c != nil && !b.sys.firsts.free(l.template, c, b.self) {
 				return false, firstPoll // another actor's first pioneer of the template
 			}
 			for _, k := range b.lanes {

@@ -50,19 +50,35 @@ type firstTurn struct {
 
 // firstPoll is how often a lane waiting for another actor's first pioneer
 // looks again if no message came: a holder that ended without being sent
-// tells nobody.
-const firstPoll = 100 * time.Millisecond
+// (its caller gave up while it waited for admission) tells nobody. Every
+// other end of a turn is told at once (done).
+const firstPoll = time.Second
 
 // free reports whether c may take template's turn: nobody holds it, c
-// does, or its holder finished without being sent.
-func (f *firstPioneers) free(template string, c *Call) bool {
+// does, or its holder finished without being sent. If not, self is told
+// when the turn ends.
+func (f *firstPioneers) free(template string, c *Call, self *actor.PID) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if _, ok := f.settled[template]; ok {
 		return true
 	}
 	t := f.out[template]
-	return t == nil || t.holder == c || t.holder.Finished() && !t.holder.onWire()
+	if t == nil || t.holder == c || t.holder.Finished() && !t.holder.onWire() {
+		return true
+	}
+	t.wait(self)
+	return false
+}
+
+// wait adds self to the actors told when the turn ends, once.
+func (t *firstTurn) wait(self *actor.PID) {
+	for _, w := range t.waiters {
+		if w.Equal(self) {
+			return
+		}
+	}
+	t.waiters = append(t.waiters, self)
 }
 
 // take gives c template's turn if free; otherwise self is told when it
@@ -90,12 +106,7 @@ func (f *firstPioneers) take(template string, c *Call, self *actor.PID) bool {
 		t.holder = c
 		return true
 	}
-	for _, w := range t.waiters {
-		if w.Equal(self) {
-			return false
-		}
-	}
-	t.waiters = append(t.waiters, self)
+	t.wait(self)
 	return false
 }
 
