@@ -100,7 +100,7 @@ func TestUndeclaredGroupLimitLearnsFromTheFirst429(t *testing.T) {
 	}
 	doAllWithin(t, h.lim, reqs, 30*time.Second)
 	st := h.srv.Stats()
-	assert.Zero(t, st.ClientUser429s()+st.RateLimited["global"])
+	assert.Zero(t, st.ClientUser429s()+st.ClientGlobal429s())
 	require.Len(t, st.Sublimits, 1)
 	require.Len(t, st.Buckets, 1)
 	var limited []time.Duration

@@ -255,7 +255,7 @@ func TestSharedLimitsSurviveRedisFailures(t *testing.T) {
 			assert.Equal(t, 2000, ok, "every request has its outcome")
 			st := srv.Stats()
 			assert.Zero(t, st.ClientUser429s(), "user 429s")
-			assert.Zero(t, st.RateLimited["global"], "global 429s")
+			assert.Zero(t, st.ClientGlobal429s(), "global 429s")
 			srv.AssertNoViolations(t)
 			var shared []string
 			for i, r := range res {

@@ -113,7 +113,7 @@ func TestWindowsBotAndWebhooksRunAtOnce(t *testing.T) {
 	doAllWithin(t, h.lim, reqs, 30*time.Second)
 	st := h.srv.Stats()
 	h.srv.AssertNoViolations(t)
-	assert.Zero(t, st.RateLimited["global"], "global 429s")
+	assert.Zero(t, st.ClientGlobal429s(), "global 429s")
 
 	bot, ip := globalOf(st, "token:"), globalOf(st, "ip:")
 	assert.Equal(t, 150, bot.Admitted, "messages on the token's window")

@@ -166,6 +166,7 @@ type counters struct {
 	lateReset        int
 	lateExcused      int
 	reorderedExcused int // see Stats.ReorderedExcused
+	globalReordered  int // see Stats.GlobalReorderedExcused
 	lastBanExpires   time.Time
 
 	messagesCreated      int
@@ -529,6 +530,12 @@ func (e *Engine) checkGlobal(now time.Time, who string, authed bool) (Decision, 
 	}
 	if n := g.log.count(now); n >= g.stats.Limit {
 		g.stats.RateLimited++
+		if g.log.fitsByArrival(now, g.stats.Limit) {
+			// Refused only because requests stamped later were
+			// handled first (Stats.GlobalReorderedExcused).
+			g.stats.ReorderedExcused++
+			e.stats.globalReordered++
+		}
 		return globalLimited(g.log.freeAt().Sub(now), false), true
 	}
 	g.log.add(now)
@@ -674,29 +681,30 @@ func (e *Engine) Stats() Stats {
 	defer e.mu.Unlock()
 	c := e.stats
 	s := Stats{
-		Requests:             c.requests,
-		ByStatus:             map[int]int{},
-		RateLimited:          map[string]int{},
-		Duplicates:           map[string]int{},
-		InjectedGlobal:       c.injected,
-		Banned:               c.banned,
-		Bans:                 c.bans,
-		Invalid:              c.invalid,
-		ServerErrors:         c.serverErrors,
-		Dropped:              c.dropped,
-		GoAways:              c.goAways,
-		MaxBucketWindow:      c.maxBucket,
-		MaxGlobalWindow:      c.maxGlobal,
-		LateReset429s:        c.lateReset,
-		LateResetExcused:     c.lateExcused,
-		ReorderedExcused:     c.reorderedExcused,
-		MessagesCreated:      c.messagesCreated,
-		MessagesDeduplicated: c.messagesDeduplicated,
-		DuplicateMessages:    c.duplicateMessages,
-		GlobalLimit:          e.rules.GlobalLimit,
-		GlobalWindow:         e.rules.GlobalWindow,
-		InvalidLimit:         e.rules.InvalidLimit,
-		InvalidWindowLen:     e.rules.InvalidWindow,
+		Requests:               c.requests,
+		ByStatus:               map[int]int{},
+		RateLimited:            map[string]int{},
+		Duplicates:             map[string]int{},
+		InjectedGlobal:         c.injected,
+		Banned:                 c.banned,
+		Bans:                   c.bans,
+		Invalid:                c.invalid,
+		ServerErrors:           c.serverErrors,
+		Dropped:                c.dropped,
+		GoAways:                c.goAways,
+		MaxBucketWindow:        c.maxBucket,
+		MaxGlobalWindow:        c.maxGlobal,
+		LateReset429s:          c.lateReset,
+		LateResetExcused:       c.lateExcused,
+		ReorderedExcused:       c.reorderedExcused,
+		GlobalReorderedExcused: c.globalReordered,
+		MessagesCreated:        c.messagesCreated,
+		MessagesDeduplicated:   c.messagesDeduplicated,
+		DuplicateMessages:      c.duplicateMessages,
+		GlobalLimit:            e.rules.GlobalLimit,
+		GlobalWindow:           e.rules.GlobalWindow,
+		InvalidLimit:           e.rules.InvalidLimit,
+		InvalidWindowLen:       e.rules.InvalidWindow,
 	}
 	for k, v := range c.byStatus {
 		s.ByStatus[k] = v

@@ -844,3 +844,40 @@ func TestRequestsHandledOutOfArrivalOrder(t *testing.T) {
 	assert.Equal(t, 429, get(310).Status)
 	assert.Equal(t, 2, s.e.Stats().ClientUser429s())
 }
+
+// TestGlobalRefusalOutOfArrivalOrder: the global window's count sees the
+// requests handled so far; one stamped before requests handled ahead of
+// it is refused when they fill the window, and excused when, by the
+// stamps, every interval of the window containing it had room. A refusal
+// by the stamps too is the client's.
+func TestGlobalRefusalOutOfArrivalOrder(t *testing.T) {
+	rs := rl(100, time.Second, Rule{Name: "r", Method: "GET", Route: "/channels/{channel_id}", Bucket: "h"})
+	rs.GlobalLimit, rs.GlobalWindow = 3, Duration(100*time.Millisecond)
+	s := newSim(t, rs)
+	get := func(at, ch int) Decision { return s.do(ms(at), "GET", fmt.Sprintf("/api/v10/channels/%d", ch)) }
+	require.Equal(t, 200, get(10, 1).Status)
+	require.Equal(t, 200, get(20, 2).Status)
+	require.Equal(t, 200, get(150, 3).Status) // stamped later, handled first
+	require.Equal(t, 200, get(160, 4).Status)
+	require.Equal(t, 200, get(170, 5).Status)
+	// Stamped 50: the count sees 150, 160, 170, a full window; by the
+	// stamps the intervals of 100 ms around 50 hold 10, 20 and 50 at
+	// most.
+	assert.Equal(t, 429, get(50, 6).Status)
+	st := s.e.Stats()
+	assert.Equal(t, 1, st.RateLimited["global"])
+	assert.Equal(t, 1, st.GlobalReorderedExcused)
+	assert.Zero(t, st.ClientGlobal429s())
+	assert.Empty(t, st.Violations())
+	// In order, a fourth in 100 ms is refused by the stamps too: the
+	// client's.
+	s2 := newSim(t, rs)
+	for _, at := range []int{10, 20, 30} {
+		require.Equal(t, 200, s2.do(ms(at), "GET", "/api/v10/channels/1").Status)
+	}
+	assert.Equal(t, 429, s2.do(ms(40), "GET", "/api/v10/channels/2").Status)
+	st = s2.e.Stats()
+	assert.Zero(t, st.GlobalReorderedExcused)
+	assert.Equal(t, 1, st.ClientGlobal429s())
+	assert.Len(t, st.Violations(), 1)
+}

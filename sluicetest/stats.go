@@ -51,6 +51,12 @@ type Stats struct {
 	// Discord stamps requests as it handles them, but its handling is not
 	// held up by the client's machine.
 	ReorderedExcused int `json:"reordered_excused"`
+	// GlobalReorderedExcused is how many of RateLimited["global"] were
+	// the simulator's own doing in the same way: the global window's
+	// count saw requests stamped after the refused one that had been
+	// handled before it, and by their stamps every interval of the global
+	// window containing it had room.
+	GlobalReorderedExcused int `json:"global_reordered_excused"`
 	// Invalid counts 401, 403 and 429 answers except shared-scope 429s and
 	// ban pages: what Discord's invalid-request limit counts.
 	Invalid int `json:"invalid"`
@@ -194,6 +200,9 @@ type GlobalStats struct {
 	Admitted    int      `json:"admitted"`
 	RateLimited int      `json:"rate_limited"`
 	Injected    int      `json:"injected"`
+	// ReorderedExcused of RateLimited fitted by arrival (see
+	// Stats.GlobalReorderedExcused).
+	ReorderedExcused int `json:"reordered_excused"`
 	// MaxInWindow is the most requests admitted in any interval of
 	// length Window (<= Limit).
 	MaxInWindow int `json:"max_in_window"`
@@ -223,7 +232,7 @@ func (s Stats) Violations() []string {
 		}
 		v = append(v, msg)
 	}
-	if n := s.RateLimited["global"] - s.InjectedGlobal; n > 0 {
+	if n := s.ClientGlobal429s(); n > 0 {
 		v = append(v, fmt.Sprintf("%d global 429s caused by the client (global limit %d per %s exceeded)", n, s.GlobalLimit, s.GlobalWindow))
 	}
 	for _, sl := range s.Sublimits {
@@ -257,6 +266,14 @@ func (s Stats) ClientUser429s() int {
 	return s.RateLimited["user"] - s.LateResetExcused - s.ReorderedExcused
 }
 
+// ClientGlobal429s is how many global 429s the client caused: those
+// answered, less those of the simulated external consumer
+// (InjectedGlobal) and those that fitted by arrival
+// (GlobalReorderedExcused).
+func (s Stats) ClientGlobal429s() int {
+	return s.RateLimited["global"] - s.InjectedGlobal - s.GlobalReorderedExcused
+}
+
 // Summary is a short human-readable report of s.
 func (s Stats) Summary() string {
 	var b strings.Builder
@@ -276,8 +293,8 @@ func (s Stats) Summary() string {
 	if s.LateReset429s > 0 {
 		fmt.Fprintf(&b, " late_reset_429s=%d excused=%d", s.LateReset429s, s.LateResetExcused)
 	}
-	if s.ReorderedExcused > 0 {
-		fmt.Fprintf(&b, " reordered_excused=%d", s.ReorderedExcused)
+	if s.ReorderedExcused > 0 || s.GlobalReorderedExcused > 0 {
+		fmt.Fprintf(&b, " reordered_excused=%d global_reordered_excused=%d", s.ReorderedExcused, s.GlobalReorderedExcused)
 	}
 	if s.MessagesCreated > 0 || s.MessagesDeduplicated > 0 {
 		fmt.Fprintf(&b, " messages_created=%d deduplicated=%d duplicate=%d", s.MessagesCreated, s.MessagesDeduplicated, s.DuplicateMessages)

@@ -1,6 +1,9 @@
 package sluicetest
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // fixedWindow is one bucket's (or sublimit's) counter. A window opens with
 // the first request into an empty bucket and admits limit requests until
@@ -113,8 +116,14 @@ func (l *slidingLog) prune(now time.Time) {
 		l.head++
 	}
 	if l.head > 64 && l.head*2 > len(l.times) {
-		l.times = append(l.times[:0], l.times[l.head:]...)
-		l.head = 0
+		// Keep a window before the cut: fitsByArrival may judge an
+		// event stamped up to a window before the latest.
+		keep := l.head
+		for keep > 0 && l.times[keep-1].After(cut.Add(-l.window)) {
+			keep--
+		}
+		l.times = append(l.times[:0], l.times[keep:]...)
+		l.head -= keep
 	}
 }
 
@@ -124,6 +133,39 @@ func (l *slidingLog) count(now time.Time) int {
 }
 
 func (l *slidingLog) add(now time.Time) { l.times = append(l.times, now) }
+
+// fitsByArrival reports whether one more event at t keeps every interval
+// of length window that contains t within limit events, counting the
+// events by their times, not the order they were added in. The log is in
+// ascending order while events come in order; one handled after a
+// later-stamped one (a starved handler) makes count, which counts every
+// event after now-window, see events of a later interval too. Used only
+// to judge a refusal, so it may take its time.
+func (l *slidingLog) fitsByArrival(t time.Time, limit int) bool {
+	var near []time.Time // events in (t-window, t+window), and t
+	for _, e := range l.times { // pruned ones too: t may be older than the cut
+		if e.After(t.Add(-l.window)) && e.Before(t.Add(l.window)) {
+			near = append(near, e)
+		}
+	}
+	near = append(near, t)
+	slices.SortFunc(near, func(a, b time.Time) int { return a.Compare(b) })
+	// The fullest interval (x-window, x] containing t ends at an event
+	// x in [t, t+window).
+	lo := 0
+	for hi, x := range near {
+		if x.Before(t) {
+			continue
+		}
+		for !near[lo].After(x.Add(-l.window)) {
+			lo++
+		}
+		if hi-lo+1 > limit {
+			return false
+		}
+	}
+	return true
+}
 
 // freeAt is when the oldest event leaves the window; valid when count > 0.
 func (l *slidingLog) freeAt() time.Time { return l.times[l.head].Add(l.window) }

@@ -36,7 +36,7 @@ func TestDiscordgoThroughSluice(t *testing.T) {
 	if st.Requests != 30 {
 		t.Errorf("simulator answered %d requests, want 30 (no retries needed)", st.Requests)
 	}
-	if got := st.ClientUser429s() + st.RateLimited["global"] + st.RateLimited["shared"]; got != 0 {
+	if got := st.ClientUser429s() + st.ClientGlobal429s() + st.RateLimited["shared"]; got != 0 {
 		t.Errorf("%d 429s, want none", got)
 	}
 	if len(st.Buckets) != 3 {
