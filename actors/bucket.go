@@ -379,7 +379,7 @@ func (b *bucket) ready(l *lane, now time.Time) (bool, time.Duration) {
 			if b.pioneers > 0 {
 				return false, 0
 			}
-			if c := l.head(); c != nil && !b.sys.firsts.free(l.template, c, b.self) {
+			if c := l.head(); c != nil && !b.sys.firsts.free(l.template, c, l, b.self) {
 				return false, firstPoll // another actor's first pioneer of the template
 			}
 			for _, k := range b.lanes {
@@ -482,7 +482,7 @@ func (b *bucket) pump(ctx actor.Context) {
 				continue
 			}
 			if l.first && l.machine.Current() == fsm.Initial {
-				if !b.sys.firsts.take(l.template, c, b.self) {
+				if !b.sys.firsts.take(l.template, c, l, b.self) {
 					// Another actor's first pioneer of the template took
 					// the turn since ready: its answer (a pioneeredMsg)
 					// wakes this.

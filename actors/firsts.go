@@ -22,7 +22,7 @@ import (
 // It is shared by the actors as the store's aliases are, a small map under
 // its own lock, never held while sending; waiters are told by a message.
 //
-// Invariants: out[t] names the call that holds template t's turn: taken
+// Invariants: out[t] names the call (and its lane) that holds template t's turn: taken
 // when its lane was ready (take), kept while it waits for admission and
 // while it is on the wire, given up when its attempt ends (done). A holder
 // that finished without being sent (cancelled, failed, its actor crashed)
@@ -44,7 +44,12 @@ type firstPioneers struct {
 const maxFirstTemplates = 4096
 
 type firstTurn struct {
-	holder  *Call
+	holder *Call
+	// lane is the holder's lane: the turn is the lane's, whichever of its
+	// calls is at its head (its queue may be reordered, by a declared
+	// group's places, after its head took the turn). Compared, never
+	// read: it belongs to the holder's actor.
+	lane    *lane
 	waiters []*actor.PID
 }
 
@@ -57,14 +62,14 @@ const firstPoll = time.Second
 // free reports whether c may take template's turn: nobody holds it, c
 // does, or its holder finished without being sent. If not, self is told
 // when the turn ends.
-func (f *firstPioneers) free(template string, c *Call, self *actor.PID) bool {
+func (f *firstPioneers) free(template string, c *Call, l *lane, self *actor.PID) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if _, ok := f.settled[template]; ok {
 		return true
 	}
 	t := f.out[template]
-	if t == nil || t.holder == c || t.holder.Finished() && !t.holder.onWire() {
+	if t == nil || t.holder == c || t.lane == l || t.holder.Finished() && !t.holder.onWire() {
 		return true
 	}
 	t.wait(self)
@@ -81,9 +86,9 @@ func (t *firstTurn) wait(self *actor.PID) {
 	t.waiters = append(t.waiters, self)
 }
 
-// take gives c template's turn if free; otherwise self is told when it
-// ends.
-func (f *firstPioneers) take(template string, c *Call, self *actor.PID) bool {
+// take gives c, the head of lane l, template's turn if free (or l's
+// already); otherwise self is told when it ends.
+func (f *firstPioneers) take(template string, c *Call, l *lane, self *actor.PID) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if _, ok := f.settled[template]; ok {
@@ -98,12 +103,12 @@ func (f *firstPioneers) take(template string, c *Call, self *actor.PID) bool {
 		if len(f.out) >= maxFirstTemplates {
 			f.sweep()
 		}
-		f.out[template] = &firstTurn{holder: c}
+		f.out[template] = &firstTurn{holder: c, lane: l}
 		return true
 	case t.holder == c:
 		return true
-	case t.holder.Finished() && !t.holder.onWire():
-		t.holder = c
+	case t.lane == l && !t.holder.onWire(), t.holder.Finished() && !t.holder.onWire():
+		t.holder, t.lane = c, l
 		return true
 	}
 	t.wait(self)
