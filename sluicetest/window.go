@@ -142,7 +142,7 @@ func (l *slidingLog) add(now time.Time) { l.times = append(l.times, now) }
 // event after now-window, see events of a later interval too. Used only
 // to judge a refusal, so it may take its time.
 func (l *slidingLog) fitsByArrival(t time.Time, limit int) bool {
-	var near []time.Time // events in (t-window, t+window), and t
+	var near []time.Time        // events in (t-window, t+window), and t
 	for _, e := range l.times { // pruned ones too: t may be older than the cut
 		if e.After(t.Add(-l.window)) && e.Before(t.Add(l.window)) {
 			near = append(near, e)
