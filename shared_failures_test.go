@@ -165,6 +165,7 @@ func sharedFailures() []sharedFailure {
 				// application writes keys with an expiry all along (500
 				// 2 KiB values a second), and Redis evicts keys, some of
 				// them Sluice's.
+				logEvictions(t, rs)
 				ctx, cancel := context.WithCancel(context.Background())
 				done := make(chan struct{})
 				c := rs.Client(t)
@@ -301,17 +302,23 @@ func TestSharedLimitsSurviveRedisFailures(t *testing.T) {
 					}
 				}
 				slices.Sort(arrivals)
+				perSecond := func(at time.Duration) (per [10]int) {
+					for _, a := range arrivals {
+						if a > at-time.Second && a <= at {
+							per[int((a-(at-time.Second))/(100*time.Millisecond))%10]++
+						}
+					}
+					return per
+				}
+				for _, g := range st.Globals {
+					for _, r := range g.Refused {
+						t.Logf("global 429 at %v; the second before it, per 100 ms: %v", r.D().Round(time.Millisecond), perSecond(r.D()))
+					}
+				}
 				for _, b := range st.Buckets {
 					for i, e := range b.Timeline {
 						if e.Status == 429 {
-							// the second before it, by 100 ms
-							var per [10]int
-							for _, a := range arrivals {
-								if a > e.At-time.Second && a <= e.At {
-									per[int((a-(e.At-time.Second))/(100*time.Millisecond))%10]++
-								}
-							}
-							t.Logf("%s %s 429 at %v; the second before it, per 100 ms: %v", b.Key, e.Scope, e.At.Round(time.Millisecond), per)
+							t.Logf("%s %s 429 at %v; the second before it, per 100 ms: %v", b.Key, e.Scope, e.At.Round(time.Millisecond), perSecond(e.At))
 							for _, e := range b.Timeline[max(0, i-8) : i+1] {
 								t.Logf("%s %v %d %d", b.Key, e.At.Round(time.Millisecond), e.Status, e.Remaining)
 							}
@@ -354,4 +361,39 @@ func TestNewFailsWhenRedisRefusesTheClient(t *testing.T) {
 		require.NoError(t, lim.Close(ctx))
 		cancel()
 	}
+}
+
+// logEvictions logs, when t fails, which of Sluice's keys Redis evicted and
+// when (since the load began, near the simulator's time): Redis tells each
+// eviction (notify-keyspace-events Ee).
+func logEvictions(t *testing.T, rs *redistest.Server) {
+	c := rs.Client(t)
+	ctx := context.Background()
+	require.NoError(t, c.ConfigSet(ctx, "notify-keyspace-events", "Ee").Err())
+	sub := c.Subscribe(ctx, "__keyevent@0__:evicted")
+	_, err := sub.Receive(ctx) // subscribed
+	require.NoError(t, err)
+	began := time.Now()
+	var mu sync.Mutex
+	var evicted []string
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for m := range sub.Channel() {
+			if strings.HasPrefix(m.Payload, "{sluice") && len(evicted) < 1000 {
+				mu.Lock()
+				evicted = append(evicted, fmt.Sprintf("%v %s", time.Since(began).Round(time.Millisecond), m.Payload))
+				mu.Unlock()
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		sub.Close()
+		<-done
+		if t.Failed() {
+			mu.Lock()
+			t.Logf("Sluice's keys evicted:\n%s", strings.Join(evicted, "\n"))
+			mu.Unlock()
+		}
+	})
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -387,4 +388,132 @@ func learned(t *testing.T, s *Store, limit, remaining int) (ratelimit.SharedRequ
 	s.Report(ctx, p, answer(limit, remaining, time.Second, "h"))
 	r.Hash, r.Window = "h", time.Second
 	return r, p
+}
+
+// evictSome makes srv evict (a maxmemory just above what it uses, the
+// volatile-ttl policy, keys of a few ms written until some are evicted),
+// then raises its maxmemory so that nothing else is: Redis counts as
+// evicting for the stores made next (evicting.go), and keeps every key
+// of theirs.
+func evictSome(t *testing.T, srv *redistest.Server) {
+	t.Helper()
+	ctx := context.Background()
+	admin := srv.Client(t)
+	info, err := admin.Info(ctx, "memory").Result()
+	require.NoError(t, err)
+	var mem int64
+	for _, line := range strings.Split(info, "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok && k == "used_memory" {
+			mem, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	require.Positive(t, mem)
+	require.NoError(t, admin.ConfigSet(ctx, "maxmemory-policy", "volatile-ttl").Err())
+	require.NoError(t, admin.ConfigSet(ctx, "maxmemory", strconv.FormatInt(mem+(4<<20), 10)).Err())
+	junk := strings.Repeat("x", 64<<10)
+	for i := 0; ; i++ {
+		require.Less(t, i, 10000, "Redis never evicted")
+		require.NoError(t, admin.Set(ctx, "junk:"+strconv.Itoa(i), junk, time.Minute).Err())
+		_, evicted, ok := readMemory(ctx, admin)
+		require.True(t, ok)
+		if evicted > 0 {
+			break
+		}
+	}
+	require.NoError(t, admin.ConfigSet(ctx, "maxmemory", "1gb").Err())
+}
+
+// While Redis evicts, its keys can go several at once: a bucket's record
+// and its in-flight set, which otherwise tell each other's loss, in the
+// same batch. A process that has not learned the bucket then finds nothing
+// of it, and must not read it as new: a bucket Redis holds nothing of
+// waits one window (the route's, as its buckets' first answers told)
+// before its pioneer, so a window the others filled is never met by one.
+func TestEvictingRedisHoldsABucketItHoldsNothingOf(t *testing.T) {
+	srv := redistest.Start(t)
+	evictSome(t, srv)
+	cfg := Config{Namespace: Namespace(t.Name()), Heartbeat: time.Hour}
+	a := newStore(t, srv, cfg)
+	b := newStore(t, srv, cfg)
+	require.True(t, a.mayEvict(), "Redis evicted before the store started")
+	ctx := context.Background()
+
+	r := request()
+	r.Global, r.Window = false, 200*time.Millisecond
+	first := a.Reserve(ctx, r)
+	assert.False(t, first.OK, "a bucket Redis holds nothing of, while it evicts: held before its pioneer")
+	assert.Equal(t, "bucket", first.Scope)
+	assert.Greater(t, first.Wait, 150*time.Millisecond, "for the window the caller knows")
+	assert.LessOrEqual(t, first.Wait, 300*time.Millisecond)
+	var p ratelimit.SharedGrant
+	require.Eventually(t, func() bool {
+		forgetRefusals(a)
+		p = a.Reserve(ctx, r)
+		return p.OK
+	}, 5*time.Second, 10*time.Millisecond, "then its pioneer goes")
+	require.True(t, p.Pioneer)
+	a.Report(ctx, p, answer(5, 4, time.Second, "h"))
+	known := r
+	known.Hash, known.Window = "h", time.Second
+	known.Local = ratelimit.Bucket{Known: true, Limit: 5, Remaining: 4, ResetAt: time.Now().Add(time.Second)}
+	for i := range 4 {
+		g := a.Reserve(ctx, known)
+		require.True(t, g.OK, "the window has 4 left")
+		a.Report(ctx, g, answer(5, 3-i, time.Second, "h"))
+	}
+	// The window is full; the bucket's record and in-flight set are
+	// evicted in one batch (and the pioneer's route record).
+	real := routes.BucketKey("h", r.Major)
+	require.NoError(t, a.rdb.Del(ctx, a.ns+":b:"+real, a.ns+":f:"+real, a.ns+":b:"+p.Key).Err())
+
+	unknown := request()
+	unknown.Global = false
+	g := b.Reserve(ctx, unknown) // b knows neither the hash nor the limit
+	assert.False(t, g.OK, "nothing of the bucket is left: no pioneer into the window a filled")
+	assert.Equal(t, "bucket", g.Scope)
+	assert.Greater(t, g.Wait, 900*time.Millisecond, "for the route's window, as the pioneer's answer told it")
+	forgetRefusals(b)
+	again := b.Reserve(ctx, unknown)
+	assert.False(t, again.OK)
+	assert.LessOrEqual(t, again.Wait, g.Wait, "held once: not pushed on by every call")
+}
+
+// While Redis evicts, the generation marker and the global log can go
+// together: a process that knew no generation (it just started) cannot
+// tell a new namespace from one evicted, and holds the global window for
+// a period, as a wipe.
+func TestEvictingRedisHoldsTheGlobalWindowWhenTheMarkerIsGone(t *testing.T) {
+	srv := redistest.Start(t)
+	const period = 2 * time.Second
+	cfg := Config{Namespace: Namespace(t.Name()), GlobalLimit: 5, GlobalPeriod: period, Heartbeat: time.Hour}
+	a := newStore(t, srv, cfg)
+	fill(t, a, 5)
+	evictSome(t, srv)
+	ctx := context.Background()
+	require.NoError(t, a.rdb.Del(ctx, a.ns+":gen", a.ns+":g").Err(), "evicted in one batch")
+	b := newStore(t, srv, cfg) // knows no generation
+	require.True(t, b.mayEvict())
+	g := b.Reserve(ctx, request())
+	assert.False(t, g.OK, "the marker may have been evicted with the log: full for a period")
+	assert.Equal(t, "global", g.Scope)
+	assert.Greater(t, g.Wait, period/2)
+	assert.Positive(t, b.Stats().Lost)
+}
+
+// A Redis whose policy evicts but that has not evicted is not held: a new
+// bucket's pioneer goes at once.
+func TestRedisThatMayEvictButDoesNotIsNotHeld(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	admin := srv.Client(t)
+	require.NoError(t, admin.ConfigSet(ctx, "maxmemory", "1gb").Err())
+	require.NoError(t, admin.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err())
+	s := newStore(t, srv, Config{Heartbeat: time.Hour})
+	assert.False(t, s.mayEvict())
+	assert.Equal(t, "allkeys-lru", s.evictingPolicy())
+	r := request()
+	r.Global = false
+	p := s.Reserve(ctx, r)
+	assert.True(t, p.OK && p.Pioneer, "no eviction seen: a new bucket is new")
+	assert.Zero(t, s.Stats().Lost)
 }

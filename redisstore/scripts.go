@@ -23,7 +23,9 @@ import (
 //	                     one), x the X-RateLimit-Reset of the window (Unix
 //	                     ms, the server's clock), z 1 once a shared or
 //	                     sublimit 429 was met (one at a time), n 1 while a process waits for an answer on
-//	                     this bucket
+//	                     this bucket, h until when a bucket Redis held
+//	                     nothing of, in a Redis that evicts, is held full
+//	                     before its first request (evicting.go)
 //	P:q:<bucket>  hash   the turns of the processes waiting on it (fair.go)
 //	P:f:<bucket>  zset   reservations in flight: lease -> expiry (ms); at
 //	                     +inf "~" and "~w<window ms>" (lossLua, reserveScript)
@@ -36,6 +38,9 @@ import (
 //	P:k:<major>   set    the known buckets (by hash) of the major parameters,
 //	                     where such a pioneer may land
 //	P:a           hash   "METHOD /template" -> X-RateLimit-Bucket hash
+//	P:w           hash   "METHOD /template" -> the longest window its
+//	                     buckets' first answers told (ms): the hold of a
+//	                     bucket Redis holds nothing of (evicting.go)
 //	P:i:<minute>  string invalid answers (401, 403, non-shared 429) that minute
 //	P:x:<lease>   string a reservation given back before it ran (tombstone)
 //	P:procs       zset   live processes: id -> heartbeat expiry (ms)
@@ -63,6 +68,7 @@ import (
 // generation the caller knows ("" if none), 23 how long ago the caller's
 // view of the bucket's window ended, ms (0: under way, or unknown), 24
 // how long a process may go unheard before its share is kept out, ms,
+// 25 Redis evicts keys lately (0/1: absence is loss, see evicting.go),
 // then per group: key, count, window ms (groups.go).
 //
 // A reservation that runs after its caller's deadline, or whose lease was
@@ -89,8 +95,8 @@ local deadline = tonumber(ARGV[21])
 if (deadline > 0 and now > deadline) or redis.call('EXISTS', P .. ':x:' .. lease) == 1 then
   return {0, 1, 'bucket', '', 0, key, '', 0}
 end
-local endedAgo, stale = tonumber(ARGV[23]), tonumber(ARGV[24])
-local gen, lostAt, lostNow, blocked = generation(P, ARGV[22], now, keep, lease)
+local endedAgo, stale, evicting = tonumber(ARGV[23]), tonumber(ARGV[24]), ARGV[25] == '1'
+local gen, lostAt, lostNow, blocked = generation(P, ARGV[22], now, keep, lease, evicting)
 
 local function body()
 
@@ -138,7 +144,7 @@ end
 local B, F = P .. ':b:' .. key, P .. ':f:' .. key
 redis.call('ZREMRANGEBYSCORE', F, '-inf', now)
 local inflight = redis.call('ZCOUNT', F, '-inf', '(+inf')
-local r = redis.call('HMGET', B, 'l', 'u', 'r', 'p', 'w', 'v', 's', 'z', 'fe')
+local r = redis.call('HMGET', B, 'l', 'u', 'r', 'p', 'w', 'v', 's', 'z', 'fe', 'h')
 local limit, used, reset = tonumber(r[1]) or 0, tonumber(r[2]) or 0, tonumber(r[3]) or 0
 local pause, win, prov = tonumber(r[4]) or 0, tonumber(r[5]) or 0, tonumber(r[6]) or 0
 local start, serial = tonumber(r[7]) or 0, r[8] == '1' or ARGV[18] == '1'
@@ -191,13 +197,18 @@ end
 if limit == 0 and lLimit > 0 then
   -- The store has no record of a bucket the caller knows: seed it.
   limit, win = lLimit, lWin
-  if lReset > 0 or (endedAgo > 0 and endedAgo < keep - 10000) or (lostAt > 0 and now < lostAt + math.max(lWin, 50) + margin) then
+  local should = lReset > 0 or (endedAgo > 0 and endedAgo < keep - 10000) or (lostAt > 0 and now < lostAt + math.max(lWin, 50) + margin)
+  if should or evicting then
     -- The record should be here (a window the caller knows is under way
     -- or ended less than its keep ago, or the state was lost within a
-    -- window): it was evicted or wiped. What the other processes counted
-    -- in it is unknown, and unknown is full: for one window from now.
+    -- window): it was evicted or wiped. Or Redis evicts, and the others
+    -- may have used the bucket since the caller did. What the other
+    -- processes counted in it is unknown, and unknown is full: for one
+    -- window from now.
     reset, used, prov, start = now + math.max(lWin, 50) + margin, lLimit, 0, now
-    lostNow = 1
+    if should then
+      lostNow = 1
+    end
   elseif lReset > 0 then
     reset, used, prov, start = now + lReset, math.max(inflight, lLimit - lRem), 0, now
   end
@@ -240,6 +251,28 @@ if limit == 0 then
     -- may be in flight still. Ask again, until its answer or its expiry.
     lostNow = 1
     return waitAnswer()
+  end
+  if evicting then
+    -- Redis evicts, and holds nothing of this bucket: it may be new, or
+    -- evicted whole (its record and in-flight set in one batch) with its
+    -- window full. Unknown is full: for one window (the caller's, else
+    -- the longest the route's buckets told, else 1 s) before the pioneer.
+    local h = tonumber(r[10]) or 0
+    if h == 0 then
+      local w = lWin
+      if w <= 0 then
+        w = tonumber(redis.call('HGET', P .. ':w', tpl) or '0') or 0
+      end
+      if w <= 0 then
+        w = 1000
+      end
+      h = now + w + margin
+      redis.call('HSET', B, 'h', h)
+      redis.call('PEXPIRE', B, h - now + keep)
+    end
+    if h > now then
+      return {0, h - now, 'bucket', hash, 0, key}
+    end
   end
   if hash == '' then
     -- It may land in any known bucket of the major: each must have a slot
@@ -314,8 +347,8 @@ end
 local gid, ng = ARGV[19] or '', tonumber(ARGV[20] or '0')
 local groups = {}
 for j = 0, ng - 1 do
-  local D = gkey(P, ARGV[25 + 3 * j])
-  local gn, gper = tonumber(ARGV[26 + 3 * j]), tonumber(ARGV[27 + 3 * j])
+  local D = gkey(P, ARGV[26 + 3 * j])
+  local gn, gper = tonumber(ARGV[27 + 3 * j]), tonumber(ARGV[28 + 3 * j])
   local gstart, gseq, glease = greserve(D, gn, gper, ttl, gid, now)
   if glease ~= '' then
     -- taken by an attempt whose answer is not reported yet: this attempt
@@ -578,8 +611,13 @@ if full and scope ~= 'global' and scope ~= 'ban' then
     limit, used, prov, start, x = L, L, 0, now, dr
     reset = math.max(e, now + math.max(tonumber(ARGV[27]) or 0, ra, 50))
   elseif limit == 0 then
-    -- The pioneer's answer: the bucket becomes known.
+    -- The pioneer's answer: the bucket becomes known, and its window is
+    -- the route's as far as a bucket Redis holds nothing of goes (P:w).
     limit, used, reset, prov, start, x = L, math.max(L - rem, inflight + 1), e, 0, reservedAt, dr
+    if tpl ~= '' and status ~= 429 and ra > tonumber(redis.call('HGET', P .. ':w', tpl) or '0') then
+      redis.call('HSET', P .. ':w', tpl, ra)
+      redis.call('PEXPIRE', P .. ':w', 86400000)
+    end
   elseif reservedAt < start then
     -- Reserved before the current window began: it may have been
     -- counted in an older window or in this one; it can only make this
@@ -649,7 +687,8 @@ return woken
 // ARGV: 1 process id, 2 how long the record lives ms, 3 how long the
 // largest count (and a silent process) is remembered ms, 4 the generation
 // the caller knows, 5 0, or 1 leaving, or 2 on its fallback share, 6 with
-// 2 (or 1), how long from now the P:ex entry is dated, ms ("": none).
+// 2 (or 1), how long from now the P:ex entry is dated, ms ("": none), 7
+// Redis evicts keys lately (0/1, see evicting.go).
 var heartbeatScript = redis.NewScript(lossLua + `
 local P = KEYS[1]
 local t = redis.call('TIME')
@@ -668,7 +707,7 @@ if ARGV[5] == '1' then
   end
   return {0, now, '', 0}
 end
-local gen, lostAt, lostNow = generation(P, ARGV[4], now, keep, 'hb:' .. id .. ':' .. now)
+local gen, lostAt, lostNow = generation(P, ARGV[4], now, keep, 'hb:' .. id .. ':' .. now, ARGV[7] == '1')
 if ARGV[5] == '2' then
   redis.call('ZADD', X, now + (ahead or 0), id)
   redis.call('PEXPIRE', X, keep)
@@ -713,7 +752,8 @@ return {math.max(m, redis.call('ZCARD', S)), now, gen, lostNow}
 // Either marks the loss ("l"): the global window counts as full for a
 // period, and a bucket a caller knows but Redis no longer has counts as
 // full for one window. A marker missing for a caller that knew none is a
-// new namespace.
+// new namespace, unless Redis evicts (evicting): then it may have been
+// evicted with the global log, and counts as lost.
 //
 // P:seen (zset: process -> its last heartbeat, Redis ms) and P:ex (zset:
 // process -> when it was heard from again after a silence) tell which
@@ -726,14 +766,14 @@ const lossLua = `
 local function logLives(P, untilMs)
   redis.call('HSET', P .. ':gen', 'g', untilMs)
 end
-local function generation(P, known, now, keep, newID)
+local function generation(P, known, now, keep, newID, evicting)
   local M = P .. ':gen'
   local r = redis.call('HMGET', M, 'id', 'l', 'g', 'b')
   local id, lost, glog, block = r[1], tonumber(r[2]) or 0, tonumber(r[3]) or 0, tonumber(r[4]) or 0
   local lostNow = 0
   if not id then
     id = newID
-    if known ~= '' then
+    if known ~= '' or evicting then
       lost, lostNow = now, 1
     end
     redis.call('HSET', M, 'id', id, 'l', lost)

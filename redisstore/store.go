@@ -47,7 +47,11 @@
 // until a known time (the global log, a bucket's in-flight set) is checked
 // against it; a bucket a process knows whose record is gone was evicted.
 // What was lost counts as full: the global window for a period, a bucket
-// for a window ([Stats].Lost counts the losses). A process silent in Redis,
+// for a window ([Stats].Lost counts the losses). While Redis evicts (its
+// policy evicts and its evicted_keys rose lately), keys go in batches and
+// may leave nothing that tells they were there: then absence is loss, and
+// a bucket Redis holds nothing of waits a window before its first request
+// (evicting.go). A process silent in Redis,
 // or on its fallback share, has its share kept out of what Redis hands the
 // others, so a partition never adds up to more than a limit. A reservation
 // whose call failed is given back when Redis answers again, and one that
@@ -151,7 +155,9 @@ type Config struct {
 	// the store's keys (a maxmemory with a policy other than noeviction:
 	// every key of the store has an expiry, so the volatile-* policies
 	// evict them too). Default false: New logs a warning, and the store
-	// runs, holding what it finds evicted as full (Stats.Lost).
+	// runs, holding what it finds evicted as full (Stats.Lost) and, while
+	// Redis evicts, what it finds absent (a bucket new to Redis waits a
+	// window).
 	RefuseEviction bool
 }
 
@@ -253,6 +259,8 @@ type Store struct {
 	errs       atomic.Int64
 
 	fb *fallback
+	// evict follows whether Redis evicts keys (evicting.go).
+	evict evictions
 	// refusals are what Redis refused, told once per process
 	// (coalesce.go).
 	refusals refusals
@@ -307,34 +315,6 @@ var ErrRefused = errors.New("redisstore: Redis refuses the store")
 // ErrEviction is wrapped by the error New returns with
 // Config.RefuseEviction when Redis may evict the store's keys.
 var ErrEviction = errors.New("redisstore: Redis may evict the shared limits' keys (maxmemory-policy is not noeviction)")
-
-// evicting reads Redis's memory policy (INFO memory, which managed Redis
-// services allow where they deny CONFIG) and returns the policy if a
-// maxmemory is set with a policy that evicts, else "". It returns "" when
-// the policy cannot be read.
-func (s *Store) evicting() string {
-	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.Timeout)
-	defer cancel()
-	info, err := s.rdb.Info(ctx, "memory").Result()
-	if err != nil {
-		return ""
-	}
-	var maxmemory, policy string
-	for _, line := range strings.Split(info, "\n") {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		switch {
-		case !ok:
-		case k == "maxmemory":
-			maxmemory = v
-		case k == "maxmemory_policy":
-			policy = v
-		}
-	}
-	if maxmemory == "" || maxmemory == "0" || policy == "" || policy == "noeviction" {
-		return ""
-	}
-	return policy
-}
 
 // refusal reports whether err is Redis refusing the client for good (its
 // credentials or permissions), rather than failing for a while.
@@ -408,12 +388,13 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 		}
 		return nil, err
 	}
+	s.evict.keys.Store(-1)
 	if err := s.beat(); err != nil {
 		if refusal(err) && !cfg.FallbackOnRefusal {
 			return abort(fmt.Errorf("%w: %w", ErrRefused, err))
 		}
 		s.failed(err, cfg.Clock())
-	} else if policy := s.evicting(); policy != "" {
+	} else if policy := s.evictingPolicy(); policy != "" {
 		if cfg.RefuseEviction {
 			return abort(fmt.Errorf("%w: maxmemory-policy %s", ErrEviction, policy))
 		}
@@ -757,7 +738,8 @@ func (s *Store) reserve(ctx context.Context, lease string, r ratelimit.SharedReq
 		s.cfg.GlobalLimit, ms(s.cfg.GlobalPeriod), ms(s.cfg.LeaseTTL),
 		limit, remaining, resetIn, ms(r.Window), ms(r.Margin),
 		s.cfg.InvalidLimit, ms(s.cfg.InvalidWindow) / 60000, ms(DefaultKeep), r.Hash, b2i(r.Serial),
-		s.groupID(r.GroupID), len(r.Groups), s.deadline(ctx), s.generation(), endedAgo, ms(s.silence())}
+		s.groupID(r.GroupID), len(r.Groups), s.deadline(ctx), s.generation(), endedAgo, ms(s.silence()),
+		b2i(s.mayEvict())}
 	res, err := reserveScript.Run(ctx, s.rdb, []string{s.ns}, groupArgs(args, r.Groups, true)...).Slice()
 	if err != nil {
 		return ratelimit.SharedGrant{}, err
@@ -1047,10 +1029,11 @@ func (s *Store) heartbeat() {
 func (s *Store) beat() error {
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.Timeout)
 	defer cancel()
+	s.watchEvictions(ctx)
 	sent := time.Now()
 	onShare, ahead, began := s.sharing()
 	res, err := heartbeatScript.Run(ctx, s.rdb, []string{s.ns}, s.procID, ms(3*s.cfg.Heartbeat), ms(DefaultKeep),
-		s.generation(), onShare, ahead).Slice()
+		s.generation(), onShare, ahead, b2i(s.mayEvict())).Slice()
 	if err != nil {
 		return err
 	}

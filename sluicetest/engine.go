@@ -530,6 +530,9 @@ func (e *Engine) checkGlobal(now time.Time, who string, authed bool) (Decision, 
 	}
 	if n := g.log.count(now); n >= g.stats.Limit {
 		g.stats.RateLimited++
+		if len(g.stats.Refused) < refusedCap {
+			g.stats.Refused = append(g.stats.Refused, Duration(now.Sub(e.start)))
+		}
 		if g.log.fitsByArrival(now, g.stats.Limit) {
 			// Refused only because requests stamped later were
 			// handled first (Stats.GlobalReorderedExcused).
@@ -728,7 +731,9 @@ func (e *Engine) Stats() Stats {
 		s.Sublimits = append(s.Sublimits, sl.stats)
 	}
 	for _, g := range e.globals {
-		s.Globals = append(s.Globals, g.stats)
+		gs := g.stats
+		gs.Refused = append([]Duration(nil), gs.Refused...)
+		s.Globals = append(s.Globals, gs)
 	}
 	sort.Slice(s.Buckets, func(i, j int) bool { return s.Buckets[i].Key < s.Buckets[j].Key })
 	sort.Slice(s.Sublimits, func(i, j int) bool { return s.Sublimits[i].Key < s.Sublimits[j].Key })

@@ -234,6 +234,8 @@ func TestGlobalLimitSlidingWindowAndShape(t *testing.T) {
 	assert.Equal(t, 3, st.MaxGlobalWindow)
 	require.Len(t, st.Globals, 1)
 	assert.True(t, strings.HasPrefix(st.Globals[0].Identity, "token:"))
+	assert.Equal(t, []Duration{Duration(ms(900)), Duration(ms(1000) - 1), Duration(ms(1001))}, st.Globals[0].Refused,
+		"when each refusal was answered")
 	assert.Contains(t, strings.Join(st.Violations(), "\n"), "3 global 429s caused by the client")
 }
 

@@ -206,7 +206,15 @@ type GlobalStats struct {
 	// MaxInWindow is the most requests admitted in any interval of
 	// length Window (<= Limit).
 	MaxInWindow int `json:"max_in_window"`
+	// Refused lists when (since the engine started, as Event.At) the
+	// first 64 of RateLimited that the client caused were answered
+	// (excused ones included; injected ones not): to find, when a test
+	// fails on a global 429, what was sent around it.
+	Refused []Duration `json:"refused,omitempty"`
 }
+
+// refusedCap bounds GlobalStats.Refused.
+const refusedCap = 64
 
 func (b *BucketStats) addRule(name string) {
 	for _, r := range b.Rules {
