@@ -9,8 +9,11 @@ require (
 	github.com/diamondburned/arikawa/v3 v3.6.0
 	github.com/disgoorg/disgo v0.18.15
 	github.com/disgoorg/snowflake/v2 v2.0.3
+	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/sluicehq/sluice v0.1.0
+	github.com/ulule/limiter/v3 v3.11.2
+	golang.org/x/time v0.16.0
 )
 
 require (
@@ -31,6 +34,7 @@ require (
 	github.com/looplab/fsm v1.0.3 // indirect
 	github.com/matttproud/golang_protobuf_extensions v1.0.4 // indirect
 	github.com/orcaman/concurrent-map v1.0.0 // indirect
+	github.com/pkg/errors v0.9.1 // indirect
 	github.com/prometheus/client_golang v1.17.0 // indirect
 	github.com/prometheus/client_model v0.5.0 // indirect
 	github.com/prometheus/common v0.44.0 // indirect

@@ -7,6 +7,9 @@ import "time"
 type Result struct {
 	// Limit is the limit checked.
 	Limit Limit
+	// Cost is the units the call asked for: 1 for Check and CheckAll, n
+	// for CheckN (0 to look without taking anything).
+	Cost int
 	// At is when the check was decided: the time given to the check (for
 	// Memory, the shard's time if that is later; see Memory.CheckAt), or
 	// Redis's TIME, or the local clock when a Redis policy decided.
@@ -17,16 +20,18 @@ type Result struct {
 	// charged either, and their Results describe their buckets without the
 	// call.
 	Blocked bool
-	// Remaining is how many more calls the bucket admits right now: 0 if
-	// this call was blocked or filled the bucket (the seed's
-	// X-RateLimit-Remaining).
+	// Remaining is how many more units (calls of cost 1) the bucket admits
+	// right now: Size - Level, 0 if this call filled the bucket (the seed's
+	// X-RateLimit-Remaining, the draft's r). A call of cost 1 that was
+	// blocked leaves 0; a blocked call of cost n leaves fewer than n.
 	Remaining int
 	// Level is how many calls the bucket holds after the check (the seed's
 	// counter); Remaining is Size - Level, or 0.
 	Level int
 	// RetryAfter is how long after At until the bucket admits the next
-	// call: 0 if it admits one now. It is positive whenever Blocked (the
-	// seed's resetMs: X-RateLimit-Reset and Retry-After).
+	// call of the same Cost: 0 if it admits one now. It is positive
+	// whenever Blocked (the seed's resetMs: X-RateLimit-Reset and
+	// Retry-After).
 	RetryAfter time.Duration
 	// ClearAfter is how long after At until the bucket is empty: 0 if it
 	// is empty now (the seed's fullResetMs: X-RateLimit-Clear).
@@ -68,33 +73,58 @@ type Bucket struct {
 }
 
 // Check checks one call against the bucket under lim at now, adding it if
-// it is admitted. It returns an error only for an invalid limit.
+// it is admitted. It returns an error only for an invalid limit. It is
+// CheckN with a cost of 1.
 func (b *Bucket) Check(lim Limit, now time.Time) (Result, error) {
+	return b.CheckN(lim, 1, now)
+}
+
+// CheckN checks a call of cost n (n units, such as the bytes of an upload
+// under a limit of bytes) against the bucket under lim at now: it is
+// admitted if the bucket holds at most Size - n, and then adds n. A call
+// of cost 0 is always admitted and changes nothing. It returns an error for
+// an invalid limit, or a cost below 0 or above lim.Size (ErrInvalidCost),
+// and then changes nothing.
+func (b *Bucket) CheckN(lim Limit, n int, now time.Time) (Result, error) {
 	p, err := lim.params()
 	if err != nil {
+		return Result{}, err
+	}
+	if err := checkCost(lim, p, n); err != nil {
 		return Result{}, err
 	}
 	var elapsed int64
 	if b.level > 0 {
 		elapsed = int64(now.Sub(b.anchor))
 	}
-	level, elapsed, blocked := step(p, b.level, elapsed, true)
-	if !blocked {
-		b.level = level
-		b.anchor = now.Add(-time.Duration(elapsed))
+	// A blocked call keeps the drips it found due too (a change of
+	// representation only), so that a later call at an earlier time (a
+	// clock stepped back) finds them done, as the stores do.
+	level, elapsed, blocked := step(p, b.level, elapsed, int64(n), true)
+	b.level = level
+	b.anchor = now.Add(-time.Duration(elapsed))
+	return result(lim, p, now, level, elapsed, int64(n), blocked), nil
+}
+
+// checkCost returns an error wrapping ErrInvalidCost unless 0 <= n <= the
+// size of p (lim's params).
+func checkCost(lim Limit, p params, n int) error {
+	if n < 0 || int64(n) > p.size {
+		return &CostError{Cost: n, Limit: lim}
 	}
-	return result(lim, p, now, level, elapsed, blocked), nil
+	return nil
 }
 
 // step is the model's arithmetic, on one bucket of p holding level calls
 // whose last drip was elapsed nanoseconds ago (negative if the clock is
-// behind it). It drips what is due, then checks a call and, if charge is
-// set and the call is admitted, adds it. It returns the new level, the new
-// time since the last drip and whether the call is blocked.
+// behind it). It drips what is due, then checks a call of cost n (blocked
+// if the level would pass the size) and, if charge is set and the call is
+// admitted, adds n. It returns the new level, the new time since the last
+// drip and whether the call is blocked.
 //
 // Every store runs this function (Redis runs its Lua twin, redisScript, and
 // its results go through result below), so all compute the same results.
-func step(p params, level, elapsed int64, charge bool) (newLevel, newElapsed int64, blocked bool) {
+func step(p params, level, elapsed, n int64, charge bool) (newLevel, newElapsed int64, blocked bool) {
 	if level > 0 && elapsed >= p.interval {
 		k := elapsed / p.interval
 		if k >= p.drips(level) {
@@ -107,30 +137,32 @@ func step(p params, level, elapsed int64, charge bool) (newLevel, newElapsed int
 	if level <= 0 {
 		level, elapsed = 0, 0
 	}
-	if level >= p.size {
+	if level+n > p.size {
 		return level, elapsed, true
 	}
 	if charge {
-		level++
+		level += n
 	}
 	return level, elapsed, false
 }
 
-// result builds the Result of a check decided at now that left the bucket
-// at level, elapsed nanoseconds after its last drip.
-func result(lim Limit, p params, now time.Time, level, elapsed int64, blocked bool) Result {
+// result builds the Result of a check of cost n decided at now that left
+// the bucket at level, elapsed nanoseconds after its last drip.
+func result(lim Limit, p params, now time.Time, level, elapsed, n int64, blocked bool) Result {
 	var remaining int
 	var retry, clear, next time.Duration
 	if level < p.size {
 		remaining = int(p.size - level)
-	} else {
-		// The next call waits until enough drips bring the level to S-1.
-		retry = time.Duration(p.drips(level+1-p.size)*p.interval - elapsed)
+	}
+	if level+n > p.size {
+		// The next call of cost n waits until enough drips bring the
+		// level to Size - n.
+		retry = time.Duration(p.drips(level+n-p.size)*p.interval - elapsed)
 	}
 	if level > 0 {
 		clear = time.Duration(p.drips(level)*p.interval - elapsed)
 		next = time.Duration(p.interval - elapsed)
 	}
-	return Result{Limit: lim, At: now, Blocked: blocked, Remaining: remaining, Level: int(level),
+	return Result{Limit: lim, Cost: int(n), At: now, Blocked: blocked, Remaining: remaining, Level: int(level),
 		RetryAfter: retry, ClearAfter: clear, NextDrip: next}
 }

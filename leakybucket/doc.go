@@ -17,6 +17,9 @@
 //     Check takes the time as an argument, reads no clock, and returns a
 //     [Result] (Blocked, Remaining, RetryAfter, ClearAfter, ...). Being over
 //     the limit is Blocked, never an error.
+//   - Calls may cost n units: [Bucket.CheckN], [Memory.CheckN] and
+//     [Redis.CheckN] admit a call if every bucket of it has room for n,
+//     and charge n to each or to none; the Results count in units.
 //   - [Store] checks calls by key. [Memory] keeps buckets in a sharded map
 //     (0 allocations per check, idle buckets forgotten without a
 //     goroutine); [Redis] keeps them in Redis, one Lua script per check on
@@ -75,7 +78,8 @@
 //
 //   - Redis unreachable, slow, or answering with an error: the check ends
 //     within RedisOptions.Timeout (100 ms by default, enforced even while
-//     go-redis waits for a connection's handshake) with an
+//     go-redis waits for a connection's handshake or a silent connection's
+//     answer, without a goroutine per check) with an
 //     [*UnavailableError] wrapping [ErrUnavailable], and the results of
 //     RedisOptions.OnUnavailable: [FailClosed] (the default: blocked, the
 //     middleware answers 503 with Retry-After), [FailOpen] (admitted,

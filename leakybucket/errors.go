@@ -17,6 +17,12 @@ var (
 	// limit": being over the limit is Result.Blocked, not an error.
 	ErrInvalidLimit = errors.New("leakybucket: invalid limit")
 
+	// ErrInvalidCost is returned (wrapped in a *CostError) for a call whose
+	// cost is below 0 or above the Size of one of its limits: such a call
+	// could never be admitted, so it is refused as an error rather than
+	// blocked for ever. Nothing is charged.
+	ErrInvalidCost = errors.New("leakybucket: invalid cost")
+
 	// ErrUnavailable is returned (wrapped in an *UnavailableError) when the
 	// Redis store could not decide a check: Redis is unreachable, too slow
 	// (RedisOptions.Timeout), or answered with an error. The results
@@ -39,6 +45,23 @@ func (e *LimitError) Error() string {
 
 // Unwrap returns ErrInvalidLimit.
 func (e *LimitError) Unwrap() error { return ErrInvalidLimit }
+
+// CostError describes a cost no bucket of the call could ever admit (or a
+// negative one). It wraps ErrInvalidCost.
+type CostError struct {
+	// Cost is the cost asked for.
+	Cost int
+	// Limit is the limit whose Size it exceeds.
+	Limit Limit
+}
+
+// Error returns "leakybucket: invalid cost <n> for limit <name> of size <S>".
+func (e *CostError) Error() string {
+	return "leakybucket: invalid cost " + strconv.Itoa(e.Cost) + " for limit " + strconv.Quote(e.Limit.name()) + " of size " + strconv.Itoa(e.Limit.Size)
+}
+
+// Unwrap returns ErrInvalidCost.
+func (e *CostError) Unwrap() error { return ErrInvalidCost }
 
 // Policy is what the Redis store decides when Redis cannot: see
 // RedisOptions.OnUnavailable.
@@ -79,8 +102,9 @@ func (p Policy) String() string {
 type UnavailableError struct {
 	// Policy is the policy that decided the check.
 	Policy Policy
-	// Err is the cause: a network error, a timeout (context.DeadlineExceeded)
-	// or an error reply from Redis.
+	// Err is the cause: a network error, a timeout (context.DeadlineExceeded,
+	// or a socket's timeout, a net.Error whose Timeout is true) or an error
+	// reply from Redis.
 	Err error
 	// RetryAfter is, for FailClosed, how long clients are told to wait
 	// (RedisOptions.RetryAfter); 0 for the other policies.

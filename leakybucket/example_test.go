@@ -284,3 +284,21 @@ func ExampleNewRedis() {
 	}
 	fmt.Println("blocked:", res.Blocked, "remaining:", res.Remaining)
 }
+
+func ExampleMemory_CheckNAt() {
+	// A quota of bytes: 1,000 at once, then 100 every second. A call costs
+	// its body's size; the call, or every limit of it, is admitted whole or
+	// not at all, and Remaining and RetryAfter count in bytes.
+	var store leakybucket.Memory
+	limits := []leakybucket.Limit{{Name: "upload-bytes", Size: 1000, DripRate: time.Second, DripSize: 100}}
+	for _, size := range []int{600, 300, 250, 100} {
+		r, _ := store.CheckNAt("alice", size, limits, nil, t0)
+		fmt.Printf("%d bytes: blocked=%v remaining=%d retry after %v\n", size, r[0].Blocked, r[0].Remaining, r[0].RetryAfter)
+	}
+	// RetryAfter is the wait of another call of the same size.
+	// Output:
+	// 600 bytes: blocked=false remaining=400 retry after 2s
+	// 300 bytes: blocked=false remaining=100 retry after 2s
+	// 250 bytes: blocked=true remaining=100 retry after 2s
+	// 100 bytes: blocked=false remaining=0 retry after 1s
+}

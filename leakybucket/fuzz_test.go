@@ -26,14 +26,20 @@ import (
 // Each byte of schedule is one call: its low 6 bits step the clock forward
 // by eighths of the first limit's drip interval, 0xF8 and above step it back
 // (a clock stepped back must only make buckets stricter), bit 6 picks the
-// key and bit 7 picks a two-limit check.
+// key and bit 7 picks a two-limit check. Call i costs costs[i % len(costs)]
+// modulo one more than the least Size of its limits (0 included: a call
+// that takes nothing), or 1 if costs is empty; the bound is then checked
+// in units.
 func FuzzModel(f *testing.F) {
-	f.Add(uint16(10), uint16(1), uint32(100_000), uint16(3), uint16(2), uint32(7_000), []byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 8, 8, 4, 4, 4, 63, 0, 0})
-	f.Add(uint16(5), uint16(2), uint32(1_000_000), uint16(1), uint16(0), uint32(1), []byte{0x80, 0x80, 0x80, 1, 7, 8, 0x88, 0xc0, 0xc0, 0x40, 0xff, 0, 0, 12})
-	f.Add(uint16(2), uint16(5), uint32(10_000), uint16(40), uint16(8), uint32(333), []byte{0, 0, 0, 8, 0, 0, 0xf8, 0xf8, 0, 0, 9, 9, 9, 0x49, 0x49})
-	f.Add(uint16(63), uint16(8), uint32(1), uint16(0), uint16(7), uint32(19_999), []byte("a burst, then a trickle, then a burst again: 0000000000000000000000000000000000000000"))
-	f.Add(uint16(0), uint16(0), uint32(0), uint16(0), uint16(0), uint32(0), []byte{0xff, 0xfe, 0, 0, 1, 2, 3})
-	f.Fuzz(func(t *testing.T, size, drip uint16, intervalUS uint32, size2, drip2 uint16, interval2US uint32, schedule []byte) {
+	f.Add(uint16(10), uint16(1), uint32(100_000), uint16(3), uint16(2), uint32(7_000), []byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 8, 8, 4, 4, 4, 63, 0, 0}, []byte{})
+	f.Add(uint16(5), uint16(2), uint32(1_000_000), uint16(1), uint16(0), uint32(1), []byte{0x80, 0x80, 0x80, 1, 7, 8, 0x88, 0xc0, 0xc0, 0x40, 0xff, 0, 0, 12}, []byte{1})
+	f.Add(uint16(2), uint16(5), uint32(10_000), uint16(40), uint16(8), uint32(333), []byte{0, 0, 0, 8, 0, 0, 0xf8, 0xf8, 0, 0, 9, 9, 9, 0x49, 0x49}, []byte{})
+	f.Add(uint16(63), uint16(8), uint32(1), uint16(0), uint16(7), uint32(19_999), []byte("a burst, then a trickle, then a burst again: 0000000000000000000000000000000000000000"), []byte{})
+	f.Add(uint16(0), uint16(0), uint32(0), uint16(0), uint16(0), uint32(0), []byte{0xff, 0xfe, 0, 0, 1, 2, 3}, []byte{})
+	// Costs: mixed 1–10 on buckets of 10, a cost of 0, a full-size cost.
+	f.Add(uint16(9), uint16(2), uint32(10_000), uint16(19), uint16(0), uint32(3_000), []byte{0, 0, 0, 0x80, 0x80, 4, 8, 0x48, 0xc8, 1, 2, 0, 0, 0x80, 9, 16}, []byte{3, 7, 10, 1, 0, 10, 5, 2, 9, 4, 6, 8})
+	f.Add(uint16(4), uint16(0), uint32(500), uint16(7), uint16(3), uint32(900), []byte{0, 0x80, 0, 0x80, 0xf9, 0, 3, 0x83, 0x43, 0xc3, 12, 0}, []byte{5, 0, 255, 3})
+	f.Fuzz(func(t *testing.T, size, drip uint16, intervalUS uint32, size2, drip2 uint16, interval2US uint32, schedule, costs []byte) {
 		limA := Limit{Name: "a", Size: 1 + int(size%64), DripSize: int(drip % 9), DripRate: time.Duration(1+intervalUS%20_000) * time.Microsecond}
 		limB := Limit{Name: "b", Size: 1 + int(size2%64), DripSize: int(drip2 % 9), DripRate: time.Duration(1+interval2US%20_000) * time.Microsecond}
 		if len(schedule) > 400 {
@@ -46,7 +52,9 @@ func FuzzModel(f *testing.F) {
 			refRaw      *refBucket // limA, at the schedule's times: the Bucket's reference
 			refA, refB  *refBucket // limA and limB at the store's times: Memory's references
 			admitted    []time.Time
+			units       []int // of admitted
 			memAdmitted []time.Time
+			memUnits    []int // of memAdmitted
 		}
 		keys := [2]*keyState{
 			{refRaw: newRef(limA), refA: newRef(limA), refB: newRef(limB)},
@@ -65,56 +73,83 @@ func FuzzModel(f *testing.F) {
 			}
 			ks := keys[c>>6&1]
 			key := fmt.Sprint("key", c>>6&1)
-			what := fmt.Sprintf("call %d (byte %#x) on %s at %v (store at %v)", i, c, key, now.Sub(t0), latest.Sub(t0))
+			single := c&0x80 == 0 || c >= 0xf8
+			cost := 1
+			if len(costs) > 0 {
+				most := limA.Size
+				if !single {
+					most = min(most, limB.Size)
+				}
+				cost = int(costs[i%len(costs)]) % (most + 1)
+			}
+			what := fmt.Sprintf("call %d (byte %#x, cost %d) on %s at %v (store at %v)", i, c, cost, key, now.Sub(t0), latest.Sub(t0))
 
-			if c&0x80 == 0 || c >= 0xf8 {
+			if single {
 				// limA alone: the Bucket at the schedule's time, Memory at
 				// its own.
-				got, err := ks.bucket.Check(limA, now)
+				got, err := ks.bucket.CheckN(limA, cost, now)
 				if err != nil {
 					t.Fatal(err)
 				}
-				sameAsRef(t, what+" (Bucket)", got, ks.refRaw.check(now))
+				sameAsRef(t, what+" (Bucket)", got, ks.refRaw.checkN(now, cost))
 				invariants(t, what, got)
 				if !got.Blocked {
 					ks.admitted = append(ks.admitted, now)
+					ks.units = append(ks.units, cost)
 				}
-				m, err := mem.CheckAt(key, limA, now)
+				var m Result
+				if cost == 1 {
+					m, err = mem.CheckAt(key, limA, now)
+				} else {
+					var ms []Result
+					ms, err = mem.CheckNAt(key, cost, []Limit{limA}, nil, now)
+					if err == nil {
+						m = ms[0]
+					}
+				}
 				if err != nil {
 					t.Fatal(err)
 				}
-				sameAsRef(t, what+" (Memory)", m, ks.refA.check(latest))
-				if !m.At.Equal(latest) {
-					t.Fatalf("%s: Memory decided at %v", what, m.At.Sub(t0))
+				sameAsRef(t, what+" (Memory)", m, ks.refA.checkN(latest, cost))
+				if !m.At.Equal(latest) || m.Cost != cost {
+					t.Fatalf("%s: Memory decided at %v, cost %d", what, m.At.Sub(t0), m.Cost)
 				}
 				if !m.Blocked {
 					ks.memAdmitted = append(ks.memAdmitted, latest)
+					ks.memUnits = append(ks.memUnits, cost)
 				}
 				continue
 			}
 			// Both limits at once: admitted only if neither blocks, and
 			// then charged to both.
-			blockA, blockB := ks.refA.wouldBlock(latest), ks.refB.wouldBlock(latest)
+			blockA, blockB := ks.refA.wouldBlockN(latest, cost), ks.refB.wouldBlockN(latest, cost)
 			admit := !blockA && !blockB
 			if admit {
-				ks.refA.charge(latest)
-				ks.refB.charge(latest)
+				ks.refA.chargeN(latest, cost)
+				ks.refB.chargeN(latest, cost)
 				ks.memAdmitted = append(ks.memAdmitted, latest)
+				ks.memUnits = append(ks.memUnits, cost)
 			}
-			got, err := mem.CheckAllAt(key, []Limit{limA, limB}, nil, now)
+			var got []Result
+			var err error
+			if cost == 1 {
+				got, err = mem.CheckAllAt(key, []Limit{limA, limB}, nil, now)
+			} else {
+				got, err = mem.CheckNAt(key, cost, []Limit{limA, limB}, nil, now)
+			}
 			if err != nil {
 				t.Fatal(err)
 			}
-			sameAsRef(t, what+" (CheckAllAt, a)", got[0], ks.refA.observe(latest, blockA && !admit))
-			sameAsRef(t, what+" (CheckAllAt, b)", got[1], ks.refB.observe(latest, blockB && !admit))
+			sameAsRef(t, what+" (CheckAllAt, a)", got[0], ks.refA.observeN(latest, blockA && !admit, cost))
+			sameAsRef(t, what+" (CheckAllAt, b)", got[1], ks.refB.observeN(latest, blockB && !admit, cost))
 			invariants(t, what, got[0])
 			invariants(t, what, got[1])
 		}
 		checkChains(t, mem)
 		for _, ks := range keys {
-			checkBound(t, limA, ks.memAdmitted) // the store's times are monotonic
+			checkBoundUnits(t, limA, ks.memAdmitted, ks.memUnits) // the store's times are monotonic
 			if monotonic {
-				checkBound(t, limA, ks.admitted)
+				checkBoundUnits(t, limA, ks.admitted, ks.units)
 			}
 		}
 	})
@@ -127,10 +162,10 @@ func invariants(t *testing.T, what string, r Result) {
 	switch {
 	case r.Remaining < 0 || r.Remaining > size || r.Remaining != max(size-r.Level, 0):
 		t.Fatalf("%s: Remaining %d with Level %d of %d", what, r.Remaining, r.Level, size)
-	case r.Blocked && (r.Remaining != 0 || r.RetryAfter <= 0):
-		t.Fatalf("%s: blocked with Remaining %d, RetryAfter %v", what, r.Remaining, r.RetryAfter)
-	case (r.RetryAfter > 0) != (r.Level >= size):
-		t.Fatalf("%s: RetryAfter %v with Level %d of %d", what, r.RetryAfter, r.Level, size)
+	case r.Blocked && (r.Remaining >= max(r.Cost, 1) || r.RetryAfter <= 0):
+		t.Fatalf("%s: blocked with Remaining %d, RetryAfter %v, cost %d", what, r.Remaining, r.RetryAfter, r.Cost)
+	case (r.RetryAfter > 0) != (r.Level+r.Cost > size):
+		t.Fatalf("%s: RetryAfter %v with Level %d of %d, cost %d", what, r.RetryAfter, r.Level, size, r.Cost)
 	case r.ClearAfter < r.RetryAfter || (r.ClearAfter > 0) != (r.Level > 0) || (r.NextDrip > 0) != (r.Level > 0):
 		t.Fatalf("%s: ClearAfter %v, RetryAfter %v, NextDrip %v, Level %d", what, r.ClearAfter, r.RetryAfter, r.NextDrip, r.Level)
 	case r.NextDrip > r.ClearAfter:

@@ -169,7 +169,14 @@ func (s *Memory) Check(_ context.Context, key string, lim Limit) (Result, error)
 // blocks and ignores ctx.
 func (s *Memory) CheckAll(_ context.Context, key string, limits []Limit, dst []Result) ([]Result, error) {
 	now, t := s.clock()
-	return s.checkAllAt(key, limits, dst, now, t)
+	return s.checkAllAt(key, 1, limits, dst, now, t)
+}
+
+// CheckN checks one call of cost n against every limit at the Clock's
+// time; see CheckNAt. It never blocks and ignores ctx.
+func (s *Memory) CheckN(_ context.Context, key string, n int, limits []Limit, dst []Result) ([]Result, error) {
+	now, t := s.clock()
+	return s.checkAllAt(key, n, limits, dst, now, t)
 }
 
 // clock returns the Clock's time, as a time and in ns since the epoch. With
@@ -228,8 +235,8 @@ func (s *Memory) checkAt(key string, lim Limit, now time.Time, t int64) (Result,
 	if e != nil {
 		level, elapsed = e.level, t-e.anchor
 	}
-	level, elapsed, blocked := step(p, level, elapsed, true)
-	r := result(lim, p, now, level, elapsed, blocked)
+	level, elapsed, blocked := step(p, level, elapsed, 1, true)
+	r := result(lim, p, now, level, elapsed, 1, blocked)
 	if !blocked {
 		s.commit(sh, e, h, id, level, t-elapsed, t+int64(r.ClearAfter), t)
 		s.maybeSweep(sh, t, e == nil)
@@ -246,11 +253,23 @@ func (s *Memory) checkAt(key string, lim Limit, now time.Time, t int64) (Result,
 // existing buckets.
 func (s *Memory) CheckAllAt(key string, limits []Limit, dst []Result, now time.Time) ([]Result, error) {
 	s.init()
-	return s.checkAllAt(key, limits, dst, now, int64(now.Sub(s.epoch)))
+	return s.checkAllAt(key, 1, limits, dst, now, int64(now.Sub(s.epoch)))
 }
 
-// checkAllAt is CheckAllAt at now, which is t ns after the epoch.
-func (s *Memory) checkAllAt(key string, limits []Limit, dst []Result, now time.Time, t int64) ([]Result, error) {
+// CheckNAt checks one call of cost n of key against every limit at now, at
+// once: the call is admitted only if every bucket (key, limit.Name) holds
+// at most its Size - n, and only then adds n to each (see Bucket.CheckN).
+// It appends one Result per limit to dst. The errors are CheckAllAt's, and
+// a cost below 0 or above a limit's Size (ErrInvalidCost); then nothing is
+// checked. A call of cost 0 is always admitted, changes nothing, and
+// describes the buckets as they are.
+func (s *Memory) CheckNAt(key string, n int, limits []Limit, dst []Result, now time.Time) ([]Result, error) {
+	s.init()
+	return s.checkAllAt(key, n, limits, dst, now, int64(now.Sub(s.epoch)))
+}
+
+// checkAllAt is CheckNAt at now, which is t ns after the epoch.
+func (s *Memory) checkAllAt(key string, n int, limits []Limit, dst []Result, now time.Time, t int64) ([]Result, error) {
 	var stack [maxStackLimits]params
 	ps := stack[:0]
 	if len(limits) > maxStackLimits {
@@ -260,6 +279,12 @@ func (s *Memory) checkAllAt(key string, limits []Limit, dst []Result, now time.T
 	if err != nil {
 		return dst, err
 	}
+	for i, p := range ps {
+		if err := checkCost(limits[i], p, n); err != nil {
+			return dst, err
+		}
+	}
+	cost := int64(n)
 	h := maphash.String(s.seed, key)
 	sh := &s.shards[h&s.mask]
 	type tentative struct {
@@ -280,13 +305,13 @@ func (s *Memory) checkAllAt(key string, limits []Limit, dst []Result, now time.T
 		if e != nil {
 			level, elapsed = e.level, t-e.anchor
 		}
-		level, elapsed, blocked := step(ps[i], level, elapsed, false)
+		level, elapsed, blocked := step(ps[i], level, elapsed, cost, false)
 		admit = admit && !blocked
 		ts = append(ts, tentative{e, level, elapsed})
 	}
 	if admit {
 		for i, lim := range limits {
-			level, elapsed, _ := step(ps[i], ts[i].level, ts[i].elapsed, true)
+			level, elapsed, _ := step(ps[i], ts[i].level, ts[i].elapsed, cost, true)
 			ts[i].level, ts[i].elapsed = level, elapsed
 			if ts[i].e != nil {
 				s.commit(sh, ts[i].e, h, bucketID{key, lim.name()}, level, t-elapsed, t-elapsed+ps[i].drips(level)*ps[i].interval, t)
@@ -297,7 +322,7 @@ func (s *Memory) checkAllAt(key string, limits []Limit, dst []Result, now time.T
 		// drained.
 		inserted := false
 		for i, lim := range limits {
-			if ts[i].e == nil {
+			if ts[i].e == nil && ts[i].level > 0 { // a call of cost 0 adds no bucket
 				inserted = true
 				anchor := t - ts[i].elapsed
 				s.commit(sh, nil, h, bucketID{key, lim.name()}, ts[i].level, anchor, anchor+ps[i].drips(ts[i].level)*ps[i].interval, t)
@@ -307,7 +332,7 @@ func (s *Memory) checkAllAt(key string, limits []Limit, dst []Result, now time.T
 	}
 	sh.mu.Unlock()
 	for i, lim := range limits {
-		dst = append(dst, result(lim, ps[i], now, ts[i].level, ts[i].elapsed, ts[i].level >= ps[i].size && !admit))
+		dst = append(dst, result(lim, ps[i], now, ts[i].level, ts[i].elapsed, cost, ts[i].level+cost > ps[i].size && !admit))
 	}
 	return dst, nil
 }

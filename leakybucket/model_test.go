@@ -47,25 +47,41 @@ func (b *refBucket) advance(now time.Time) {
 }
 
 // wouldBlock reports, after advance, whether a call at now is blocked.
-func (b *refBucket) wouldBlock(now time.Time) bool {
+func (b *refBucket) wouldBlock(now time.Time) bool { return b.wouldBlockN(now, 1) }
+
+// wouldBlockN reports, after advance, whether a call of cost n at now is
+// blocked.
+func (b *refBucket) wouldBlockN(now time.Time, n int) bool {
 	b.advance(now)
-	return b.level >= b.size
+	return b.level+n > b.size
 }
 
 // charge adds an admitted call at now (after advance).
-func (b *refBucket) charge(now time.Time) {
+func (b *refBucket) charge(now time.Time) { b.chargeN(now, 1) }
+
+// chargeN adds an admitted call of cost n at now (after advance).
+func (b *refBucket) chargeN(now time.Time, n int) {
+	if n == 0 {
+		return
+	}
 	if b.level == 0 {
 		b.next = now.Add(b.interval)
 	}
-	b.level++
+	b.level += n
 }
 
 // observe describes the bucket at now, after a check that blocked or not.
 func (b *refBucket) observe(now time.Time, blocked bool) refResult {
+	return b.observeN(now, blocked, 1)
+}
+
+// observeN describes the bucket at now, after a check of cost n that
+// blocked or not: RetryAfter is the wait of the next call of cost n.
+func (b *refBucket) observeN(now time.Time, blocked bool, n int) refResult {
 	r := refResult{blocked: blocked, level: b.level, remaining: max(b.size-b.level, 0)}
 	c := *b
 	t := now
-	for c.level >= c.size { // wait for drips until a call fits
+	for c.level+n > c.size { // wait for drips until a call fits
 		t = c.next
 		c.level = max(c.level-c.drip, 0)
 		c.next = c.next.Add(c.interval)
@@ -85,12 +101,15 @@ func (b *refBucket) observe(now time.Time, blocked bool) refResult {
 }
 
 // check is one call against the reference bucket alone.
-func (b *refBucket) check(now time.Time) refResult {
-	blocked := b.wouldBlock(now)
+func (b *refBucket) check(now time.Time) refResult { return b.checkN(now, 1) }
+
+// checkN is one call of cost n against the reference bucket alone.
+func (b *refBucket) checkN(now time.Time, n int) refResult {
+	blocked := b.wouldBlockN(now, n)
 	if !blocked {
-		b.charge(now)
+		b.chargeN(now, n)
 	}
-	return b.observe(now, blocked)
+	return b.observeN(now, blocked, n)
 }
 
 func sameAsRef(t *testing.T, what string, got Result, want refResult) {
@@ -326,12 +345,30 @@ func bound(size, drip int, interval, w time.Duration) int {
 // holds more admissions than admitBound.
 func checkBound(t testing.TB, lim Limit, admitted []time.Time) {
 	t.Helper()
+	checkBoundUnits(t, lim, admitted, nil)
+}
+
+// checkBoundUnits fails t if any interval between two admission times
+// (sorted) holds more units than admitBound: units[i] is the cost of
+// admission i (1 if units is nil). The bound holds for units as it does for
+// calls of cost 1: the level never passes S, and each of the at most
+// floor(w/R) + 1 drips within the interval frees at most min(D, S) (only
+// floor(w/R) of them if the bucket was empty just before the first
+// admission, which leaves the S - 1).
+func checkBoundUnits(t testing.TB, lim Limit, admitted []time.Time, units []int) {
+	t.Helper()
 	ref := newRef(lim)
 	for j := range admitted {
+		n := 0
 		for i := j; i >= 0; i-- {
+			if units == nil {
+				n++
+			} else {
+				n += units[i]
+			}
 			w := admitted[j].Sub(admitted[i])
-			if n, b := j-i+1, bound(ref.size, ref.drip, ref.interval, w); n > b {
-				t.Fatalf("%d calls admitted within %v (from %v to %v after the first admission), more than the bound %d for %v",
+			if b := bound(ref.size, ref.drip, ref.interval, w); n > b {
+				t.Fatalf("%d units admitted within %v (from %v to %v after the first admission), more than the bound %d for %v",
 					n, w, admitted[i].Sub(admitted[0]), admitted[j].Sub(admitted[0]), b, lim)
 			}
 		}

@@ -28,10 +28,33 @@ type RedisOptions struct {
 	// must not contain '{': the key's hash tag follows it.
 	Prefix string
 	// Timeout bounds each check: past it the check is decided by
-	// OnUnavailable, even if the client is still waiting (for a new
-	// connection's handshake, go-redis waits its ReadTimeout, not the
-	// context's deadline). 0 means DefaultTimeout (100 ms); negative means
-	// no bound but the context's, and whatever go-redis honours of it.
+	// OnUnavailable. 0 means DefaultTimeout (100 ms); negative means no
+	// bound but the context's, and whatever go-redis honours of it.
+	//
+	// It holds whatever Redis does (refuses connections, hangs, or goes
+	// silent on connections already open) and whatever the client's own
+	// ReadTimeout (5 s by default), without a goroutine or a timer of the
+	// store's own per check: a *redis.Client is used through its
+	// WithTimeout(Timeout) clone, which shares its connections and puts
+	// Timeout on every socket read and write (a new connection's handshake
+	// included), while a context deadline of Timeout bounds the waits for
+	// a connection, a dial and a retry's backoff. A client with
+	// ContextTimeoutEnabled already bounds its sockets by the context's
+	// deadline and is used as it is, hooks and all: the clone runs none of
+	// the client's hooks (go-redis's WithTimeout does not copy them), so
+	// set ContextTimeoutEnabled on a client whose hooks (tracing, metrics)
+	// must see the store's calls. A *redis.ClusterClient or *redis.Ring
+	// without ContextTimeoutEnabled, or a Scripter of another kind, may
+	// not bound a handshake's read by the context: each of its checks runs
+	// on a goroutine of its own, and the check stops waiting at the
+	// deadline.
+	//
+	// A connection whose read passed Timeout is closed by go-redis and
+	// redialled by the next check that needs one, so under overload (answers
+	// later than Timeout because Redis, or this process, is saturated)
+	// checks are refused rather than slowed down: see docs/leaky-bucket.md,
+	// "Under overload". A larger Timeout trades the failure time for
+	// patience.
 	Timeout time.Duration
 	// OnUnavailable decides checks while Redis cannot: FailClosed (the
 	// zero value), FailOpen or FailLocal.
@@ -72,11 +95,11 @@ type RedisOptions struct {
 // context's error and no results.
 //
 // A Redis is safe for concurrent use. It runs nothing in the background
-// and holds no connection of its own (close the client to release them);
-// each check's call to Redis runs on a goroutine that ends with that call
-// (see RedisOptions.Timeout).
+// and holds no connection of its own (close the client to release them).
+// A check runs on its caller's goroutine (but see RedisOptions.Timeout
+// for clients other than a *redis.Client).
 type Redis struct {
-	client     redis.Scripter
+	call       caller
 	prefix     string
 	timeout    time.Duration
 	policy     Policy
@@ -105,7 +128,6 @@ func NewRedis(client redis.Scripter, opts RedisOptions) (*Redis, error) {
 		return nil, errors.New("leakybucket: NewRedis: unknown policy " + opts.OnUnavailable.String())
 	}
 	r := &Redis{
-		client:     client,
 		prefix:     opts.Prefix,
 		timeout:    opts.Timeout,
 		policy:     opts.OnUnavailable,
@@ -125,6 +147,7 @@ func NewRedis(client redis.Scripter, opts RedisOptions) (*Redis, error) {
 	if r.policy == FailLocal && r.fallback == nil {
 		r.fallback = new(Memory)
 	}
+	r.call = newCaller(client, r.timeout)
 	return r, nil
 }
 
@@ -139,27 +162,45 @@ func (r *Redis) Check(ctx context.Context, key string, lim Limit) (Result, error
 }
 
 // CheckAll implements Store: one script run decides the call against every
-// limit, on Redis's clock. See Redis for the errors.
+// limit, on Redis's clock. See Redis for the errors. It is CheckN with a
+// cost of 1.
 func (r *Redis) CheckAll(ctx context.Context, key string, limits []Limit, dst []Result) ([]Result, error) {
-	ps, err := appendParams(make([]params, 0, len(limits)), limits)
+	return r.CheckN(ctx, key, 1, limits, dst)
+}
+
+// CheckN checks one call of cost n against every limit at once, in one
+// script run on Redis's clock: admitted only if every bucket holds at most
+// its Size - n, and only then charged n in each (see Memory.CheckNAt). A
+// cost below 0 or above a limit's Size is ErrInvalidCost and never
+// reaches Redis; the other errors are CheckAll's.
+func (r *Redis) CheckN(ctx context.Context, key string, n int, limits []Limit, dst []Result) ([]Result, error) {
+	var stack [maxStackLimits]params
+	ps, err := appendParams(stack[:0], limits)
 	if err != nil {
 		return dst, err
 	}
-	keys := make([]string, len(limits))
-	args := make([]any, 2, 2+3*len(limits))
-	for i, lim := range limits {
-		keys[i] = r.prefix + "{" + key + "}:" + lim.name()
-		args = append(args, ps[i].size, ps[i].interval/1000, ps[i].drip)
-	}
-	args[0], args[1] = "", r.minTTL.Milliseconds()
-	if r.now != nil {
-		args[0] = r.now().UnixMicro()
+	for i, p := range ps {
+		if err := checkCost(limits[i], p, n); err != nil {
+			return dst, err
+		}
 	}
 	if len(limits) == 0 {
 		return dst, nil
 	}
+	sc := newScriptCall(redisScript, redisScriptSrc, len(limits), 3+4*len(limits))
+	for _, lim := range limits {
+		sc.args = append(sc.args, r.prefix+"{"+key+"}:"+lim.name())
+	}
+	now := ""
+	if r.now != nil {
+		now = strconv.FormatInt(r.now().UnixMicro(), 10)
+	}
+	sc.args = append(sc.args, now, r.minTTL.Milliseconds(), n)
+	for _, p := range ps {
+		sc.args = append(sc.args, p.size, p.interval/1000, p.drip)
+	}
 
-	reply, err := r.run(ctx, keys, args)
+	reply, err := r.call.run(ctx, sc)
 	if err == nil && len(reply) != 2+2*len(limits) {
 		err = errors.New("leakybucket: script replied " + strconv.Itoa(len(reply)) + " integers, want " + strconv.Itoa(2+2*len(limits)))
 	}
@@ -167,52 +208,24 @@ func (r *Redis) CheckAll(ctx context.Context, key string, limits []Limit, dst []
 		if ctx.Err() != nil {
 			return dst, ctx.Err()
 		}
-		return r.unavailable(ctx, key, limits, ps, dst, err)
+		return r.unavailable(ctx, key, n, limits, ps, dst, err)
 	}
 
 	nowUS, admitted := reply[0], reply[1] == 1
-	now := time.UnixMicro(nowUS)
+	at := time.UnixMicro(nowUS)
 	for i, lim := range limits {
 		level, anchorUS := reply[2+2*i], reply[3+2*i]
 		var elapsed int64
 		if level > 0 {
 			elapsed = (nowUS - anchorUS) * 1000
 		}
-		dst = append(dst, result(lim, ps[i], now, level, elapsed, !admitted && level >= ps[i].size))
+		dst = append(dst, result(lim, ps[i], at, level, elapsed, int64(n), !admitted && level+int64(n) > ps[i].size))
 	}
 	return dst, nil
 }
 
-// run runs the script, within r.timeout. go-redis does not bound every
-// wait by the context (a new connection's handshake waits for the client's
-// ReadTimeout, 5 s by default, whatever the deadline), so the call runs on
-// a goroutine of its own and run stops waiting at the deadline: the
-// goroutine ends when go-redis gives up, or when the client is closed.
-func (r *Redis) run(ctx context.Context, keys []string, args []any) ([]int64, error) {
-	if r.timeout < 0 {
-		return redisScript.Run(ctx, r.client, keys, args...).Int64Slice()
-	}
-	rctx, cancel := context.WithTimeout(ctx, r.timeout)
-	defer cancel()
-	type answer struct {
-		reply []int64
-		err   error
-	}
-	done := make(chan answer, 1)
-	go func() {
-		reply, err := redisScript.Run(rctx, r.client, keys, args...).Int64Slice()
-		done <- answer{reply, err}
-	}()
-	select {
-	case a := <-done:
-		return a.reply, a.err
-	case <-rctx.Done():
-		return nil, rctx.Err()
-	}
-}
-
 // unavailable decides a check Redis could not, by the policy.
-func (r *Redis) unavailable(ctx context.Context, key string, limits []Limit, ps []params, dst []Result, cause error) ([]Result, error) {
+func (r *Redis) unavailable(ctx context.Context, key string, n int, limits []Limit, ps []params, dst []Result, cause error) ([]Result, error) {
 	uerr := &UnavailableError{Policy: r.policy, Err: cause}
 	if r.policy == FailClosed {
 		uerr.RetryAfter = r.retryAfter
@@ -226,7 +239,7 @@ func (r *Redis) unavailable(ctx context.Context, key string, limits []Limit, ps 
 				shared[i] = lim // a share too slow to express: the full limit
 			}
 		}
-		out, err := r.fallback.CheckAll(ctx, key, shared, dst)
+		out, err := r.fallback.CheckN(ctx, key, min(n, minSize(shared)), shared, dst)
 		if err != nil {
 			return dst, err
 		}
@@ -234,88 +247,26 @@ func (r *Redis) unavailable(ctx context.Context, key string, limits []Limit, ps 
 	case FailOpen:
 		now := time.Now()
 		for i, lim := range limits {
-			level, elapsed, _ := step(ps[i], 0, 0, true)
-			dst = append(dst, result(lim, ps[i], now, level, elapsed, false))
+			level, elapsed, _ := step(ps[i], 0, 0, int64(n), true)
+			dst = append(dst, result(lim, ps[i], now, level, elapsed, int64(n), false))
 		}
 		return dst, uerr
 	}
 	now := time.Now()
 	for _, lim := range limits {
 		dst = append(dst, Result{
-			Limit: lim, At: now, Blocked: true, Level: lim.Size,
+			Limit: lim, Cost: n, At: now, Blocked: true, Level: lim.Size,
 			RetryAfter: r.retryAfter, ClearAfter: r.retryAfter, NextDrip: r.retryAfter,
 		})
 	}
 	return dst, uerr
 }
 
-// redisScript is the model (step) in Lua, for every bucket of one call at
-// once. Times are integer microseconds since the Unix epoch: below 2^53, so
-// Lua's doubles hold them, and their quotients floor exactly.
-//
-//	KEYS[i]  the bucket of limit i
-//	ARGV[1]  "" to read the clock with TIME; otherwise the time (a test seam)
-//	ARGV[2]  the least TTL of a key, ms (0 but for a test's fake clock)
-//	ARGV[3i], ARGV[3i+1], ARGV[3i+2]  size, drip interval (µs), drip size of limit i
-//
-// It returns {now, admitted (0 or 1), level_1, anchor_1, ..., level_n,
-// anchor_n}: each bucket's level and last drip after the check. A key holds
-// "level:anchor" and expires when its bucket has drained; only an admitted
-// call writes. Numbers are written with %d: Lua's default format keeps 14
-// digits, too few for a time in microseconds.
-var redisScript = redis.NewScript(`
-local now
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(ARGV[1])
-end
-local minttl = tonumber(ARGV[2])
-local n = #KEYS
-local levels, anchors = {}, {}
-local admit = 1
-for i = 1, n do
-  local size, interval, drip = tonumber(ARGV[3*i]), tonumber(ARGV[3*i+1]), tonumber(ARGV[3*i+2])
-  local level, anchor = 0, now
-  local v = redis.call('GET', KEYS[i])
-  if v then
-    local l, a = string.match(v, '^(%d+):(%-?%d+)$')
-    if not l then
-      return redis.error_reply('leakybucket: key ' .. KEYS[i] .. ' does not hold a bucket')
-    end
-    level, anchor = tonumber(l), tonumber(a)
-    if level > 0 and now - anchor >= interval then
-      local k = math.floor((now - anchor) / interval)
-      if k >= math.ceil(level / drip) then
-        level = 0
-      else
-        level = level - k * drip
-        anchor = anchor + k * interval
-      end
-    end
-  end
-  if level <= 0 then
-    level, anchor = 0, now
-  end
-  if level >= size then
-    admit = 0
-  end
-  levels[i], anchors[i] = level, anchor
-end
-if admit == 1 then
-  for i = 1, n do
-    local interval, drip = tonumber(ARGV[3*i+1]), tonumber(ARGV[3*i+2])
-    levels[i] = levels[i] + 1
-    local clear = anchors[i] + math.ceil(levels[i] / drip) * interval - now
-    local ttl = math.max(math.ceil(clear / 1000), minttl, 1)
-    redis.call('SET', KEYS[i], string.format('%d:%d', levels[i], anchors[i]), 'PX', string.format('%d', ttl))
-  end
-end
-local out = {now, admit}
-for i = 1, n do
-  out[2*i+1] = levels[i]
-  out[2*i+2] = anchors[i]
-end
-return out
-`)
+// minSize returns the least Size of limits.
+func minSize(limits []Limit) int {
+	m := MaxSize
+	for _, lim := range limits {
+		m = min(m, lim.Size)
+	}
+	return m
+}

@@ -57,7 +57,7 @@ func (c *fakeClock) Set(t time.Time) {
 // whole microseconds, through the Redis store (its script reading the
 // clock from an argument instead of TIME) and the Memory store: every
 // result, field by field, must be the same, for single checks and checks of
-// two limits over three keys.
+// two limits over three keys, of cost 1 and of costs 0 to 7.
 func TestRedisMatchesMemory(t *testing.T) {
 	s := redistest.Start(t)
 	clock := &fakeClock{now: t0}
@@ -89,11 +89,20 @@ func TestRedisMatchesMemory(t *testing.T) {
 		if rng.IntN(3) == 0 {
 			lims = limits[1:]
 		}
-		want, err := m.CheckAllAt(key, lims, nil, now)
+		cost := 1 // and a third of the calls cost 0 to 7 (the least Size)
+		if rng.IntN(3) == 0 {
+			cost = rng.IntN(8)
+		}
+		want, err := m.CheckNAt(key, cost, lims, nil, now)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := r.CheckAll(ctx, key, lims, nil)
+		var got []Result
+		if cost == 1 {
+			got, err = r.CheckAll(ctx, key, lims, nil)
+		} else {
+			got, err = r.CheckN(ctx, key, cost, lims, nil)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -112,7 +121,7 @@ func TestRedisMatchesMemory(t *testing.T) {
 }
 
 func sameResult(a, b Result) bool {
-	return a.At.Equal(b.At) && a.Limit == b.Limit && a.Blocked == b.Blocked && a.Remaining == b.Remaining &&
+	return a.At.Equal(b.At) && a.Limit == b.Limit && a.Cost == b.Cost && a.Blocked == b.Blocked && a.Remaining == b.Remaining &&
 		a.Level == b.Level && a.RetryAfter == b.RetryAfter && a.ClearAfter == b.ClearAfter && a.NextDrip == b.NextDrip
 }
 
@@ -203,7 +212,9 @@ func (h *countHook) take() []string {
 
 func TestRedisOneRoundTripPerCheck(t *testing.T) {
 	s := redistest.Start(t)
-	c := newTestClient(t, s)
+	// With ContextTimeoutEnabled the store uses the client as it is, hooks
+	// and all (a default client's WithTimeout clone runs none of them).
+	c := newTestClient(t, s, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
 	hook := &countHook{}
 	c.AddHook(hook)
 	r, _ := NewRedis(c, RedisOptions{})
