@@ -341,3 +341,28 @@ func TestSendDuringCloseAlwaysGetsAnOutcome(t *testing.T) {
 	}
 	assert.Equal(t, 800, n)
 }
+
+// MaxWait weighs the requests still waiting ahead, not those their callers
+// cancelled while they waited (which the queue drops only when they reach
+// its head): a request whose true wait is within the bound is not refused.
+func TestMaxWaitDoesNotCountCancelledRequests(t *testing.T) {
+	rs := rules(1, time.Second, [2]string{"GET", "/channels/{channel_id}"})
+	h := newHarness(t, sluicetest.Options{Rules: rs}, sluice.Options{})
+	_, err := h.lim.Do(context.Background(), req("GET", "/channels/1", ""))
+	require.NoError(t, err, "the bucket is learned: 1 per second, spent")
+	ctx, cancel := context.WithCancel(context.Background())
+	var queued []*sluice.Future
+	for range 5 {
+		queued = append(queued, h.lim.Send(ctx, req("GET", "/channels/1", "")))
+	}
+	cancel()
+	for _, f := range queued {
+		_, err := f.Await(context.Background())
+		require.ErrorIs(t, err, context.Canceled)
+	}
+	// Five cancelled requests are still in the queue: counted, the wait
+	// would be about 6 s; alone, this one waits for the next window.
+	_, err = h.lim.Do(sluice.WithMaxWait(context.Background(), 1500*time.Millisecond), req("GET", "/channels/1", ""))
+	require.NoError(t, err, "its true wait is within MaxWait")
+	assert.Equal(t, 2, h.srv.Stats().Requests)
+}

@@ -328,6 +328,18 @@ func (b *bucket) enqueue(c *Call) {
 	// global window's pause, not the global forecast, which counts other
 	// buckets' calls that admission may well serve later.
 	start, _, known := l.slot(now, len(l.queue))
+	limit := b.sys.cfg.MaxWait
+	if c.MaxWait > 0 && (limit == 0 || c.MaxWait < limit) {
+		limit = c.MaxWait
+	}
+	if dl, ok := c.Ctx.Deadline(); ok && (limit == 0 || dl.Sub(now) < limit) {
+		limit = dl.Sub(now)
+	}
+	if limit > 0 && start.Sub(now) > limit {
+		// The queue learns of calls cancelled while they waited only at
+		// its head: before refusing, count the live ones alone.
+		start, _, known = l.slot(now, l.compact())
+	}
 	wait, by := start.Sub(now), BoundBucket
 	if gw := b.sys.groups.reserve(c, now); gw > wait {
 		wait, by = gw, BoundDeclared
@@ -339,13 +351,6 @@ func (b *bucket) enqueue(c *Call) {
 	}
 	c.stamp(now.Add(wait), known || by == BoundDeclared, l, now) // a declared window is a forecast too
 	if wait > 0 {
-		limit := b.sys.cfg.MaxWait
-		if c.MaxWait > 0 && (limit == 0 || c.MaxWait < limit) {
-			limit = c.MaxWait
-		}
-		if dl, ok := c.Ctx.Deadline(); ok && (limit == 0 || dl.Sub(now) < limit) {
-			limit = dl.Sub(now)
-		}
 		if limit > 0 && wait > limit {
 			declared := ""
 			if by == BoundDeclared {

@@ -181,6 +181,21 @@ func (l *lane) head() *Call {
 	return nil
 }
 
+// compact drops the finished calls from the whole queue (cancelled by
+// their callers while they waited: head drops them only once they reach
+// it) and returns how many calls it holds.
+func (l *lane) compact() int {
+	out := l.queue[:0]
+	for _, c := range l.queue {
+		if !c.Finished() {
+			out = append(out, c)
+		}
+	}
+	clear(l.queue[len(out):])
+	l.queue = out
+	return len(out)
+}
+
 func (l *lane) pop() {
 	l.queue[0] = nil
 	l.queue = l.queue[1:]
