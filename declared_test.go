@@ -301,3 +301,44 @@ func TestDeclaredLimitCancelledRequestsLeaveNoPlace(t *testing.T) {
 		assert.Zero(t, g.Waiting, "a request with an outcome keeps no place: %+v", g)
 	}
 }
+
+// A request cancelled while it waited in a declared group leaves its place
+// to the next request the group reserves: that newcomer goes in the place,
+// ahead of the requests reserved after it in its lane, as its ETA says.
+// Before, it waited behind all of them (its bucket's FIFO), the place went
+// unused, and its ETA said a window too early.
+func TestDeclaredGroupNewcomerGoesInACancelledPlace(t *testing.T) {
+	h := newHarness(t, sluicetest.Options{Rules: roleRules()}, sluice.Options{Limits: []sluice.Limit{
+		{Name: "member_roles", Routes: []string{"PUT " + roleRoute}, Per: "guild_id", Count: 1, Window: 500 * time.Millisecond},
+	}})
+	put := func(i int) *http.Request { return req("PUT", fmt.Sprintf("/guilds/1/members/%d/roles/9", i), "") }
+	a := h.lim.Send(context.Background(), put(1)) // the group's places: now, +0.5 s, +1 s, +1.5 s
+	ctx, cancel := context.WithCancel(context.Background())
+	b := h.lim.Send(ctx, put(2))
+	c := h.lim.Send(context.Background(), put(3))
+	d := h.lim.Send(context.Background(), put(4))
+	for _, f := range []*sluice.Future{b, c, d} {
+		_, err := f.ETA(context.Background()) // queued, its place reserved
+		require.NoError(t, err)
+	}
+	cancel()
+	_, err := b.Await(context.Background())
+	require.ErrorIs(t, err, context.Canceled)
+	e := h.lim.Send(context.Background(), put(5))
+	eta, err := e.ETA(context.Background())
+	require.NoError(t, err)
+	cETA, err := c.ETA(context.Background())
+	require.NoError(t, err)
+	assert.True(t, eta.Start.Before(cETA.Start), "the newcomer has the cancelled place, before c's: %v, c %v", eta, cETA)
+	_, err = a.Await(context.Background())
+	require.NoError(t, err)
+	_, err = e.Await(context.Background())
+	require.NoError(t, err)
+	select {
+	case <-c.Done():
+		t.Fatal("c, reserved a window after the newcomer's place, went first")
+	default:
+	}
+	awaitAll(t, []*sluice.Future{c, d})
+	h.srv.AssertNoViolations(t)
+}

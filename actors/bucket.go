@@ -364,7 +364,9 @@ func (b *bucket) enqueue(c *Call) {
 	c.queuedAt = now
 	b.sys.tel.event(c, "queued", attribute.String("sluice.bucket", l.key))
 	l.queue = append(l.queue, c)
-	l.order(len(l.queue) - 1)
+	if l.order(len(l.queue) - 1) {
+		b.restamp(l, now) // its place moved the calls behind it
+	}
 }
 
 // ready reports whether l's head may go now as far as the buckets are

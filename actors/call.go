@@ -83,6 +83,11 @@ type Call struct {
 	// (System.reserveShared, before the call reaches its actor); nil
 	// otherwise.
 	shared *sharedPlace
+	// placeAt is the start of the call's window in its declared groups
+	// counted in this process (the latest of them), as reserved when it
+	// was queued: its lane keeps its queue in that order (lane.order).
+	// Zero without such groups. The bucket actor's only.
+	placeAt time.Time
 
 	// Read by the outcome hook, which may run on another goroutine.
 	sends       atomic.Int64 // attempts put on the wire

@@ -104,18 +104,19 @@ func (s *groupSet) each(c *Call, now time.Time, f func(g *ratelimit.Group) bool)
 // reserve schedules c in each of its groups and returns how long until
 // the latest of its windows opens.
 func (s *groupSet) reserve(c *Call, now time.Time) time.Duration {
-	var wait time.Duration
 	if len(c.Limits) == 0 {
 		return 0
 	}
 	if sh := c.shared; sh != nil {
 		return max(0, sh.wait(now))
 	}
+	var at time.Time
 	s.each(c, now, func(g *ratelimit.Group) bool {
-		wait = max(wait, g.Reserve(now, c.ID).Start.Sub(now))
+		at = later(at, g.Reserve(now, c.ID).Start)
 		return true
 	})
-	return wait
+	c.placeAt = at
+	return max(0, at.Sub(now))
 }
 
 // ready reports whether every group of c lets it go at now; otherwise wait
@@ -401,16 +402,19 @@ func (s *System) reserveShared(c *Call) {
 }
 
 // order moves the call at l.queue[i] to its place among its neighbours in
-// the order of their shared groups' windows (sharedPlace): a call reserved
-// in a later window never holds the lane before one reserved earlier,
-// whatever order they reached the actor in (callers' goroutines reserve
-// concurrently), and a call whose window moved (it missed it) goes behind
-// the ones now due first. Calls without a shared place keep their FIFO
-// order: the scan stops at them.
-func (l *lane) order(i int) {
+// the order of their declared groups' windows (placeStart): a call
+// reserved in a later window never holds the lane before one reserved
+// earlier, whatever order they reached the actor in (callers' goroutines
+// reserve concurrently in a shared store), a call whose window moved (it
+// missed it) goes behind the ones now due first, and a newcomer given the
+// place of a call cancelled while it waited goes in that place, not behind
+// every call reserved after it (which would leave the place unused and its
+// ETA wrong). Calls without a place keep their FIFO order: the scan stops
+// at them. It reports whether the call moved.
+func (l *lane) order(i int) (moved bool) {
 	start, ok := placeStart(l.queue[i])
 	if !ok {
-		return
+		return false
 	}
 	q := l.queue
 	for i > 0 { // earlier than the one before it: move forward
@@ -420,6 +424,7 @@ func (l *lane) order(i int) {
 		}
 		q[i-1], q[i] = q[i], q[i-1]
 		i--
+		moved = true
 	}
 	for i < len(q)-1 { // later than the one after it: move back
 		s, ok := placeStart(q[i+1])
@@ -428,14 +433,17 @@ func (l *lane) order(i int) {
 		}
 		q[i+1], q[i] = q[i], q[i+1]
 		i++
+		moved = true
 	}
+	return moved
 }
 
-// placeStart returns the start of c's reserved window in its shared
-// groups, if it has one.
+// placeStart returns the start of c's reserved window in its declared
+// groups, if it has one: in a shared store, or in this process's (as
+// reserved when it was queued).
 func placeStart(c *Call) (time.Time, bool) {
 	if c.shared == nil {
-		return time.Time{}, false
+		return c.placeAt, !c.placeAt.IsZero()
 	}
 	p := c.shared.place.Load()
 	if p == nil {
