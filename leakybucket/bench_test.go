@@ -231,3 +231,47 @@ func benchRedisThroughput(b *testing.B, timeout time.Duration) {
 	b.ReportMetric(float64(b.N)/time.Since(began).Seconds(), "checks/s")
 	b.ReportMetric(float64(refused.Load())/float64(b.N), "refused/op")
 }
+
+// drainedLimit is a bucket of 10 that drips 10 every microsecond: between
+// two visits of a key (a round over 10,000 keys) its bucket has fully
+// drained, so every check finds it empty (or forgotten) and starts it
+// anew. drainedRate is the x/time/rate limiter of the same rate and burst.
+var (
+	drainedLimit = Limit{Name: "api", Size: 10, DripRate: time.Microsecond, DripSize: 10}
+	drainedRate  = func() *rate.Limiter { return rate.NewLimiter(rate.Every(time.Microsecond/10), 10) }
+)
+
+// BenchmarkMemoryCheckDrained: one goroutine over 10,000 keys, each
+// visited after its bucket has drained (the store has usually forgotten
+// it by then: a client that comes back after a pause).
+func BenchmarkMemoryCheckDrained(b *testing.B) {
+	var m Memory
+	keys := benchKeys()
+	ctx := context.Background()
+	for _, k := range keys {
+		m.Check(ctx, k, drainedLimit)
+	}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if r, _ := m.Check(ctx, keys[i%len(keys)], drainedLimit); r.Blocked {
+			b.Fatal("blocked")
+		}
+	}
+}
+
+// BenchmarkRateKeyedDrained is the same with a sync.Map of *rate.Limiter:
+// each visited limiter is full again.
+func BenchmarkRateKeyedDrained(b *testing.B) {
+	var limiters sync.Map
+	keys := benchKeys()
+	for _, k := range keys {
+		limiters.Store(k, drainedRate())
+	}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		lim, _ := limiters.Load(keys[i%len(keys)])
+		if !lim.(*rate.Limiter).Allow() {
+			b.Fatal("refused")
+		}
+	}
+}

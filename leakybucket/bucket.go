@@ -85,7 +85,7 @@ func (b *Bucket) Check(lim Limit, now time.Time) (Result, error) {
 // of cost 0 is always admitted and changes nothing. It returns an error for
 // an invalid limit, or a cost below 0 or above lim.Size (ErrInvalidCost),
 // and then changes nothing.
-func (b *Bucket) CheckN(lim Limit, n int, now time.Time) (Result, error) {
+func (b *Bucket) CheckN(lim Limit, n int, now time.Time) (r Result, err error) {
 	p, err := lim.params()
 	if err != nil {
 		return Result{}, err
@@ -103,7 +103,8 @@ func (b *Bucket) CheckN(lim Limit, n int, now time.Time) (Result, error) {
 	level, elapsed, blocked := step(p, b.level, elapsed, int64(n), true)
 	b.level = level
 	b.anchor = now.Add(-time.Duration(elapsed))
-	return result(lim, p, now, level, elapsed, int64(n), blocked), nil
+	fillResult(&r, lim, p, now, level, elapsed, int64(n), blocked)
+	return r, nil
 }
 
 // checkCost returns an error wrapping ErrInvalidCost unless 0 <= n <= the
@@ -149,20 +150,27 @@ func step(p params, level, elapsed, n int64, charge bool) (newLevel, newElapsed 
 // result builds the Result of a check of cost n decided at now that left
 // the bucket at level, elapsed nanoseconds after its last drip.
 func result(lim Limit, p params, now time.Time, level, elapsed, n int64, blocked bool) Result {
-	var remaining int
-	var retry, clear, next time.Duration
+	var r Result
+	fillResult(&r, lim, p, now, level, elapsed, n, blocked)
+	return r
+}
+
+// fillResult sets *r to result's Result, in place: a Result is 120 bytes,
+// and on the in-memory check's path each copy of it costs more than the
+// arithmetic.
+func fillResult(r *Result, lim Limit, p params, now time.Time, level, elapsed, n int64, blocked bool) {
+	r.Limit, r.Cost, r.At, r.Blocked, r.Level = lim, int(n), now, blocked, int(level)
+	r.Remaining, r.RetryAfter, r.ClearAfter, r.NextDrip = 0, 0, 0, 0
 	if level < p.size {
-		remaining = int(p.size - level)
+		r.Remaining = int(p.size - level)
 	}
 	if level+n > p.size {
 		// The next call of cost n waits until enough drips bring the
 		// level to Size - n.
-		retry = time.Duration(p.drips(level+n-p.size)*p.interval - elapsed)
+		r.RetryAfter = time.Duration(p.drips(level+n-p.size)*p.interval - elapsed)
 	}
 	if level > 0 {
-		clear = time.Duration(p.drips(level)*p.interval - elapsed)
-		next = time.Duration(p.interval - elapsed)
+		r.ClearAfter = time.Duration(p.drips(level)*p.interval - elapsed)
+		r.NextDrip = time.Duration(p.interval - elapsed)
 	}
-	return Result{Limit: lim, Cost: int(n), At: now, Blocked: blocked, Remaining: remaining, Level: int(level),
-		RetryAfter: retry, ClearAfter: clear, NextDrip: next}
 }

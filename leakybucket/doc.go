@@ -24,6 +24,12 @@
 //     (0 allocations per check, idle buckets forgotten without a
 //     goroutine); [Redis] keeps them in Redis, one Lua script per check on
 //     Redis's clock. Both check several limits at once, atomically.
+//   - [Memory.Peek] and [Redis.Peek] show a key's buckets (the quota left)
+//     without charging anything; [Memory.Reset] and [Redis.Reset] empty
+//     them (lifting a limit after a support request); [Memory.Set] and
+//     [Redis.Set] set their level (a penalty, a grant). On Redis each is
+//     one script on Redis's clock, atomic for every bucket of the call and
+//     bounded by the Timeout, like a check.
 //   - [SetHeaders] writes the seed's X-RateLimit-Remaining, -Clear, -Reset
 //     and Retry-After, and optionally the draft's RateLimit-Policy and
 //     RateLimit.

@@ -23,6 +23,11 @@ var (
 	// blocked for ever. Nothing is charged.
 	ErrInvalidCost = errors.New("leakybucket: invalid cost")
 
+	// ErrInvalidLevel is returned by Set (Memory.Set, Memory.SetAt,
+	// Redis.Set) for a level below 0 or above the Size of one of its
+	// limits: a bucket never holds more than its Size. Nothing is set.
+	ErrInvalidLevel = errors.New("leakybucket: invalid level")
+
 	// ErrUnavailable is returned (wrapped in an *UnavailableError) when the
 	// Redis store could not decide a check: Redis is unreachable, too slow
 	// (RedisOptions.Timeout), or answered with an error. The results
@@ -62,6 +67,41 @@ func (e *CostError) Error() string {
 
 // Unwrap returns ErrInvalidCost.
 func (e *CostError) Unwrap() error { return ErrInvalidCost }
+
+// checkLevel returns an error wrapping ErrInvalidLevel unless 0 <= level
+// <= the size of p (lim's params).
+func checkLevel(lim Limit, p params, level int) error {
+	if level < 0 || int64(level) > p.size {
+		return &levelError{level: level, lim: lim}
+	}
+	return nil
+}
+
+// levelError is a level no bucket of lim can hold. It wraps
+// ErrInvalidLevel.
+type levelError struct {
+	level int
+	lim   Limit
+}
+
+func (e *levelError) Error() string {
+	return "leakybucket: invalid level " + strconv.Itoa(e.level) + " for limit " + strconv.Quote(e.lim.name()) + " of size " + strconv.Itoa(e.lim.Size)
+}
+
+func (e *levelError) Unwrap() error { return ErrInvalidLevel }
+
+// adminError reports that Redis could not run a Peek, Reset or Set. It
+// wraps ErrUnavailable and the cause; no policy decides these.
+type adminError struct {
+	op  string
+	err error
+}
+
+func (e *adminError) Error() string {
+	return "leakybucket: Redis." + e.op + ": store unavailable: " + e.err.Error()
+}
+
+func (e *adminError) Unwrap() []error { return []error{ErrUnavailable, e.err} }
 
 // Policy is what the Redis store decides when Redis cannot: see
 // RedisOptions.OnUnavailable.

@@ -302,3 +302,73 @@ func ExampleMemory_CheckNAt() {
 	// 250 bytes: blocked=true remaining=100 retry after 2s
 	// 100 bytes: blocked=false remaining=0 retry after 1s
 }
+
+func ExampleMemory_PeekAt() {
+	// Show a client its quota without spending any of it.
+	var store leakybucket.Memory
+	limits := []leakybucket.Limit{{Name: "api", Size: 10, DripRate: time.Second}}
+	for range 7 {
+		store.CheckAt("alice", limits[0], t0)
+	}
+	r, _ := store.PeekAt("alice", limits, nil, t0.Add(1500*time.Millisecond))
+	fmt.Printf("remaining %d of %d, full again in %v\n", r[0].Remaining, r[0].Limit.Size, r[0].ClearAfter)
+	r, _ = store.PeekAt("alice", limits, nil, t0.Add(1500*time.Millisecond))
+	fmt.Println("peeking took nothing: remaining", r[0].Remaining)
+	// Output:
+	// remaining 4 of 10, full again in 5.5s
+	// peeking took nothing: remaining 4
+}
+
+func ExampleMemory_SetAt() {
+	var store leakybucket.Memory
+	limits := []leakybucket.Limit{{Name: "login", Size: 5, DripRate: time.Minute}}
+	// A penalty: fill the bucket, blocking the key until its next drip.
+	r, _ := store.SetAt("mallory", 5, limits, nil, t0)
+	fmt.Println("blocked:", r[0].Blocked, "for", r[0].RetryAfter)
+	// After a support request, lift the limit: Reset empties the bucket
+	// (as SetAt with level 0 does).
+	store.Reset(context.Background(), "mallory", limits)
+	c, _ := store.CheckAt("mallory", limits[0], t0.Add(time.Second))
+	fmt.Println("after Reset: blocked:", c.Blocked, "remaining", c.Remaining)
+	// Output:
+	// blocked: true for 1m0s
+	// after Reset: blocked: false remaining 4
+}
+
+func ExampleRedis_Reset() {
+	client := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	defer client.Close()
+	store, err := leakybucket.NewRedis(client, leakybucket.RedisOptions{})
+	if err != nil {
+		panic(err)
+	}
+	limits := []leakybucket.Limit{
+		{Name: "burst", Size: 10, DripRate: 100 * time.Millisecond},
+		{Name: "hourly", Size: 1000, DripRate: 3600 * time.Millisecond},
+	}
+	ctx := context.Background()
+	// What the user has left, across every node, without spending it.
+	if res, err := store.Peek(ctx, "user:42", limits, nil); err == nil {
+		fmt.Println("remaining this hour:", res[1].Remaining)
+	}
+	// Lift both limits of the user at once, on every node.
+	if err := store.Reset(ctx, "user:42", limits); err != nil {
+		fmt.Println("not reset:", err) // wraps ErrUnavailable
+	}
+}
+
+func ExampleHeaderOptions_Set() {
+	// The seed's headers, the draft's fields and X-RateLimit-Limit.
+	var store leakybucket.Memory
+	lim := leakybucket.Limit{Name: "api", Size: 10, DripRate: 100 * time.Millisecond}
+	r, _ := store.CheckAt("alice", lim, t0)
+	h := http.Header{}
+	leakybucket.HeaderOptions{Draft: true, Limit: true}.Set(h, r)
+	printHeaders(h)
+	// Output:
+	// Ratelimit: "api";r=9;t=1
+	// Ratelimit-Policy: "api";q=10;w=1
+	// X-Ratelimit-Clear: 0.100
+	// X-Ratelimit-Limit: 10
+	// X-Ratelimit-Remaining: 9
+}

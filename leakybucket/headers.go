@@ -9,6 +9,11 @@ import (
 
 // Header names SetHeaders writes.
 const (
+	// HeaderLimit is the Size of the limit X-RateLimit-Remaining counts
+	// against, written only when asked (HeaderOptions.Limit,
+	// MiddlewareOptions.LimitHeader): the seed does not send it; ulule's
+	// limiter, go-chi's httprate and GitHub's API do.
+	HeaderLimit = "X-RateLimit-Limit"
 	// HeaderRemaining is the seed's count of calls that can be made now.
 	HeaderRemaining = "X-RateLimit-Remaining"
 	// HeaderClear is the seed's seconds until every bucket is empty.
@@ -26,8 +31,21 @@ const (
 	HeaderRateLimit = "RateLimit"
 )
 
+// HeaderOptions selects the headers HeaderOptions.Set writes beyond the
+// seed's. The zero value writes the seed's headers only, as SetHeaders(h,
+// false, ...).
+type HeaderOptions struct {
+	// Draft adds the IETF draft's RateLimit-Policy and RateLimit fields.
+	Draft bool
+	// Limit adds X-RateLimit-Limit: the Size of the limit whose Remaining
+	// X-RateLimit-Remaining reports (the least Remaining; of several
+	// equal, the first), so that a client reads "Remaining of Limit".
+	Limit bool
+}
+
 // SetHeaders sets the rate-limit headers of one response from the results
-// of its request's check (one per limit), replacing any already in h:
+// of its request's check (one per limit), replacing any already in h. It
+// is HeaderOptions{Draft: draft}.Set(h, results...):
 //
 //   - X-RateLimit-Remaining: the calls that can be made now without being
 //     blocked, the least Remaining of the results (0 when blocked, or when
@@ -39,7 +57,10 @@ const (
 //     the call would be admitted, the greatest RetryAfter of the blocked
 //     results, three decimals, rounded up to the millisecond ("0.755").
 //   - Retry-After: only when Blocked: the same in whole seconds, rounded up
-//     ("1").
+//     ("1"). RFC 9110 allows only whole seconds (delay-seconds), so a wait
+//     of 100 ms is "1": rounding down would send the client back before it
+//     can be admitted ("0" means now). The exact wait is in
+//     X-RateLimit-Reset, and in the 429 body's "retry-after" (WriteBlocked).
 //
 // These are the seed's headers with the seed's meanings (see
 // docs/leaky-bucket.md). With draft set it also writes the IETF draft's
@@ -51,28 +72,42 @@ const (
 //   - RateLimit: "name";r=Remaining;t=T, where T is the seconds until the
 //     bucket next drips (rounded up): the time within which no more than r
 //     calls can be made. t is left out for an empty bucket, which r alone
-//     describes. When a result is blocked, its t equals Retry-After, so
-//     Retry-After never points earlier than the end of its window, as the
-//     draft asks.
+//     describes. For a blocked result T is its RetryAfter, rounded up (a
+//     call of several units may wait several drips): the blocked limit's t
+//     and Retry-After then name the same second, as the draft asks. The
+//     draft makes t a non-negative Integer "compatible with the
+//     delay-seconds rule" and says windows have no subsecond precision, so
+//     t, like Retry-After, is rounded up and never down.
 //
-// Without results it removes those headers. Header names are
-// case-insensitive; net/http writes them in its canonical form
-// (X-Ratelimit-Remaining), HTTP/2 in lower case.
+// Without results it removes those headers (X-RateLimit-Limit included).
+// Header names are case-insensitive; net/http writes them in its canonical
+// form (X-Ratelimit-Remaining), HTTP/2 in lower case.
 func SetHeaders(h http.Header, draft bool, results ...Result) {
-	for _, k := range [...]string{HeaderRemaining, HeaderClear, HeaderReset, HeaderRetryAfter, HeaderPolicy, HeaderRateLimit} {
+	HeaderOptions{Draft: draft}.Set(h, results...)
+}
+
+// Set sets the rate-limit headers of one response from results, as
+// SetHeaders does, and those o adds (see HeaderOptions).
+func (o HeaderOptions) Set(h http.Header, results ...Result) {
+	for _, k := range [...]string{HeaderLimit, HeaderRemaining, HeaderClear, HeaderReset, HeaderRetryAfter, HeaderPolicy, HeaderRateLimit} {
 		h.Del(k)
 	}
 	if len(results) == 0 {
 		return
 	}
-	remaining, clear, blocked, retry := results[0].Remaining, time.Duration(0), false, time.Duration(0)
+	remaining, size, clear, blocked, retry := results[0].Remaining, results[0].Limit.Size, time.Duration(0), false, time.Duration(0)
 	for _, r := range results {
-		remaining = min(remaining, r.Remaining)
+		if r.Remaining < remaining {
+			remaining, size = r.Remaining, r.Limit.Size
+		}
 		clear = max(clear, r.ClearAfter)
 		if r.Blocked {
 			blocked = true
 			retry = max(retry, r.RetryAfter)
 		}
+	}
+	if o.Limit {
+		h.Set(HeaderLimit, strconv.Itoa(size))
 	}
 	h.Set(HeaderRemaining, strconv.Itoa(max(remaining, 0)))
 	h.Set(HeaderClear, formatSeconds(clear))
@@ -80,7 +115,7 @@ func SetHeaders(h http.Header, draft bool, results ...Result) {
 		h.Set(HeaderReset, formatSeconds(retry))
 		h.Set(HeaderRetryAfter, strconv.FormatInt(ceilSeconds(retry), 10))
 	}
-	if !draft {
+	if !o.Draft {
 		return
 	}
 	var policy, limit strings.Builder
@@ -103,9 +138,12 @@ func SetHeaders(h http.Header, draft bool, results ...Result) {
 		limit.WriteString(name)
 		limit.WriteString(";r=")
 		limit.WriteString(strconv.Itoa(max(r.Remaining, 0)))
-		if r.NextDrip > 0 {
+		if t := r.NextDrip; t > 0 {
+			if r.Blocked {
+				t = max(t, r.RetryAfter)
+			}
 			limit.WriteString(";t=")
-			limit.WriteString(strconv.FormatInt(ceilSeconds(r.NextDrip), 10))
+			limit.WriteString(strconv.FormatInt(ceilSeconds(t), 10))
 		}
 	}
 	h.Set(HeaderPolicy, policy.String())

@@ -32,6 +32,9 @@ const (
 	DefaultShards = 64
 	// DefaultMaxKeys is the most buckets a Memory whose MaxKeys is 0 holds.
 	DefaultMaxKeys = 1_000_000
+	// DefaultKeepDrained is how many drained buckets a Memory whose
+	// KeepDrained is 0 keeps for their keys' return.
+	DefaultKeepDrained = 16_384
 
 	// sweepPerCheck is how many buckets a sweeping check examines for
 	// expiry. Above 1, so that expiry keeps up with checks that each add at
@@ -52,24 +55,35 @@ const (
 	// maxStackLimits is how many limits CheckAllAt handles without
 	// allocating.
 	maxStackLimits = 8
+	// maxFree is how many dropped entries a shard keeps for reuse, so
+	// that a check that creates a bucket in a shard that drops others
+	// allocates nothing.
+	maxFree = 32
 )
 
 // Memory is an in-process Store: buckets in a sharded map, safe for
-// concurrent use. Checking an existing bucket allocates nothing.
+// concurrent use. A check allocates nothing: not on an existing bucket,
+// nor on a drained one, nor, once the store has grown, on a new one.
 //
 // Buckets are sharded by key, so all the limits of one key live in one
 // shard and CheckAll decides them under one lock, atomically.
 //
-// A bucket is forgotten once it has drained (its ClearAfter has passed, by
-// the limit it was last charged under): forgetting an empty bucket changes
-// nothing, so expiry is exact, not a cache policy. Memory starts no
-// goroutine and needs no Close: each admitted check that adds a bucket, and
-// one in 16 of the other admitted checks of a shard, examines two buckets of
-// the shard, round robin, and drops those that have drained. Only new
-// buckets make the store grow, and each pays for the expiry of two, so a
-// store in use keeps its memory proportional to the buckets not yet
-// drained, at a bounded cost per check. Sweep drops all drained buckets at
-// once. A shard's map is rebuilt once it has shrunk to a quarter of its
+// A bucket may be forgotten once it has drained (its ClearAfter has
+// passed, by the limit it was last charged under): forgetting an empty
+// bucket changes nothing, so expiry is exact, not a cache policy. Memory
+// starts no goroutine and needs no Close: each admitted check that adds a
+// bucket, and one in 16 of the other admitted checks of a shard, examines
+// two buckets of the shard, round robin, and drops those that have
+// drained, unless the shard holds no more than its part of KeepDrained
+// buckets: a client that comes back after its bucket drained then finds
+// its bucket where it was, which costs a check no more than a bucket kept
+// full (a new bucket costs a map insertion and, in a shard that drops
+// others, a deletion; its memory is reused from dropped buckets, so no
+// check allocates once the store has grown). Only new buckets make the
+// store grow, and each pays for the expiry of two, so a store in use keeps
+// its memory proportional to the buckets not yet drained, plus at most
+// KeepDrained drained ones, at a bounded cost per check. Sweep drops all
+// drained buckets at once. A shard's map is rebuilt once it has shrunk to a quarter of its
 // peak (past 1,024 buckets), because a Go map never gives back the memory
 // of deleted entries.
 //
@@ -92,6 +106,13 @@ type Memory struct {
 	// check may exceed it only with buckets of its own key). 0 means
 	// DefaultMaxKeys (1,000,000); negative means no bound.
 	MaxKeys int
+	// KeepDrained is how many drained buckets the store keeps (each shard
+	// its part, rounded up) rather than forget, so that clients coming
+	// back after a pause find their buckets: the check of a kept bucket
+	// touches no map and allocates nothing. 0 means DefaultKeepDrained
+	// (16,384: about 2 MB); negative means none, every drained bucket
+	// forgotten as soon as a sweep examines it.
+	KeepDrained int
 	// Clock is the time source of Check and CheckAll (the *At methods take
 	// the time as an argument). nil means the monotonic clock: the time of
 	// the store's first use plus the monotonic time elapsed since, which is
@@ -105,6 +126,7 @@ type Memory struct {
 	seed     maphash.Seed
 	epoch    time.Time // times are kept as nanoseconds since epoch (monotonic when the caller's times are)
 	perShard int       // most buckets per shard; 0: no bound
+	keep     int       // a sweep drops drained buckets only from a shard holding more
 	evicted  atomic.Uint64
 }
 
@@ -118,7 +140,7 @@ type entry struct {
 	id     bucketID
 	hash   uint64 // maphash of id.key: the entry's place in the shard's map
 	chain  *entry // the next entry whose key has the same hash (the other limits of its key, mostly)
-	level  int64  // calls in the bucket; > 0 while the entry is in the map (an admitted call put it there)
+	level  int64  // calls in the bucket; > 0 while the entry is in the map, but 0 after Reset or Set (then clear has passed)
 	anchor int64  // ns since the store's epoch of the last drip
 	clear  int64  // ns since epoch when the bucket is empty: the entry may be dropped at or after it
 }
@@ -128,6 +150,8 @@ type shard struct {
 	latest int64             // the latest time seen, ns since epoch (MinInt64: none): the shard's clock never runs backwards
 	m      map[uint64]*entry // by the hash of the key (which also chose the shard): the first of a chain, see find
 	all    []*entry          // every entry, once, in any order: the round robin's list
+	free   *entry            // dropped entries for reuse, chained by chain
+	nfree  int               // len of free, at most maxFree
 	cursor int               // the round robin examines all[cursor-1] next (see next)
 	checks uint32            // admitted checks, for maybeSweep
 	peak   int               // largest len(all) since the map was built
@@ -155,14 +179,21 @@ func (s *Memory) init() {
 		case s.MaxKeys > 0:
 			s.perShard = max(ceilDivInt(s.MaxKeys, n), 1)
 		}
+		switch {
+		case s.KeepDrained == 0:
+			s.keep = ceilDivInt(DefaultKeepDrained, n)
+		case s.KeepDrained > 0:
+			s.keep = ceilDivInt(s.KeepDrained, n)
+		}
 	})
 }
 
 // Check checks one call of key against lim at the Clock's time; see CheckAt.
 // It never blocks and ignores ctx.
-func (s *Memory) Check(_ context.Context, key string, lim Limit) (Result, error) {
+func (s *Memory) Check(_ context.Context, key string, lim Limit) (r Result, err error) {
 	now, t := s.clock()
-	return s.checkAt(key, lim, now, t)
+	err = s.checkAt(&r, key, lim, now, t)
+	return r, err
 }
 
 // CheckAll implements Store at the Clock's time; see CheckAllAt. It never
@@ -214,16 +245,18 @@ func (sh *shard) find(h uint64, key, name string) *entry {
 // buckets it has forgotten as drained stay drained, and calls that reach
 // the store out of order (time.Now read before waiting for the lock) are
 // decided in the order they reach it.
-func (s *Memory) CheckAt(key string, lim Limit, now time.Time) (Result, error) {
+func (s *Memory) CheckAt(key string, lim Limit, now time.Time) (r Result, err error) {
 	s.init()
-	return s.checkAt(key, lim, now, int64(now.Sub(s.epoch)))
+	err = s.checkAt(&r, key, lim, now, int64(now.Sub(s.epoch)))
+	return r, err
 }
 
-// checkAt is CheckAt at now, which is t ns after the epoch.
-func (s *Memory) checkAt(key string, lim Limit, now time.Time, t int64) (Result, error) {
+// checkAt is CheckAt at now, which is t ns after the epoch, into *r (left
+// zero on an error).
+func (s *Memory) checkAt(r *Result, key string, lim Limit, now time.Time, t int64) error {
 	p, err := lim.params()
 	if err != nil {
-		return Result{}, err
+		return err
 	}
 	id := bucketID{key, lim.name()}
 	h := maphash.String(s.seed, key)
@@ -236,21 +269,21 @@ func (s *Memory) checkAt(key string, lim Limit, now time.Time, t int64) (Result,
 		level, elapsed = e.level, t-e.anchor
 	}
 	level, elapsed, blocked := step(p, level, elapsed, 1, true)
-	r := result(lim, p, now, level, elapsed, 1, blocked)
+	fillResult(r, lim, p, now, level, elapsed, 1, blocked)
 	if !blocked {
 		s.commit(sh, e, h, id, level, t-elapsed, t+int64(r.ClearAfter), t)
 		s.maybeSweep(sh, t, e == nil)
 	}
 	sh.mu.Unlock()
-	return r, nil
+	return nil
 }
 
 // CheckAllAt checks one call of key against every limit at now, at once:
 // the call is admitted only if no bucket (key, limit.Name) is full, and only
 // then added to each. It appends one Result per limit to dst. The only error
 // is an invalid limit (or two with one name), and then nothing is checked.
-// With up to 8 limits and dst large enough, it allocates nothing for
-// existing buckets.
+// With up to 8 limits and dst large enough, it allocates nothing (for a
+// new bucket, once the store has grown).
 func (s *Memory) CheckAllAt(key string, limits []Limit, dst []Result, now time.Time) ([]Result, error) {
 	s.init()
 	return s.checkAllAt(key, 1, limits, dst, now, int64(now.Sub(s.epoch)))
@@ -332,7 +365,8 @@ func (s *Memory) checkAllAt(key string, n int, limits []Limit, dst []Result, now
 	}
 	sh.mu.Unlock()
 	for i, lim := range limits {
-		dst = append(dst, result(lim, ps[i], now, ts[i].level, ts[i].elapsed, cost, ts[i].level+cost > ps[i].size && !admit))
+		dst = append(dst, Result{})
+		fillResult(&dst[len(dst)-1], lim, ps[i], now, ts[i].level, ts[i].elapsed, cost, ts[i].level+cost > ps[i].size && !admit)
 	}
 	return dst, nil
 }
@@ -362,7 +396,12 @@ func (s *Memory) commit(sh *shard, e *entry, h uint64, id bucketID, level, ancho
 	if s.perShard > 0 && len(sh.all) >= s.perShard {
 		s.evict(sh, id.key, now)
 	}
-	e = &entry{id: id, hash: h, chain: sh.m[h], level: level, anchor: anchor, clear: clear}
+	if e = sh.free; e != nil {
+		sh.free, sh.nfree = e.chain, sh.nfree-1
+		*e = entry{id: id, hash: h, chain: sh.m[h], level: level, anchor: anchor, clear: clear}
+	} else {
+		e = &entry{id: id, hash: h, chain: sh.m[h], level: level, anchor: anchor, clear: clear}
+	}
 	sh.m[h] = e
 	sh.all = append(sh.all, e)
 	sh.peak = max(sh.peak, len(sh.all))
@@ -406,7 +445,7 @@ func (s *Memory) evict(sh *shard, key string, now int64) {
 func (s *Memory) maybeSweep(sh *shard, now int64, inserted bool) {
 	sh.checks++
 	if inserted || sh.checks%sweepEvery == 0 {
-		s.sweep(sh, now, sweepPerCheck)
+		s.sweep(sh, now, sweepPerCheck, s.keep)
 	}
 }
 
@@ -423,9 +462,9 @@ func (sh *shard) next() int {
 }
 
 // sweep examines up to n buckets of sh (locked), round robin, dropping
-// those drained at now.
-func (s *Memory) sweep(sh *shard, now int64, n int) {
-	for ; n > 0 && len(sh.all) > 0; n-- {
+// those drained at now, while sh holds more than keep buckets.
+func (s *Memory) sweep(sh *shard, now int64, n, keep int) {
+	for ; n > 0 && len(sh.all) > keep; n-- {
 		if i := sh.next(); sh.all[i].clear <= now {
 			s.drop(sh, i)
 		}
@@ -457,6 +496,10 @@ func (s *Memory) drop(sh *shard, i int) {
 		first.chain = e.chain
 	}
 	e.chain = nil
+	if sh.nfree < maxFree {
+		*e = entry{chain: sh.free} // no reference to the key kept
+		sh.free, sh.nfree = e, sh.nfree+1
+	}
 	last := len(sh.all) - 1
 	sh.all[i] = sh.all[last]
 	sh.all[last] = nil
@@ -476,7 +519,7 @@ func (s *Memory) Sweep(now time.Time) int {
 		_, t := sh.advance(now, t)
 		before := len(sh.all)
 		sh.cursor = len(sh.all)
-		s.sweep(sh, t, before)
+		s.sweep(sh, t, before, 0)
 		n += before - len(sh.all)
 		sh.mu.Unlock()
 	}

@@ -171,8 +171,9 @@ func TestMemoryExpiry(t *testing.T) {
 	// in the background: each check that adds a bucket examines two, so
 	// about 2,000 new clients forget them all (some of the examined are
 	// the new clients' own), and the map is rebuilt on the way; checks of
-	// an existing bucket sweep one time in 16.
-	m := &Memory{Shards: 1}
+	// an existing bucket sweep one time in 16. KeepDrained -1: no drained
+	// bucket is kept for its key's return (TestMemoryKeepDrained).
+	m := &Memory{Shards: 1, KeepDrained: -1}
 	short := Limit{Name: "short", Size: 1, DripRate: 10 * time.Millisecond}
 	for i := range 3000 {
 		m.CheckAt(fmt.Sprint("client-", i), short, t0)
@@ -231,6 +232,49 @@ func TestMemoryExpiry(t *testing.T) {
 		t.Fatalf("Evictions %d", m.Evictions())
 	}
 	checkChains(t, m)
+}
+
+// TestMemoryKeepDrained: a shard keeps drained buckets while it holds no
+// more than its part of KeepDrained, and forgets them above it; a kept
+// bucket is found again, and gives the same results as a forgotten one.
+func TestMemoryKeepDrained(t *testing.T) {
+	m := &Memory{Shards: 1, KeepDrained: 100}
+	short := Limit{Name: "short", Size: 2, DripRate: 10 * time.Millisecond}
+	for i := range 300 {
+		m.CheckAt(fmt.Sprint("client-", i), short, t0)
+	}
+	// All drained at 10 ms: checks of new keys sweep down to 100, and no
+	// further.
+	long := Limit{Name: "long", Size: 1, DripRate: time.Hour}
+	for i := range 400 {
+		m.CheckAt(fmt.Sprint("new-", i), long, at(10))
+	}
+	if m.Len() < 400 || m.Len() > 400+100 {
+		t.Fatalf("Len %d, want 400 live buckets and at most 100 drained ones", m.Len())
+	}
+	if before, d := m.Len(), m.Sweep(at(10)); d != before-400 || m.Len() != 400 {
+		t.Fatalf("Sweep dropped %d, left %d", d, m.Len())
+	}
+	// Under the threshold nothing drained is forgotten, and a kept
+	// bucket's key comes back to an empty bucket.
+	k := &Memory{Shards: 1, KeepDrained: 1000}
+	for i := range 300 {
+		k.CheckAt(fmt.Sprint("client-", i), short, t0)
+	}
+	for i := range 300 {
+		r, _ := k.CheckAt(fmt.Sprint("client-", i), short, at(20))
+		var b Bucket
+		b.Check(short, t0)
+		want, _ := b.Check(short, at(20))
+		if r != want {
+			t.Fatalf("kept bucket: %+v, want %+v", r, want)
+		}
+	}
+	if k.Len() != 300 {
+		t.Fatalf("Len %d, want 300 (none forgotten, none added)", k.Len())
+	}
+	checkChains(t, m)
+	checkChains(t, k)
 }
 
 func TestMemoryMaxKeys(t *testing.T) {
@@ -303,6 +347,38 @@ func TestMemoryAllocs(t *testing.T) {
 	var b Bucket
 	if n := testing.AllocsPerRun(1000, func() { b.Check(lim, now) }); n != 0 {
 		t.Errorf("Bucket.Check allocates %v times per call", n)
+	}
+
+	// Keys whose buckets drained between visits, kept (KeepDrained) or
+	// forgotten and created anew (KeepDrained -1, from the entries of
+	// dropped buckets), with one limit or two, CheckN with a cost, Peek
+	// and Set: no allocation once the store has grown.
+	drained := []Limit{{Name: "a", Size: 10, DripRate: time.Microsecond, DripSize: 10}, {Name: "b", Size: 10, DripRate: time.Microsecond}}
+	keys := make([]string, 4000)
+	for i := range keys {
+		keys[i] = fmt.Sprint("client-", i)
+	}
+	for _, keep := range []int{0, -1} {
+		m := &Memory{Shards: 4, KeepDrained: keep}
+		now := t0
+		i := 0
+		visit := func() {
+			now = now.Add(time.Millisecond)
+			k := keys[i%len(keys)]
+			i++
+			if r, _ := m.CheckAt(k, drained[0], now); r.Blocked || r.Level != 1 {
+				t.Fatalf("KeepDrained %d: %+v", keep, r)
+			}
+			dst, _ = m.CheckNAt(k, 3, drained, dst[:0], now)
+			dst, _ = m.PeekAt(k, drained, dst[:0], now)
+			dst, _ = m.SetAt(k, 2, drained, dst[:0], now)
+		}
+		for range 3 * len(keys) { // grow the store to its steady size
+			visit()
+		}
+		if n := testing.AllocsPerRun(2*len(keys), visit); n != 0 {
+			t.Errorf("KeepDrained %d: a drained key's checks allocate %v times per visit", keep, n)
+		}
 	}
 }
 

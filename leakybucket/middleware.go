@@ -14,6 +14,11 @@ const (
 	// draft-ietf-httpapi-ratelimit-headers defines, with the extension
 	// member "violated-policies" naming the limits that blocked.
 	ProblemQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+	// ProblemTemporaryReducedCapacity is the type of the 503 body of
+	// WriteError when the store is unavailable: the problem type the same
+	// draft defines for requests refused because the server's capacity is
+	// temporarily reduced, not because the client exceeded its quota.
+	ProblemTemporaryReducedCapacity = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
 )
 
 // MiddlewareOptions configures NewMiddleware. Only Limits is required.
@@ -35,6 +40,11 @@ type MiddlewareOptions struct {
 	// fields to the seed's headers (see SetHeaders). false means the seed's
 	// headers only.
 	DraftHeaders bool
+
+	// LimitHeader adds X-RateLimit-Limit, the Size of the limit whose
+	// Remaining X-RateLimit-Remaining reports (see HeaderOptions.Limit).
+	// false leaves it out, as the seed does.
+	LimitHeader bool
 
 	// OnBlocked writes the response to a blocked request; the rate-limit
 	// headers are already set on w. nil means WriteBlocked: a 429 with an
@@ -101,7 +111,7 @@ func NewMiddleware(store Store, opts MiddlewareOptions) (func(http.Handler) http
 			}
 		}
 	}
-	m := &middleware{store: store, opts: opts}
+	m := &middleware{store: store, opts: opts, headers: HeaderOptions{Draft: opts.DraftHeaders, Limit: opts.LimitHeader}}
 	m.opts.Limits = append([]Limit(nil), opts.Limits...)
 	if m.opts.Key == nil {
 		m.opts.Key = IPKey{}.Key
@@ -118,8 +128,9 @@ func NewMiddleware(store Store, opts MiddlewareOptions) (func(http.Handler) http
 }
 
 type middleware struct {
-	store Store
-	opts  MiddlewareOptions
+	store   Store
+	opts    MiddlewareOptions
+	headers HeaderOptions
 }
 
 func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
@@ -150,10 +161,10 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	case uerr != nil && uerr.Policy == FailOpen:
 		next.ServeHTTP(w, r) // nothing was counted: no headers to tell
 	case blocked:
-		SetHeaders(w.Header(), m.opts.DraftHeaders, results...)
+		m.headers.Set(w.Header(), results...)
 		m.opts.OnBlocked(w, r, results)
 	default:
-		SetHeaders(w.Header(), m.opts.DraftHeaders, results...)
+		m.headers.Set(w.Header(), results...)
 		next.ServeHTTP(w, r)
 	}
 }
@@ -217,7 +228,9 @@ func WriteBlocked(w http.ResponseWriter, _ *http.Request, results []Result) {
 // WriteError is the default MiddlewareOptions.OnError. For an error
 // wrapping ErrUnavailable it answers 503 Service Unavailable with the
 // error's RetryAfter as Retry-After (rounded up to whole seconds) and a
-// problem body; if the request's context is done (the client left, the
+// problem body of type ProblemTemporaryReducedCapacity (the client did
+// nothing wrong: the limiter cannot decide), with "retry-after" in
+// seconds; if the request's context is done (the client left, the
 // server is shutting down) it writes nothing; otherwise it answers 500
 // Internal Server Error with a problem body that does not reveal err.
 func WriteError(w http.ResponseWriter, r *http.Request, err error) {
@@ -227,12 +240,17 @@ func WriteError(w http.ResponseWriter, r *http.Request, err error) {
 		if uerr.RetryAfter > 0 {
 			w.Header().Set(HeaderRetryAfter, strconv.FormatInt(ceilSeconds(uerr.RetryAfter), 10))
 		}
-		writeProblem(w, problem{
-			Type:   "about:blank",
-			Title:  http.StatusText(http.StatusServiceUnavailable),
+		p := problem{
+			Type:   ProblemTemporaryReducedCapacity,
+			Title:  "Request cannot be satisfied due to temporary server capacity constraints",
 			Status: http.StatusServiceUnavailable,
-			Detail: "the rate limiter cannot decide right now: retry later",
-		})
+			Detail: "Service Unavailable: the rate limiter cannot decide right now; retry later",
+		}
+		if uerr.RetryAfter > 0 {
+			secs := float64(ceilMillis(uerr.RetryAfter)) / 1000
+			p.RetryAfter = &secs
+		}
+		writeProblem(w, p)
 	case r.Context().Err() != nil:
 	default:
 		writeProblem(w, problem{

@@ -220,7 +220,16 @@ func TestMiddlewareStoreErrors(t *testing.T) {
 		wantHeaders(t, w, c.header)
 		if !c.served {
 			p := decodeProblem(t, w)
-			if p.Status != c.code || p.Type != "about:blank" || strings.Contains(p.Detail, "boom") {
+			// 503: the draft's problem type for reduced capacity, with the
+			// wait; 500: about:blank, revealing nothing.
+			wantType, wantRetry := "about:blank", 0.0
+			if c.code == 503 {
+				wantType = ProblemTemporaryReducedCapacity
+				if c.name == "FailClosed" {
+					wantRetry = 1.5
+				}
+			}
+			if p.Status != c.code || p.Type != wantType || p.RetryAfter != wantRetry || strings.Contains(p.Detail, "boom") {
 				t.Fatalf("%s: problem %+v", c.name, p)
 			}
 		}

@@ -187,23 +187,7 @@ func (r *Redis) CheckN(ctx context.Context, key string, n int, limits []Limit, d
 	if len(limits) == 0 {
 		return dst, nil
 	}
-	sc := newScriptCall(redisScript, redisScriptSrc, len(limits), 3+4*len(limits))
-	for _, lim := range limits {
-		sc.args = append(sc.args, r.prefix+"{"+key+"}:"+lim.name())
-	}
-	now := ""
-	if r.now != nil {
-		now = strconv.FormatInt(r.now().UnixMicro(), 10)
-	}
-	sc.args = append(sc.args, now, r.minTTL.Milliseconds(), n)
-	for _, p := range ps {
-		sc.args = append(sc.args, p.size, p.interval/1000, p.drip)
-	}
-
-	reply, err := r.call.run(ctx, sc)
-	if err == nil && len(reply) != 2+2*len(limits) {
-		err = errors.New("leakybucket: script replied " + strconv.Itoa(len(reply)) + " integers, want " + strconv.Itoa(2+2*len(limits)))
-	}
+	reply, err := r.run(ctx, modeCheck, key, n, limits, ps)
 	if err != nil {
 		if ctx.Err() != nil {
 			return dst, ctx.Err()
@@ -222,6 +206,37 @@ func (r *Redis) CheckN(ctx context.Context, key string, n int, limits []Limit, d
 		dst = append(dst, result(lim, ps[i], at, level, elapsed, int64(n), !admitted && level+int64(n) > ps[i].size))
 	}
 	return dst, nil
+}
+
+// The script's modes (ARGV[4]), boxed once: a string converted to an
+// interface on each call would allocate.
+var (
+	modeCheck any = "c"
+	modePeek  any = "p"
+	modeSet   any = "s"
+)
+
+// run runs the script in mode (modeCheck, modePeek, modeSet) for key with
+// cost (or level) n under limits, whose params are ps, and checks the
+// length of its reply.
+func (r *Redis) run(ctx context.Context, mode any, key string, n int, limits []Limit, ps []params) ([]int64, error) {
+	sc := newScriptCall(redisScript, redisScriptSrc, len(limits), 4+4*len(limits))
+	for _, lim := range limits {
+		sc.args = append(sc.args, r.prefix+"{"+key+"}:"+lim.name())
+	}
+	now := ""
+	if r.now != nil {
+		now = strconv.FormatInt(r.now().UnixMicro(), 10)
+	}
+	sc.args = append(sc.args, now, r.minTTL.Milliseconds(), n, mode)
+	for _, p := range ps {
+		sc.args = append(sc.args, p.size, p.interval/1000, p.drip)
+	}
+	reply, err := r.call.run(ctx, sc)
+	if err == nil && len(reply) != 2+2*len(limits) {
+		err = errors.New("leakybucket: script replied " + strconv.Itoa(len(reply)) + " integers, want " + strconv.Itoa(2+2*len(limits)))
+	}
+	return reply, err
 }
 
 // unavailable decides a check Redis could not, by the policy.

@@ -9,15 +9,20 @@ import "github.com/redis/go-redis/v9"
 //	KEYS[i]  the bucket of limit i
 //	ARGV[1]  "" to read the clock with TIME; otherwise the time (a test seam)
 //	ARGV[2]  the least TTL of a key, ms (0 but for a test's fake clock)
-//	ARGV[3]  the call's cost, n >= 0
-//	ARGV[3i+1], ARGV[3i+2], ARGV[3i+3]  size, drip interval (µs), drip size of limit i
+//	ARGV[3]  the call's cost, n >= 0 (for "s", the level to set)
+//	ARGV[4]  the mode: "c" check (drip, check, charge if every bucket
+//	         admits), "p" peek (drip and describe; write nothing), "s" set
+//	         (every bucket to level n from now; n = 0 deletes the keys)
+//	ARGV[3i+2], ARGV[3i+3], ARGV[3i+4]  size, drip interval (µs), drip size of limit i
 //
 // It returns {now, admitted (0 or 1), level_1, anchor_1, ..., level_n,
-// anchor_n}: each bucket's level and last drip after the check. A key holds
+// anchor_n}: each bucket's level and last drip after the check (after a
+// peek, as found; after a set, as set, admitted 1). A key holds
 // "level:anchor" and expires when its bucket has drained; only an admitted
-// call writes. The key's value is written with %d: Lua's default format
-// keeps 14 digits, too few for a time in microseconds (a TTL in ms, below
-// MaxDrain's 3.2e10, is written exactly by the default format).
+// check and a set write. The key's value is written with %d: Lua's
+// default format keeps 14 digits, too few for a time in microseconds (a
+// TTL in ms, below MaxDrain's 3.2e10, is written exactly by the default
+// format).
 var redisScript = redis.NewScript(redisScriptSrc)
 
 const redisScriptSrc = `
@@ -30,11 +35,28 @@ else
 end
 local minttl = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
+local mode = ARGV[4]
 local n = #KEYS
 local levels, anchors = {}, {}
 local admit = 1
+if mode == 's' then
+  for i = 1, n do
+    local interval, drip = tonumber(ARGV[3*i+3]), tonumber(ARGV[3*i+4])
+    levels[i], anchors[i] = cost, now
+    if cost == 0 then
+      redis.call('DEL', KEYS[i])
+    else
+      local ttl = math.ceil(math.ceil(cost / drip) * interval / 1000)
+      if ttl < minttl then ttl = minttl end
+      if ttl < 1 then ttl = 1 end
+      redis.call('SET', KEYS[i], string.format('%d:%d', cost, now), 'PX', ttl)
+    end
+  end
+  cost = 0
+end
 for i = 1, n do
-  local size, interval, drip = tonumber(ARGV[3*i+1]), tonumber(ARGV[3*i+2]), tonumber(ARGV[3*i+3])
+  if mode == 's' then break end
+  local size, interval, drip = tonumber(ARGV[3*i+2]), tonumber(ARGV[3*i+3]), tonumber(ARGV[3*i+4])
   local level, anchor = 0, now
   local v = redis.call('GET', KEYS[i])
   if v then
@@ -61,9 +83,9 @@ for i = 1, n do
   end
   levels[i], anchors[i] = level, anchor
 end
-if admit == 1 and cost > 0 then
+if mode == 'c' and admit == 1 and cost > 0 then
   for i = 1, n do
-    local interval, drip = tonumber(ARGV[3*i+2]), tonumber(ARGV[3*i+3])
+    local interval, drip = tonumber(ARGV[3*i+3]), tonumber(ARGV[3*i+4])
     levels[i] = levels[i] + cost
     local ttl = math.ceil((anchors[i] + math.ceil(levels[i] / drip) * interval - now) / 1000)
     if ttl < minttl then ttl = minttl end

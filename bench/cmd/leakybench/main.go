@@ -30,8 +30,9 @@
 // each in two cases: "kept", 10,000 keys whose buckets never drain between
 // two visits, and "drained", 10,000 keys whose buckets have fully drained
 // between two visits (a bucket of 10 dripping 10 every microsecond; a
-// round over the keys takes far longer), so that leakybucket has forgotten
-// them (or finds them drained) and x/time/rate finds its limiter full.
+// round over the keys takes far longer), so that leakybucket finds them
+// drained (kept for their return, Memory.KeepDrained) and x/time/rate finds
+// its limiter full.
 //
 // Each round runs every benchmark once, the order of the limiters rotating
 // from round to round, so that a change of the machine's load hits them
@@ -41,7 +42,11 @@
 //
 // "refused/op" counts the checks leakybucket could not decide within its
 // Timeout (decided by FailClosed); the peers have no timeout and count
-// errors as "errors/op". Progress goes to stderr. It exits 1 if a
+// errors as "errors/op". "redis-µs/op" is the time Redis spent in the
+// limiter's scripts per check (INFO commandstats), and "keys" how many
+// keys Redis held at the end: every limiter's limit is chosen so that each
+// check writes its key and the key outlives a round over the keys (with
+// none, a limiter would be measured doing less than its work). Progress goes to stderr. It exits 1 if a
 // benchmark failed, 2 on bad flags.
 package main
 
