@@ -77,6 +77,21 @@ func checkLevel(lim Limit, p params, level int) error {
 	return nil
 }
 
+// levelParams appends the params of limits to dst, as Set needs them:
+// an error for an invalid limit, or a level one of them cannot hold.
+func levelParams(dst []params, limits []Limit, level int) ([]params, error) {
+	ps, err := appendParams(dst, limits)
+	if err != nil {
+		return ps, err
+	}
+	for i, p := range ps {
+		if err := checkLevel(limits[i], p, level); err != nil {
+			return ps, err
+		}
+	}
+	return ps, nil
+}
+
 // levelError is a level no bucket of lim can hold. It wraps
 // ErrInvalidLevel.
 type levelError struct {

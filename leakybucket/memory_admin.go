@@ -117,14 +117,9 @@ func (s *Memory) SetAt(key string, level int, limits []Limit, dst []Result, now 
 
 func (s *Memory) setAt(key string, level int, limits []Limit, dst []Result, now time.Time, t int64) ([]Result, error) {
 	var stack [maxStackLimits]params
-	ps, err := appendParams(stack[:0], limits)
+	ps, err := levelParams(stack[:0], limits, level)
 	if err != nil {
 		return dst, err
-	}
-	for i, p := range ps {
-		if err := checkLevel(limits[i], p, level); err != nil {
-			return dst, err
-		}
 	}
 	l := int64(level)
 	h := maphash.String(s.seed, key)

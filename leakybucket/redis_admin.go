@@ -53,14 +53,9 @@ func (r *Redis) Set(ctx context.Context, key string, level int, limits []Limit, 
 
 func (r *Redis) set(ctx context.Context, op, key string, level int, limits []Limit, dst []Result) ([]Result, error) {
 	var stack [maxStackLimits]params
-	ps, err := appendParams(stack[:0], limits)
+	ps, err := levelParams(stack[:0], limits, level)
 	if err != nil {
 		return dst, err
-	}
-	for i, p := range ps {
-		if err := checkLevel(limits[i], p, level); err != nil {
-			return dst, err
-		}
 	}
 	if len(limits) == 0 {
 		return dst, nil
