@@ -494,7 +494,10 @@ func TestCloseIdempotentAndNoLeaks(t *testing.T) {
 	require.NoError(t, c.Close())
 	waitDone(t, c)
 	require.Equal(t, ErrClosed, c.Err())
-	assert.Equal(t, base, watcherCount(), "watcher exits before Close returns")
+	// Close returns once the watcher has closed its done channel, its last
+	// statement; its goroutine ends right after (counted by its stack).
+	require.Eventually(t, func() bool { return watcherCount() == base }, waitTimeout, time.Millisecond,
+		"the watcher exits with Close")
 
 	r := recv(t, res)
 	t.Logf("in-flight error: %v", r.err)
@@ -509,7 +512,8 @@ func TestCloseIdempotentAndNoLeaks(t *testing.T) {
 	srv.CloseClientConnections()
 	waitDone(t, c2)
 	c2.Close()
-	assert.Equal(t, base, watcherCount())
+	require.Eventually(t, func() bool { return watcherCount() == base }, waitTimeout, time.Millisecond,
+		"the watcher exits when the conn dies")
 
 	// net/http's read loops end once the sockets are closed.
 	require.Eventually(t, func() bool {
