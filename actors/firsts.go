@@ -69,11 +69,18 @@ func (f *firstPioneers) free(template string, c *Call, l *lane, self *actor.PID)
 		return true
 	}
 	t := f.out[template]
-	if t == nil || t.holder == c || t.lane == l || t.holder.Finished() && !t.holder.onWire() {
+	if t == nil || t.openTo(c, l) {
 		return true
 	}
 	t.wait(self)
 	return false
+}
+
+// openTo reports whether c, the head of lane l, may have the turn t holds:
+// c holds it, or l does with nothing of it on the wire (the turn is the
+// lane's), or its holder finished without being sent.
+func (t *firstTurn) openTo(c *Call, l *lane) bool {
+	return t.holder == c || !t.holder.onWire() && (t.lane == l || t.holder.Finished())
 }
 
 // wait adds self to the actors told when the turn ends, once.
@@ -105,9 +112,7 @@ func (f *firstPioneers) take(template string, c *Call, l *lane, self *actor.PID)
 		}
 		f.out[template] = &firstTurn{holder: c, lane: l}
 		return true
-	case t.holder == c:
-		return true
-	case t.lane == l && !t.holder.onWire(), t.holder.Finished() && !t.holder.onWire():
+	case t.openTo(c, l):
 		t.holder, t.lane = c, l
 		return true
 	}
