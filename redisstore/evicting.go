@@ -74,9 +74,18 @@ func readMemory(ctx context.Context, rdb redis.UniversalClient) (policy string, 
 		return "", 0, false
 	}
 	if maxmemory == "" || maxmemory == "0" || policy == "noeviction" {
-		policy = ""
+		return "", evicted, true
+	}
+	if !evictingPolicies[policy] {
+		policy = "unknown" // (not logged as Redis wrote it) may evict: unknown is full
 	}
 	return policy, evicted, true
+}
+
+// evictingPolicies are Redis's maxmemory policies that evict keys.
+var evictingPolicies = map[string]bool{
+	"allkeys-lru": true, "allkeys-lfu": true, "allkeys-random": true,
+	"volatile-lru": true, "volatile-lfu": true, "volatile-random": true, "volatile-ttl": true,
 }
 
 // watchEvictions reads Redis's memory policy and evicted keys (before

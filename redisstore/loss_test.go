@@ -517,3 +517,21 @@ func TestRedisThatMayEvictButDoesNotIsNotHeld(t *testing.T) {
 	assert.True(t, p.OK && p.Pioneer, "no eviction seen: a new bucket is new")
 	assert.Zero(t, s.Stats().Lost)
 }
+
+// A value in P:w that is not a number (written by something else) does
+// not stop the pioneer's report halfway: the bucket is learned.
+func TestMalformedRouteWindowDoesNotBreakTheReport(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, srv, Config{Heartbeat: time.Hour})
+	ctx := context.Background()
+	r := request()
+	r.Global = false
+	require.NoError(t, s.rdb.HSet(ctx, s.ns+":w", r.Template, "not a number").Err())
+	p := s.Reserve(ctx, r)
+	require.True(t, p.OK && p.Pioneer)
+	s.Report(ctx, p, answer(5, 4, time.Second, "h"))
+	assert.Zero(t, s.Stats().Errors, "the report ran to its end")
+	limit, err := s.rdb.HGet(ctx, s.ns+":b:"+routes.BucketKey("h", r.Major), "l").Result()
+	require.NoError(t, err)
+	assert.Equal(t, "5", limit)
+}

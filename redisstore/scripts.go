@@ -614,7 +614,7 @@ if full and scope ~= 'global' and scope ~= 'ban' then
     -- The pioneer's answer: the bucket becomes known, and its window is
     -- the route's as far as a bucket Redis holds nothing of goes (P:w).
     limit, used, reset, prov, start, x = L, math.max(L - rem, inflight + 1), e, 0, reservedAt, dr
-    if tpl ~= '' and status ~= 429 and ra > tonumber(redis.call('HGET', P .. ':w', tpl) or '0') then
+    if tpl ~= '' and status ~= 429 and ra > (tonumber(redis.call('HGET', P .. ':w', tpl) or '0') or 0) then
       redis.call('HSET', P .. ':w', tpl, ra)
       redis.call('PEXPIRE', P .. ':w', 86400000)
     end
