@@ -111,27 +111,7 @@ func TestChaosEveryRequestEndsAndNoUnsafeResend(t *testing.T) {
 // timeline from a window before its first 429 to a few answers after.
 func logAround429s(t *testing.T, st sluicetest.Stats) {
 	t.Helper()
-	for _, b := range st.Buckets {
-		if b.RateLimited == 0 {
-			continue
-		}
-		first := -1
-		for i, e := range b.Timeline {
-			if e.Status == http.StatusTooManyRequests {
-				first = i
-				break
-			}
-		}
-		if first < 0 {
-			continue
-		}
-		lo, hi := max(0, first-b.Limit-10), min(len(b.Timeline), first+10)
-		var sb strings.Builder
-		for _, e := range b.Timeline[lo:hi] {
-			fmt.Fprintf(&sb, "\n  %9.3fms %d remaining=%d %s", float64(e.At.Microseconds())/1000, e.Status, e.Remaining, e.Scope)
-		}
-		t.Logf("bucket %s (%d 429s), answers %d-%d:%s", b.Key, b.RateLimited, lo, hi, sb.String())
-	}
+	t.Log(st.Around429s())
 }
 
 func TestCloudflareBanStopsProbesAndResumes(t *testing.T) {

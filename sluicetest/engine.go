@@ -160,6 +160,7 @@ type counters struct {
 	invalid          int
 	serverErrors     int
 	dropped          int
+	dropTimes        []Duration // see Stats.DropTimes
 	goAways          int
 	maxBucket        int
 	maxGlobal        int
@@ -677,6 +678,17 @@ func (e *Engine) RecordFault(kind string) {
 	}
 }
 
+// recordDrop counts a connection dropped at now after a request on it was
+// handled (Stats.DropTimes).
+func (e *Engine) recordDrop(now time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.stats.dropped++
+	if len(e.stats.dropTimes) < refusedCap {
+		e.stats.dropTimes = append(e.stats.dropTimes, Duration(now.Sub(e.start)))
+	}
+}
+
 // Stats returns a deep copy of the accounting so far, with buckets, globals
 // and sublimits sorted by key.
 func (e *Engine) Stats() Stats {
@@ -694,6 +706,7 @@ func (e *Engine) Stats() Stats {
 		Invalid:                c.invalid,
 		ServerErrors:           c.serverErrors,
 		Dropped:                c.dropped,
+		DropTimes:              append([]Duration(nil), c.dropTimes...),
 		GoAways:                c.goAways,
 		MaxBucketWindow:        c.maxBucket,
 		MaxGlobalWindow:        c.maxGlobal,

@@ -437,7 +437,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	})
 	if d.drop {
 		if c, ok := r.Context().Value(connKey{}).(net.Conn); ok {
-			s.engine.RecordFault("drop")
+			s.engine.recordDrop(s.clock())
 			c.Close()
 			return
 		}

@@ -64,6 +64,11 @@ type Stats struct {
 	ServerErrors int `json:"server_errors"`
 	// Dropped counts connections closed abruptly by fault injection.
 	Dropped int `json:"dropped"`
+	// DropTimes lists when (since the engine started, as Event.At) the
+	// first 64 connections dropped after a request on them was handled
+	// (Faults.DropRate) were closed: the request's answer, and those of
+	// the others in flight on the connection, never reached the client.
+	DropTimes []Duration `json:"drop_times,omitempty"`
 	// GoAways counts GOAWAY frames (or Connection: close) sent by fault
 	// injection.
 	GoAways int `json:"goaways"`
@@ -327,9 +332,57 @@ func AssertNoViolations(t TB, s Stats) bool {
 	if len(v) == 0 {
 		return true
 	}
-	t.Errorf("sluicetest: the client exceeded the simulated API's limits:\n  %s\n%s", strings.Join(v, "\n  "), s.Summary())
+	t.Errorf("sluicetest: the client exceeded the simulated API's limits:\n  %s\n%s%s", strings.Join(v, "\n  "), s.Summary(), s.Around429s())
 	return false
 }
+
+// Around429s lays out, for each bucket that answered a user-scope 429, the
+// timeline from a window's worth of answers before its first 429 to ten
+// after, with the connection drops (DropTimes) among them: what a failing
+// test needs to tell a client's mistake from a fault's. Empty when no bucket
+// answered a 429 or timelines are off (Options.TimelineLimit < 0).
+func (s Stats) Around429s() string {
+	var b strings.Builder
+	for _, bs := range s.Buckets {
+		first := -1
+		for i, e := range bs.Timeline {
+			if e.Status == 429 && e.Scope == "user" {
+				first = i
+				break
+			}
+		}
+		if first < 0 {
+			continue
+		}
+		lo, hi := max(0, first-bs.Limit-10), min(len(bs.Timeline), first+10)
+		fmt.Fprintf(&b, "\nbucket %s (limit %d, %d 429s), answers %d-%d of %d:", bs.Key, bs.Limit, bs.RateLimited, lo, hi, len(bs.Timeline))
+		from, to := bs.Timeline[lo].At, bs.Timeline[hi-1].At
+		drops := s.DropTimes
+		for _, e := range bs.Timeline[lo:hi] {
+			for len(drops) > 0 && time.Duration(drops[0]) <= e.At {
+				if d := time.Duration(drops[0]); d >= from {
+					fmt.Fprintf(&b, "\n  %9.3fms connection dropped", millis(d))
+				}
+				drops = drops[1:]
+			}
+			fmt.Fprintf(&b, "\n  %9.3fms %d remaining=%d", millis(e.At), e.Status, e.Remaining)
+			if e.Scope != "" {
+				b.WriteString(" " + e.Scope)
+			}
+			if e.Late {
+				b.WriteString(" late")
+			}
+		}
+		for _, d := range drops {
+			if time.Duration(d) <= to+time.Second {
+				fmt.Fprintf(&b, "\n  %9.3fms connection dropped", millis(time.Duration(d)))
+			}
+		}
+	}
+	return b.String()
+}
+
+func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // AssertNoDuplicateMessages fails t if any message was created twice (see
 // Stats.DuplicateMessages): the client resent a message create that had

@@ -49,8 +49,11 @@ func TestErrorsThroughDiscordgo(t *testing.T) {
 
 	t.Run("WaitError", func(t *testing.T) {
 		// A channel's window is used up; a message that may wait at most
-		// 1 ms fails at once with the predicted wait.
-		srv := startServer(t, sluicetest.Options{Rules: scaled()})
+		// 1 ms fails at once with the predicted wait. Discord's own window
+		// (5 per 5 s), not the scaled one: five sends in a row took more
+		// than the scaled 500 ms on a busy CI machine under -race, and the
+		// window had reopened before the sixth.
+		srv := startServer(t, sluicetest.Options{Rules: sluicetest.DefaultRules()})
 		lim := startLimiter(t, srv, nil)
 		s, rt := newSession(t, lim)
 		for range 5 {
