@@ -586,6 +586,12 @@ func (s *supervisor) admitWindow(ctx actor.Context, a *windowAdmission, now time
 			}
 			ok, wait := a.g.limiter.Reserve(now)
 			if !ok {
+				// The window is full: the pacer's token buys nothing.
+				// Kept spent, every admission tried while the window
+				// is full (each answer and each bucket's ask) took one,
+				// and the window reopened with a fraction of its slots
+				// to hand out at once.
+				a.pacer.refund(1)
 				paused = true
 				s.retryAfter(a, wait)
 				break
