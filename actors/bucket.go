@@ -532,9 +532,10 @@ func (b *bucket) pump(ctx actor.Context) {
 	for _, l := range b.lanes {
 		l.sync(now)
 	}
-	if held {
+	switch {
+	case held:
 		b.askAdmission(ctx, now)
-	} else {
+	case !b.probeAwaited():
 		b.cancelGrants()
 	}
 	if wake > 0 {
@@ -575,6 +576,23 @@ func (b *bucket) askAdmission(ctx actor.Context, now time.Time) {
 	}
 	b.wanting, b.wantPath, b.wantPioneer = true, path, pioneer
 	ctx.Send(b.sys.sup, &wantMsg{key: b.key, want: want, global: global, path: path, since: since, first: first, pioneer: pioneer})
+}
+
+// probeAwaited reports whether a lane's queue waits for the answer to its
+// window's probe (ratelimit.Bucket.Probing), which comes within a round
+// trip. Global slots granted for that queue are kept for it meanwhile:
+// given back, they went at once to other buckets under a binding global
+// limit, and the queue, ready a round trip later, waited a whole global
+// window behind them, on every window its bucket probed. A kept slot costs
+// the global window nothing it does not count: each slot stays held until
+// its request's answer plus a period (GlobalLimiter.Settle).
+func (b *bucket) probeAwaited() bool {
+	for _, l := range b.lanes {
+		if l.head() != nil && l.state.Probing() && l.state.InFlight() > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // cancelGrants gives back global slots reserved for us that nothing can
