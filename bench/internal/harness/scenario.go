@@ -213,7 +213,7 @@ func setSublimit(rs *sluicetest.RuleSet, rule string, limit int, window time.Dur
 // base returns Discord's default rules, copied so scenarios can edit them.
 func base() sluicetest.RuleSet { return sluicetest.DefaultRules().Scaled(1) }
 
-// Scenarios returns the fifteen scenarios with their ideal times computed,
+// Scenarios returns the seventeen scenarios with their ideal times computed,
 // scenario 8 at its routine (one-tenth) size.
 func Scenarios() []Scenario { return ScenariosAt(false) }
 
@@ -557,6 +557,30 @@ func ScenariosAt(full bool) []Scenario {
 		}
 		add(Scenario{Name: "bot messages + token-less webhooks (two global windows)",
 			Setup: "150 messages over 50 channels + 150 webhook executions over 50 webhooks, interleaved, all at once; buckets 5 per 5 s (messages), 5 per 2 s (webhooks); global 50/s for the token + 50/s per IP for requests without a token; 20 ms latency",
+			Rules: rs, Faults: sluicetest.Faults{Latency: 20 * time.Millisecond}, Ops: ops})
+	}
+
+	// 16 and 17. A backlog the global limit holds for several windows:
+	// every channel has two bucket windows of work (10 messages, 5 per
+	// 1 s), and the channels together could send twice the global limit,
+	// so only the global limit binds. An omniscient client uses each
+	// global window whole, one burst a period after the last: 1,000
+	// messages at 250/s end 3 s after the first burst, 250 at 50/s 4 s
+	// after it. A client that hands out a window's slots evenly, or whose
+	// buckets give back slots they will need a round trip later, spends a
+	// window more.
+	for _, g := range []struct {
+		id, msgs, chans, global int
+	}{{16, 1000, 100, 250}, {17, 250, 25, 50}} {
+		rs := base()
+		rs.GlobalLimit = g.global
+		setRule(&rs, "create_message", 5, time.Second)
+		var ops []Op
+		for i := range g.msgs {
+			ops = append(ops, Op{Kind: SendMessage, Channel: sf(uint64(g.id)*1000 + uint64(i%g.chans)), Text: fmt.Sprintf("s%d message %d", g.id, i)})
+		}
+		add(Scenario{Name: fmt.Sprintf("global-bound backlog at %d/s", g.global),
+			Setup: fmt.Sprintf("%d messages over %d channels (10 each), all at once; buckets 5 per 1 s; global %d/s; 20 ms latency", g.msgs, g.chans, g.global),
 			Rules: rs, Faults: sluicetest.Faults{Latency: 20 * time.Millisecond}, Ops: ops})
 	}
 	return out

@@ -50,6 +50,13 @@ func TestIdeal(t *testing.T) {
 		// without one, each side on its own global window of 50/s: 50 of
 		// each at 0, 1 and 2 s. On one window it would be 6 batches, 5 s.
 		2*time.Second + 20*ms,
+		// 16: 1,000 messages at 250 per sliding second, 4 batches (each
+		// channel's 10 in 2 bucket windows of 5 per 1 s, which the global
+		// limit never lets it need sooner): the last batch at 3 s.
+		3*time.Second + 20*ms,
+		// 17: 250 messages at 50 per sliding second: 5 batches, the last
+		// at 4 s.
+		4*time.Second + 20*ms,
 	}
 	all := Scenarios()
 	if len(all) != len(want) {
