@@ -560,8 +560,8 @@ func (b *bucket) askAdmission(ctx actor.Context, now time.Time) {
 			since, first = c.Submitted, c.ID
 		}
 		n := 1
-		if l.state.Known && !l.serial && !l.state.Probing() {
-			n = max(1, min(len(l.queue), l.state.Remaining))
+		if l.state.Known && !l.serial {
+			n = max(1, min(len(l.queue), l.room(now)))
 		}
 		want += n
 		global = global || !c.Route.GlobalExempt

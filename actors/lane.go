@@ -224,6 +224,21 @@ func peek(st ratelimit.Bucket, now time.Time) (bool, time.Duration) {
 	return st.Take(now)
 }
 
+// room is how many of its queue the lane's bucket has room for at now,
+// its window refilled if it has ended: slots for them all are asked
+// together. A window that holds for its probe sends one and the rest a
+// round trip later, with the slots kept for them (bucket.probeAwaited):
+// asked for one at a time, as the stale count of an ended window (often
+// 0) did, the rest waited a whole global window behind the probe under a
+// binding global limit, at every reopening.
+func (l *lane) room(now time.Time) int {
+	st := l.state
+	if ok, _ := st.Take(now); !ok {
+		return 0
+	}
+	return 1 + st.Remaining
+}
+
 // unknownPace is the pace assumed for a bucket whose limit is not known
 // yet, to weigh its backlog in the admission queue (see
 // supervisor.admit): about Discord's most common route limits.
