@@ -44,6 +44,7 @@ type bucket struct {
 	// nothing can use them; probe is set from the grant of the ban
 	// breaker's probe until that one request is sent.
 	grants      int
+	holders     []*Call // the queued calls the grants are for (Call.holding)
 	wanting     bool
 	wantPath    time.Duration // the backlog last told with want
 	wantPioneer bool          // and whether it was for a pioneer
@@ -541,7 +542,36 @@ func (b *bucket) pump(ctx actor.Context) {
 	if wake > 0 {
 		b.timers.after(timerWake, wake, func(gen uint64) any { return &wakeMsg{gen: gen} })
 	}
+	b.markHolders()
 	b.maybeIdle(ctx)
+}
+
+// markHolders records which queued calls the actor's granted slots are
+// for (Call.holding): the first calls of its queues, lanes in the order
+// pump visits them next. The global forecast serves them from those
+// slots; counted among the calls still to serve, they took the window's
+// next slots in the replay, and every call behind them a burst later.
+func (b *bucket) markHolders() {
+	for _, c := range b.holders {
+		c.holding.Store(false)
+	}
+	clear(b.holders)
+	b.holders = b.holders[:0]
+	left := b.grants
+	for i := 0; left > 0 && i < len(b.lanes); i++ {
+		l := b.lanes[(b.next+i)%len(b.lanes)]
+		for _, c := range l.queue {
+			if left == 0 {
+				break
+			}
+			if c.Finished() || c.Route.GlobalExempt {
+				continue
+			}
+			c.holding.Store(true)
+			b.holders = append(b.holders, c)
+			left--
+		}
+	}
 }
 
 // askAdmission tells the supervisor how many requests wait for admission

@@ -71,6 +71,10 @@ type Call struct {
 	// reprobe is set when its bucket's next window holds for a probe
 	// (ratelimit.Bucket.ProbesReopening). Stamped with due.
 	reprobe atomic.Bool
+	// holding is set while a global slot granted to its bucket actor is
+	// meant for it (bucket.markHolders): the global forecast counts it as
+	// served, not as a call still to serve.
+	holding atomic.Bool
 	// pace is its bucket's window with the margin (ns; 0 while unknown),
 	// and limit its bucket's count per window (0 while unknown), stamped
 	// with due.

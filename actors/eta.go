@@ -253,7 +253,7 @@ func (b *bucket) eta(c *Call, now time.Time) laneETA {
 				out.stage, out.pos, out.bucket = StageQueued, pos, l.key
 				out.start, out.end, out.known = l.slot(now, pos)
 				out.early = l.earliest(now, pos, out.start)
-				out.granted = pos < b.grants
+				out.granted = q.holding.Load()
 				return out
 			}
 			if !q.Finished() {
@@ -285,7 +285,7 @@ func (b *bucket) queued(now time.Time) []laneETA {
 			if c.Finished() {
 				continue
 			}
-			e := laneETA{call: c, stage: StageQueued, pos: pos, bucket: l.key, granted: pos < b.grants}
+			e := laneETA{call: c, stage: StageQueued, pos: pos, bucket: l.key, granted: c.holding.Load()}
 			e.start, e.end, e.known = l.slot(now, pos)
 			e.early = l.earliest(now, pos, e.start)
 			out = append(out, e)
@@ -407,12 +407,16 @@ func (s *System) finish(parts []laneETA, now time.Time, ring *ringKeys) []Reques
 func (s *System) globalSlots(out []RequestETA, parts []laneETA, waiting []int, now time.Time, ring *ringKeys) {
 	var ws []waiter
 	asked := make(map[uint64]bool, len(waiting))
+	var holding [numWindows]int // calls left out that hold a granted slot
 	for _, i := range waiting {
 		c := parts[i].call
+		asked[c.ID] = true
+		if parts[i].granted {
+			holding[c.window]++
+		}
 		if c.Route.GlobalExempt || parts[i].granted {
 			continue // needs no global slot, or holds one already
 		}
-		asked[c.ID] = true
 		e := out[i].ETA
 		ws = append(ws, waiterOf(c, e.Start.UnixNano(), !e.Known && e.Limit != BoundDeclared, i))
 	}
@@ -424,6 +428,10 @@ func (s *System) globalSlots(out []RequestETA, parts []laneETA, waiting []int, n
 		c := v.(*Call)
 		if asked[c.ID] || c.Route.GlobalExempt || c.direct || c.Finished() {
 			return true
+		}
+		if c.holding.Load() {
+			holding[c.window]++
+			return true // served from its actor's grant
 		}
 		due := c.due.Load()
 		switch due {
@@ -467,7 +475,11 @@ func (s *System) globalSlots(out []RequestETA, parts []laneETA, waiting []int, n
 		if ring != nil {
 			places = ring[w]
 		}
-		at := admissionForecast(mine, src, now, rtt, max(0, int(s.windows[w].granted.Load())), onWire, places)
+		// The granted slots left to the replay: those no call left out
+		// holds (a grant an actor could not mark yet, or one it is
+		// giving back).
+		held := max(0, int(s.windows[w].granted.Load())-holding[w])
+		at := admissionForecast(mine, src, now, rtt, held, onWire, places)
 		for j, e := range mine {
 			if e.target >= 0 && at[j].at > e.due { // later than its own limits let it go
 				// From the earliest it may go to one period after the

@@ -89,9 +89,8 @@ type forecastLaneState struct {
 	started bool    // a call of the current window has taken its slot
 	probe   bool    // its next window holds for a probe
 	probing bool    // the current window holds for its probe
-	room    int     // the current window's room when it opened
 	answer  int64   // while probing: its probe's answer (Unix ns), 0: not sent
-	soonest int64   // while probing: the probe's earliest answer
+	soonest int64   // while probing: the earliest the probe may go (its answer may follow at once)
 }
 
 // admissionForecast returns, for each waiter, when the supervisor is
@@ -207,16 +206,16 @@ func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt time.Dura
 		li.dues = windows
 	}
 	// open starts a replayed lane's next window at t: it releases as many
-	// calls as the window has room for beside those still waiting.
-	// A window that holds for a probe releases one call (none when one
-	// released before still waits: the first to take a slot is the probe).
+	// calls as the window has room for beside those still waiting. A
+	// window that holds for a probe releases them too: the actor asks
+	// slots for all of them and keeps those the probe leaves until its
+	// answer (bucket.probeAwaited); the first to take a slot is the probe,
+	// the others go at its answer.
 	open := func(li *forecastLaneState, t int64) {
 		li.started, li.end = false, math.MaxInt64
-		li.room = max(0, li.limit-li.out)
-		k := min(li.room, len(li.queue))
+		k := min(max(0, li.limit-li.out), len(li.queue))
 		if li.probe {
 			li.probe, li.probing, li.answer = false, true, 0
-			k = min(k, max(0, 1-li.out))
 		}
 		for _, i := range li.queue[:k] {
 			release(i, t, t)
@@ -332,21 +331,25 @@ func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt time.Dura
 		clock = t
 		i := heap.Pop(ready).(int)
 		li := laneOf[i]
+		// sent is when the call goes: when it takes its slot, or, in a
+		// window that holds for its probe, at the probe's answer, with
+		// the slot kept for it meanwhile.
+		sent := t
 		if li.probing && li.answer != 0 {
 			if t < li.answer {
-				// Its window holds for the probe's answer.
-				ws[i].due = max(ws[i].due, li.answer)
+				// Its bucket holds it until then, not the window.
+				sent = li.answer
+				ws[i].due = max(ws[i].due, sent)
 				ws[i].early = max(ws[i].early, li.soonest)
-				heap.Push(pending, i)
-				continue
+			} else {
+				li.probing = false
 			}
-			li.probing = false
 		}
-		early, late := ws[i].early, t
+		early, late := ws[i].early, sent
 		if served >= held {
 			cut.serve(t, slots, ready)
 			early = max(early, slots[0].early)
-			slots[0] = slotTime{at: t + recycle, early: early + quick}
+			slots[0] = slotTime{at: sent + recycle, early: early + quick}
 			heap.Fix(&slots, 0)
 			if cut.tail(ready) {
 				late = cut.next(slots) // it may slip to the next burst
@@ -355,7 +358,7 @@ func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt time.Dura
 				early = min(early, max(ws[i].early, cut.prevEarly)) // it may have gone in the last one
 			}
 		}
-		out[i] = slotTime{at: t, early: early, late: late}
+		out[i] = slotTime{at: sent, early: early, late: max(late, sent)}
 		if ws[i].target >= 0 {
 			targets--
 		}
@@ -377,14 +380,12 @@ func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt time.Dura
 				heap.Push(&wakes, wake{at: li.end, lane: li})
 			}
 			if li.probing {
-				// The probe: the rest of the window's room goes after
-				// its answer.
-				li.answer, li.soonest = t+int64(rtt), early+int64(rtt/2)
-				k := min(max(0, li.room-1-li.out), len(li.queue))
-				for _, j := range li.queue[:k] {
-					release(j, li.answer, li.soonest)
-				}
-				li.queue = li.queue[k:]
+				// The probe: the rest of the window's room goes at its
+				// answer.
+				// The rest goes at its answer, expected a round trip
+				// later; a fast answer (a jittery latency's shortest)
+				// may come at once, so they may go as early as it.
+				li.answer, li.soonest = t+int64(rtt), early
 			}
 		}
 	}
