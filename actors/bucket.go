@@ -48,6 +48,7 @@ type bucket struct {
 	wanting     bool
 	wantPath    time.Duration // the backlog last told with want
 	wantPioneer bool          // and whether it was for a pioneer
+	soonAt      time.Time     // the reopening last told with soonMsg
 	probe       bool
 
 	// pioneers counts requests of lanes whose limit is unknown on the wire;
@@ -539,6 +540,9 @@ func (b *bucket) pump(ctx actor.Context) {
 	case !b.probeAwaited():
 		b.cancelGrants()
 	}
+	if !b.wanting {
+		b.announceSoon(ctx, now)
+	}
 	if wake > 0 {
 		b.timers.after(timerWake, wake, func(gen uint64) any { return &wakeMsg{gen: gen} })
 	}
@@ -606,6 +610,57 @@ func (b *bucket) askAdmission(ctx actor.Context, now time.Time) {
 	}
 	b.wanting, b.wantPath, b.wantPioneer = true, path, pioneer
 	ctx.Send(b.sys.sup, &wantMsg{key: b.key, want: want, global: global, path: path, since: since, first: first, pioneer: pioneer})
+}
+
+// announceSoon tells the supervisor when a queue that waits for its own
+// bucket window will be ready, if that is within the global window's
+// period, its backlog then is longer than the period and others wait for
+// the window (soonMsg): the window keeps its slots from the actors behind
+// it in line. Once per reopening.
+func (b *bucket) announceSoon(ctx actor.Context, now time.Time) {
+	w := b.win()
+	if w.waiting.Load() == 0 {
+		return // nobody in line to keep the slots from
+	}
+	_, per, ok := w.limit()
+	if !ok {
+		return
+	}
+	var (
+		at    time.Time
+		want  int
+		path  time.Duration
+		since time.Time
+		first = ^uint64(0)
+	)
+	for _, l := range b.lanes {
+		c := l.head()
+		if c == nil || c.Route.GlobalExempt || !l.state.Known || l.serial || l.machine.Current() == fsm.Initial {
+			continue
+		}
+		ok, wait := b.ready(l, now)
+		if ok || wait <= 0 || wait >= per {
+			continue
+		}
+		if ready := now.Add(wait); at.IsZero() || ready.Before(at) {
+			at = ready
+		}
+		want += min(len(l.queue), l.state.Limit)
+		path = max(path, l.backlog(now.Add(wait)))
+		if since.IsZero() || c.Submitted.Before(since) || c.Submitted.Equal(since) && c.ID < first {
+			since, first = c.Submitted, c.ID
+		}
+	}
+	if want == 0 || path < per || at.Equal(b.soonAt) {
+		// Nothing waits, or its queue needs no window after the
+		// reopening one: waiting for the next burst costs it at most a
+		// period, once, while slots kept idle for it cost the window's
+		// whole line as much. Only a longer backlog loses every one of
+		// its later windows with the first.
+		return
+	}
+	b.soonAt = at
+	ctx.Send(b.sys.sup, &soonMsg{key: b.key, at: at, want: want, path: path, since: since, first: first})
 }
 
 // probeAwaited reports whether a lane's queue waits for the answer to its

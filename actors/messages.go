@@ -78,6 +78,21 @@ type wantMsg struct {
 	first uint64
 }
 
+// soonMsg: bucket -> supervisor. The actor's queue waits for its own
+// bucket window, which reopens at at, within the global window's period:
+// the window keeps want slots back for it from the actors behind it in
+// line (supervisor.soon). A slot handed out now comes back a period
+// later; handed to a colder actor just before a hot bucket reopens, it
+// left that bucket's window waiting for the next burst.
+type soonMsg struct {
+	key   string
+	at    time.Time
+	want  int
+	path  time.Duration // as wantMsg's, at the reopening
+	since time.Time     // as wantMsg's
+	first uint64        // as wantMsg's
+}
+
 // grantMsg: supervisor -> bucket, answering wantMsg. slots global-window
 // slots are reserved for the bucket (it cancels those it cannot use);
 // exempt requests need none. probe marks the one request the ban breaker

@@ -95,6 +95,14 @@ type child struct {
 	deadline  time.Time
 	first     uint64 // the id of the request its deadline came from: breaks ties
 	index     int    // in its window's ring
+	// soon: its queue waits for its own bucket window, which reopens at
+	// soonAt; soonWant slots are kept back for it from the actors behind
+	// soonDeadline (soonFirst) in line. Invariant: in its window's soon
+	// set exactly while soonWant > 0, and never while waiting.
+	soonAt       time.Time
+	soonWant     int
+	soonDeadline time.Time
+	soonFirst    uint64
 }
 
 // gate is what the supervisor publishes for the bucket actors: the
@@ -284,6 +292,8 @@ func (s *supervisor) receive(ctx actor.Context) {
 		}
 	case *wantMsg:
 		s.want(ctx, m)
+	case *soonMsg:
+		s.soon(m)
 	case *etaMsg:
 		s.answerETA(ctx, m)
 	case *freedMsg:
@@ -348,6 +358,7 @@ func (s *supervisor) receive(ctx actor.Context) {
 			if ch.pid.Equal(m.Who) {
 				s.forget(key)
 				s.unring(ch)
+				s.windows[ch.window].unsoon(ch)
 				break
 			}
 		}
@@ -471,27 +482,9 @@ func (s *supervisor) want(ctx actor.Context, m *wantMsg) {
 	}
 	ch.want, ch.global = m.want, m.global
 	a := s.windows[ch.window]
+	a.unsoon(ch) // ready now
 	a.pacer.long(s.sys.now(), m.path)
-	// The virtual deadline: when the earliest of the bucket's ready
-	// requests was submitted, less pathWeight times how long its queue
-	// still needs at its own pace (in whole windows, lane.backlog); ties
-	// go to that request's id. Among buckets with equal backlogs the
-	// window serves requests in the order they were submitted, not in the
-	// order their actors happened to ask. The global part of an ETA
-	// replays this rule (admissionForecast): a change here is a change
-	// there. The bucket whose backlog is
-	// longest (a hot channel) goes first, so its bucket windows are not
-	// wasted while cold channels, each with little to send, take the rest
-	// of the global window; a bucket that keeps waiting gains on later
-	// ones, so none starves.
-	base := s.sys.now()
-	if !m.since.IsZero() && m.since.Before(base) {
-		base = m.since
-	}
-	deadline := base.Add(-pathWeight * m.path)
-	if m.pioneer {
-		deadline = deadline.Add(-pioneerFirst)
-	}
+	deadline := virtualDeadline(s.sys.now(), m.since, m.path, m.pioneer)
 
 	if !ch.waiting {
 		ch.waiting = true
@@ -504,6 +497,49 @@ func (s *supervisor) want(ctx actor.Context, m *wantMsg) {
 	a.store()
 	s.dial() // refill the pool while requests wait
 	s.admit(ctx)
+}
+
+// virtualDeadline is a bucket's place in its window's admission queue:
+// when the earliest of its ready requests was submitted (since; now if
+// unknown or later), less pathWeight times how long its queue still
+// needs at its own pace (path, in whole windows, lane.backlog), and ahead
+// of every known bucket for a pioneer (pioneerFirst); ties go to that
+// request's id. Among buckets with equal backlogs the window serves
+// requests in the order they were submitted, not in the order their
+// actors happened to ask. The bucket whose backlog is longest (a hot
+// channel) goes first, so its bucket windows are not wasted while cold
+// channels, each with little to send, take the rest of the global window;
+// a bucket that keeps waiting gains on later ones, so none starves. The
+// global part of an ETA replays this rule (admissionForecast): a change
+// here is a change there.
+func virtualDeadline(now, since time.Time, path time.Duration, pioneer bool) time.Time {
+	base := now
+	if !since.IsZero() && since.Before(base) {
+		base = since
+	}
+	deadline := base.Add(-pathWeight * path)
+	if pioneer {
+		deadline = deadline.Add(-pioneerFirst)
+	}
+	return deadline
+}
+
+// soon keeps slots back for a bucket whose queue waits for its own window,
+// which reopens within the global window's period (soonMsg), from the
+// actors behind it in line (admitWindow). Ignored while it is in line
+// already: its want stands.
+func (s *supervisor) soon(m *soonMsg) {
+	ch := s.children[m.key]
+	if ch == nil || ch.waiting || s.closing != nil || m.want <= 0 {
+		return
+	}
+	a := s.windows[ch.window]
+	ch.soonAt, ch.soonWant, ch.soonFirst = m.at, m.want, m.first
+	ch.soonDeadline = virtualDeadline(s.sys.now(), m.since, m.path, false)
+	if a.soon == nil {
+		a.soon = map[*child]struct{}{}
+	}
+	a.soon[ch] = struct{}{}
 }
 
 // admit serves the buckets waiting for admission, in each window earliest
@@ -577,8 +613,17 @@ func (s *supervisor) admitWindow(ctx actor.Context, a *windowAdmission, now time
 			ctx.Send(ch.pid, &grantMsg{})
 			continue
 		}
+		kept := a.keptAhead(now, ch)
 		slots := 0
 		for !paused && slots < ch.want {
+			if kept > 0 && a.g.limitOf()-a.g.used(now) <= kept {
+				// The slots left are kept for buckets ahead of it in
+				// line that reopen within the period: until they ask,
+				// or their keep lapses.
+				paused = true
+				s.retryAfter(a, a.keepLapses(now))
+				break
+			}
 			if wait := a.pacer.take(now); wait > 0 {
 				paused = true
 				s.retryAfter(a, wait)
@@ -663,6 +708,9 @@ func (s *supervisor) unring(ch *child) {
 // clearRing empties both admission queues.
 func (s *supervisor) clearRing() {
 	for _, a := range s.windows {
+		for ch := range a.soon {
+			a.unsoon(ch)
+		}
 		for _, ch := range a.ring {
 			ch.waiting = false
 		}
@@ -951,6 +999,7 @@ func (s *supervisor) idle(ctx actor.Context, m *idleMsg) {
 	}
 	s.forget(m.key)
 	s.unring(ch)
+	s.windows[ch.window].unsoon(ch)
 	ctx.Poison(from)
 }
 

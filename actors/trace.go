@@ -96,6 +96,7 @@ var messageFlows = []flow{
 	{(*enqueueMsg)(nil), "enqueue", "supervisor", "bucket", "requests for the actor, counted (2 of 3)"},
 	{(*resultMsg)(nil), "result", "worker", "bucket", "the answer, parsed and classified once, or the error (3 of 3)"},
 	{(*wantMsg)(nil), "want", "bucket", "supervisor", "requests ready, admission held: queue me"},
+	{(*soonMsg)(nil), "soon", "bucket", "supervisor", "my bucket reopens within the global period: keep my slots from those behind me"},
 	{(*grantMsg)(nil), "grant", "supervisor", "bucket", "your turn: global slots reserved (or the ban probe)"},
 	{(*freedMsg)(nil), "freed", "bucket", "supervisor", "a global slot settled or given back while others wait"},
 	{(*globalHitMsg)(nil), "global_hit", "worker", "supervisor", "a global 429, from its headers (or another process's, from Redis)"},

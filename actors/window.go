@@ -124,6 +124,13 @@ func (w *globalWindow) limit() (int, time.Duration, bool) {
 	return 0, 0, false
 }
 
+// limitOf returns the window's limit, or 0 when its limiter does not
+// tell it.
+func (w *globalWindow) limitOf() int {
+	n, _, _ := w.limit()
+	return n
+}
+
 // used returns the slots held now, when the limiter can count them.
 func (w *globalWindow) used(now time.Time) int {
 	if c, ok := w.limiter.(interface{ Count(time.Time) int }); ok {
@@ -143,8 +150,55 @@ type windowAdmission struct {
 	machine *fsm.Window    // open <-> global_limit
 	ring    admissionQueue // Invariant: ring.Len() == g.waiting
 	pacer   pacer
-	timer   timerKind // its globalClearMsg timer
-	retry   timerKind // its globalRetryMsg timer
+	soon    map[*child]struct{} // the buckets it keeps slots for (soonMsg)
+	timer   timerKind           // its globalClearMsg timer
+	retry   timerKind           // its globalRetryMsg timer
+}
+
+// soonGrace is how long after its bucket's reopening a keep (soonMsg)
+// lasts without the bucket asking: its timer's lag and its pump. A keep
+// that lapses (the queue was cancelled, the window reopened later than
+// its bucket thought) gives its slots back to the line.
+const soonGrace = 50 * time.Millisecond
+
+// keptAhead is how many slots a's window keeps at now for buckets ahead
+// of ch in line (an earlier deadline) whose windows reopen within the
+// global period; keeps that lapsed are dropped.
+func (a *windowAdmission) keptAhead(now time.Time, ch *child) int {
+	per := a.pacer.period
+	if per <= 0 || len(a.soon) == 0 {
+		return 0
+	}
+	n := 0
+	for k := range a.soon {
+		switch {
+		case now.After(k.soonAt.Add(soonGrace)):
+			a.unsoon(k)
+		case k.soonAt.After(now.Add(per)):
+		case k.soonDeadline.Before(ch.deadline), k.soonDeadline.Equal(ch.deadline) && k.soonFirst < ch.first:
+			n += k.soonWant
+		}
+	}
+	return n
+}
+
+// keepLapses is how long from now until the first keep lapses.
+func (a *windowAdmission) keepLapses(now time.Time) time.Duration {
+	wait := time.Duration(-1)
+	for k := range a.soon {
+		if d := k.soonAt.Add(soonGrace).Sub(now); wait < 0 || d < wait {
+			wait = d
+		}
+	}
+	return max(time.Millisecond, wait)
+}
+
+// unsoon drops ch's keep, if any.
+func (a *windowAdmission) unsoon(ch *child) {
+	if ch.soonWant > 0 {
+		delete(a.soon, ch)
+		ch.soonWant = 0
+	}
 }
 
 // store publishes the ring's length for the bucket actors.
