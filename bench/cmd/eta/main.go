@@ -7,7 +7,7 @@
 // bucket timeline, where the k-th request of a (route, channel) is the
 // k-th admitted event (requests to one bucket go in submission order).
 //
-//	cd bench && go run ./cmd/eta                  # 3 runs of scenarios 1, 2, 8, 9; rewrites ../docs/eta-accuracy.md
+//	cd bench && go run ./cmd/eta                  # 3 runs of scenarios 1, 2, 8, 9, 16, 17; rewrites ../docs/eta-accuracy.md
 //	cd bench && go run ./cmd/eta -runs 1 -out "" -scenarios 1 -csv /tmp/eta.csv
 //
 // It asks every ETA a second time once the first request has its answer
@@ -34,8 +34,9 @@ import (
 
 // defaultScenarios: one saturated bucket with 150 ms latency, fan-out
 // under the global limit, mixed load with a hot channel, one saturated
-// bucket with jittery latency.
-const defaultScenarios = "1,2,8,9"
+// bucket with jittery latency, and the two global-bound backlogs whose
+// buckets reopen while the global limit holds them.
+const defaultScenarios = "1,2,8,9,16,17"
 
 func main() {
 	runs := flag.Int("runs", 3, "runs of each scenario, each against a fresh simulator (fault dice seeded as cmd/compare seeds run i)")
