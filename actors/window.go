@@ -156,10 +156,13 @@ type windowAdmission struct {
 }
 
 // soonGrace is how long after its bucket's reopening a keep (soonMsg)
-// lasts without the bucket asking: its timer's lag and its pump. A keep
-// that lapses (the queue was cancelled, the window reopened later than
-// its bucket thought) gives its slots back to the line.
-const soonGrace = 50 * time.Millisecond
+// lasts without the bucket asking: its timer's lag and its pump, which a
+// starved machine stretches (50 ms lapsed before a hot bucket asked
+// under the race detector beside two CPU-bound loops, and its window
+// split). A keep that lapses (the queue was cancelled, the window
+// reopened later than its bucket thought) gives its slots back to the
+// line.
+const soonGrace = 200 * time.Millisecond
 
 // keptAhead is how many slots a's window keeps at now for buckets ahead
 // of ch in line (an earlier deadline) whose windows reopen within the
