@@ -166,7 +166,7 @@ func (b *bucket) recoverCrash(ctx actor.Context) {
 	}
 	fail := func(c *Call) {
 		if c.lane != nil {
-			b.release(ctx, c, now, ratelimit.Headers{}, chargeUnknown)
+			b.release(ctx, c, now, ratelimit.Headers{}, ratelimit.ChargeUnknown)
 		}
 		c.Complete(nil, fmt.Errorf("%w while handling %s", ErrActorCrashed, c.Route.Redacted()))
 	}
@@ -747,29 +747,14 @@ func (b *bucket) dispatch(ctx actor.Context, l *lane, c *Call, conn *transport.C
 	}
 	if !b.sys.goWork(func() { b.sys.work(conn, c, self, sr) }) {
 		conn.Unclaim()
-		b.release(ctx, c, now, ratelimit.Headers{}, chargeNone)
+		b.release(ctx, c, now, ratelimit.Headers{}, ratelimit.ChargeNone)
 		c.Complete(nil, ErrClosed)
 	}
 }
 
-// charge is what an attempt's end tells its bucket about the request's count.
-type charge uint8
-
-const (
-	// chargeUnknown: the server may count the request in any window
-	// starting up to a period later (ratelimit.Bucket.Observe).
-	chargeUnknown charge = iota
-	// chargeNone: no bucket counted it (never sent; a global 429 or a ban).
-	chargeNone
-	// chargeArrived: the server cannot count it after the attempt ended,
-	// answered or with its connection closed by the server
-	// (ratelimit.Bucket.ObserveLost).
-	chargeArrived
-)
-
 // observe reports an attempt that may have been counted to st.
-func observe(st *ratelimit.Bucket, at, sentAt time.Time, h ratelimit.Headers, count charge) {
-	if count == chargeArrived {
+func observe(st *ratelimit.Bucket, at, sentAt time.Time, h ratelimit.Headers, count ratelimit.Charge) {
+	if count == ratelimit.ChargeArrived {
 		st.ObserveLost(at, sentAt, h)
 	} else {
 		st.Observe(at, sentAt, h)
@@ -779,8 +764,8 @@ func observe(st *ratelimit.Bucket, at, sentAt time.Time, h ratelimit.Headers, co
 // release ends c's attempt in the bookkeeping: its lane's count (Observe
 // or ObserveLost with h as count says, or Refund when it was not counted),
 // the holds of a pioneer, the pioneer count and its global slot.
-func (b *bucket) release(ctx actor.Context, c *Call, at time.Time, h ratelimit.Headers, count charge) *lane {
-	uncounted := count == chargeNone
+func (b *bucket) release(ctx actor.Context, c *Call, at time.Time, h ratelimit.Headers, count ratelimit.Charge) *lane {
+	uncounted := count == ratelimit.ChargeNone
 	l := c.lane.resolve()
 	c.lane = nil
 	l.running--
@@ -866,19 +851,18 @@ func (b *bucket) result(ctx actor.Context, m *resultMsg) {
 		b.sys.tel.event(c, "headers", attribute.Int("http.response.status_code", status))
 	}
 	v := m.verdict
-	// Not counted: what never left, and a global 429 or a ban (no bucket
-	// counted them). A 5xx without rate-limit headers stays charged like a
-	// lost answer: giving its slot back drew user 429s at window edges
-	// under load. An answer, or a connection the server closed, bounds when
-	// the server could count the request (chargeArrived).
-	count := chargeUnknown
-	switch {
-	case notSent || (status == http.StatusTooManyRequests && !h.Has.Remaining &&
-		(v.Kind == ratelimit.GlobalLimit || v.Kind == ratelimit.CloudflareBan)):
-		count = chargeNone
-	case m.resp != nil || transport.PeerClosed(m.err):
-		count = chargeArrived
-	}
+	// What the attempt means, by the one outcome table: what its bucket,
+	// its global slot and its declared groups count, what pauses, and
+	// what becomes of c. (A 5xx without rate-limit headers stays charged
+	// like a lost answer: giving its slot back drew user 429s at window
+	// edges under load.)
+	o := ratelimit.Judge(ratelimit.Attempt{
+		Sent: !notSent, Status: status, PeerClosed: m.resp == nil && transport.PeerClosed(m.err),
+		Headers: h, Verdict: v, BotToken: b.sys.botAuthenticated(c), Safe: c.Safe,
+		Retries: c.attempts, MaxRetries: b.sys.cfg.MaxRetries,
+		ErrorRetries: c.errAttempts, MaxErrorRetries: b.sys.cfg.MaxErrorRetries,
+	})
+	count := o.Charge
 	prev := &c.lane.resolve().state
 	known, limit, paused := prev.Known, prev.Limit, prev.PausedUntil
 	if c.first && m.resp != nil && status < 500 && status != http.StatusTooManyRequests && !(h.Has.Bucket && h.Bucket != "") {
@@ -904,14 +888,14 @@ func (b *bucket) result(ctx actor.Context, m *resultMsg) {
 	}()
 	if c.probe {
 		c.probe = false
-		ctx.Send(b.sys.sup, &probeDoneMsg{status: status, banned: status == http.StatusTooManyRequests && v.Kind == ratelimit.CloudflareBan})
+		ctx.Send(b.sys.sup, &probeDoneMsg{status: status, banned: o.Pause == ratelimit.PauseBan})
 	}
 	if m.err != nil {
-		b.failed(l, c, m.err, notSent)
+		b.failed(l, c, m.err, o)
 		return
 	}
 	now := b.sys.now()
-	if ratelimit.CountsAsInvalid(status, v) {
+	if o.Invalid {
 		b.sys.countInvalid(now)
 	}
 	scope := ""
@@ -922,17 +906,15 @@ func (b *bucket) result(ctx actor.Context, m *resultMsg) {
 	if c.authProbe.Load() && status != http.StatusUnauthorized && b.sys.auth.accepted() {
 		b.sys.log.Info("sluice: the API accepts the token again")
 	}
+	if o.Pause == ratelimit.PauseAuth && b.sys.auth.rejected(now, b.sys.cfg.UnauthorizedProbe) {
+		// Our token was rejected: every later request would be a 401 too.
+		b.sys.log.Error("sluice: the API rejected the token (401); failing requests sent with it, checking it again periodically",
+			slog.Duration("check_every", b.sys.cfg.UnauthorizedProbe))
+	}
 	switch {
 	case status == http.StatusTooManyRequests:
-		b.limited(ctx, l, c, v, m)
-	case status == http.StatusUnauthorized && b.sys.botAuthenticated(c):
-		// Our token was rejected: every later request would be a 401 too.
-		if b.sys.auth.rejected(now, b.sys.cfg.UnauthorizedProbe) {
-			b.sys.log.Error("sluice: the API rejected the token (401); failing requests sent with it, checking it again periodically",
-				slog.Duration("check_every", b.sys.cfg.UnauthorizedProbe))
-		}
-		c.Complete(m.resp, nil)
-	case status >= 500 && !h.Has.RateLimit && c.mayResend(b.sys.cfg.MaxErrorRetries):
+		b.limited(ctx, l, c, v, o, m.at)
+	case o.Next == ratelimit.Resend:
 		b.sys.log.Warn("sluice: retrying after a server error", slog.Int("status", status), slog.String("route", c.Route.Redacted()))
 		b.retryLater(l, now, c)
 	default:
@@ -945,7 +927,7 @@ func (b *bucket) result(ctx actor.Context, m *resultMsg) {
 // the time told, or for the answer another process's request gets.
 func (b *bucket) deferred(ctx actor.Context, c *Call, m *resultMsg) {
 	g := m.deferred
-	l := b.release(ctx, c, m.at, ratelimit.Headers{}, chargeNone).resolve()
+	l := b.release(ctx, c, m.at, ratelimit.Headers{}, ratelimit.ChargeNone).resolve()
 	c.sends.Add(-1)
 	now := b.sys.now()
 	if b.draining != nil {
@@ -1056,38 +1038,38 @@ func (b *bucket) rekey(l *lane, target string) (merged bool) {
 	return true
 }
 
-// limited handles a 429 by its shape.
-func (b *bucket) limited(ctx actor.Context, l *lane, c *Call, v ratelimit.Verdict, m *resultMsg) {
+// limited handles a 429 as its outcome o says.
+func (b *bucket) limited(ctx actor.Context, l *lane, c *Call, v ratelimit.Verdict, o ratelimit.Outcome, at time.Time) {
 	scope := v.Kind.Scope()
-	at := m.at
-	switch v.Kind {
-	case ratelimit.CloudflareBan:
-		ctx.Send(b.sys.sup, &banMsg{wait: v.Wait})
-		c.Complete(nil, &RateLimitError{Scope: scope, RetryAfter: v.Wait, Attempts: c.attempts + 1, Bucket: c.Route.Redacted()})
-		return
-	case ratelimit.GlobalLimit:
+	switch o.Pause {
+	case ratelimit.PauseBan:
+		ctx.Send(b.sys.sup, &banMsg{wait: o.Wait})
+	case ratelimit.PauseGlobal:
 		// The worker paused the global window already (System.work).
-	case ratelimit.SharedLimit, ratelimit.Sublimit:
+	case ratelimit.PauseSerial:
 		l.serial = true // a limit no header shows: no more pipelining here
-		l.state.Pause(at.Add(v.Wait))
+		l.state.Pause(at.Add(o.Wait))
 		// A declared limit that still met one: stricter than declared, or
 		// spent by someone else too.
-		b.sys.groups.block(c, at.Add(v.Wait), at)
+		b.sys.groups.block(c, at.Add(o.Wait), at)
 	default: // user: pause this bucket only; a window reopened late teaches the margin
-		l.state.LateReopen(at, c.sentAt, v.Wait)
-		l.state.Pause(at.Add(v.Wait))
+		l.state.LateReopen(at, c.sentAt, o.Wait)
+		l.state.Pause(at.Add(o.Wait))
 	}
-	b.sys.log.Warn("sluice: 429", slog.String("scope", scope), slog.String("route", c.Route.Redacted()), slog.Duration("retry_after", v.Wait))
+	if o.Pause != ratelimit.PauseBan { // (the supervisor tells of a ban)
+		b.sys.log.Warn("sluice: 429", slog.String("scope", scope), slog.String("route", c.Route.Redacted()), slog.Duration("retry_after", o.Wait))
+	}
 	c.attempts++
-	if c.attempts > b.sys.cfg.MaxRetries {
-		c.Complete(nil, &RateLimitError{Scope: scope, RetryAfter: v.Wait, Attempts: c.attempts, Bucket: c.Route.Redacted()})
+	if o.Next == ratelimit.Fail {
+		c.Complete(nil, &RateLimitError{Scope: scope, RetryAfter: o.Wait, Attempts: c.attempts, Bucket: c.Route.Redacted()})
 		return
 	}
 	requeueFront(l, c, b.sys.now())
 }
 
-// failed handles a request that got no complete response.
-func (b *bucket) failed(l *lane, c *Call, err error, notSent bool) {
+// failed handles a request that got no complete response, as its outcome
+// o says once what the caller did is accounted for.
+func (b *bucket) failed(l *lane, c *Call, err error, o ratelimit.Outcome) {
 	if c.Finished() {
 		return
 	}
@@ -1099,11 +1081,11 @@ func (b *bucket) failed(l *lane, c *Call, err error, notSent bool) {
 		c.Complete(nil, ErrClosed) // Close gave up waiting for the answer
 	case errors.Is(err, ErrResponseTooLarge), errors.Is(err, ErrInternal), errors.As(err, &ns):
 		c.Complete(nil, err)
-	case notSent:
+	case o.Next == ratelimit.Requeue:
 		// Never reached the server: it goes again once admitted (on a new
 		// connection if this one is gone).
 		requeueFront(l, c, b.sys.now())
-	case c.mayResend(b.sys.cfg.MaxErrorRetries):
+	case o.Next == ratelimit.Resend:
 		// It may have been processed: only a request that is safe to
 		// repeat is sent again.
 		b.sys.log.Warn("sluice: retrying after a transport error", slog.String("route", c.Route.Redacted()), slog.String("error", err.Error()))

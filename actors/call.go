@@ -167,11 +167,6 @@ func (c *Call) waits() (bucket, global, network time.Duration) {
 	return time.Duration(c.waitBucket.Load()), time.Duration(c.waitGlobal.Load()), time.Duration(c.waitNetwork.Load())
 }
 
-// mayResend reports whether a request whose answer was lost, or was a 5xx
-// without rate-limit headers, goes again: it is safe to send twice (Safe)
-// and has attempts left of max.
-func (c *Call) mayResend(max int) bool { return c.Safe && c.errAttempts < max }
-
 // onWire reports whether the call is on the wire as a first pioneer; safe
 // from any goroutine.
 func (c *Call) onWire() bool { return c.firstWire.Load() }

@@ -823,7 +823,7 @@ func (s *System) work(conn *transport.Conn, c *Call, bucket *actor.PID, sr *rate
 		shared.Status, shared.Headers, shared.Verdict = resp.StatusCode, h, m.verdict
 		s.clock.Annotate(&shared.Headers) // the window's end by the server's clock
 	}
-	if m.verdict.Kind == ratelimit.GlobalLimit {
+	if ratelimit.Judge(ratelimit.Attempt{Sent: true, Status: resp.StatusCode, Headers: h, Verdict: m.verdict}).Pause == ratelimit.PauseGlobal {
 		// Pause every request at once: the shared window refuses
 		// reservations from now on, before any actor hears of it.
 		until := at.Add(m.verdict.Wait)
