@@ -197,3 +197,12 @@ type SharedAnswer struct {
 	// Template and Major are the request's (see SharedRequest).
 	Template, Major string
 }
+
+// Outcome judges the answer for the shared count (Judge): what its bucket,
+// its global slot and its declared groups count, what pauses, and whether
+// it counts against the invalid-request limit. The request's fate
+// (Outcome.Next) is its caller's to decide, with the retry budgets a
+// SharedAnswer does not carry.
+func (a SharedAnswer) Outcome() Outcome {
+	return Judge(Attempt{Sent: a.Sent, Status: a.Status, Headers: a.Headers, Verdict: a.Verdict})
+}

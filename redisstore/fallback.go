@@ -267,15 +267,16 @@ func (f *fallback) holds(now time.Time) bool {
 // report settles a local grant (Key and Global as reserve set them); only
 // tells a local-only one (see fallback.only).
 func (f *fallback) report(g ratelimit.SharedGrant, a ratelimit.SharedAnswer, only bool) {
+	o := a.Outcome() // the one outcome table, as the script reads it
 	if g.Global {
-		if a.Sent {
+		if o.Counted() {
 			f.global.Settle(a.Now)
 		} else {
 			f.global.Cancel(a.Now)
 		}
 	}
-	if a.Sent && a.Status == 429 && a.Verdict.Kind == ratelimit.GlobalLimit {
-		f.global.Block(a.Now.Add(a.Verdict.Wait))
+	if o.Pause == ratelimit.PauseGlobal {
+		f.global.Block(a.Now.Add(o.Wait))
 	}
 	key, seq := parseGrantKey(g.Key)
 	f.mu.Lock()
@@ -295,7 +296,7 @@ func (f *fallback) report(g ratelimit.SharedGrant, a ratelimit.SharedAnswer, onl
 	}
 	for _, gr := range g.Groups {
 		if gw := f.groups[gr.Key]; gw != nil && seq > f.entered {
-			if a.Sent {
+			if o.Counted() {
 				gw.Settle(a.Now)
 			} else {
 				gw.Cancel(a.Now)
@@ -307,9 +308,10 @@ func (f *fallback) report(g ratelimit.SharedGrant, a ratelimit.SharedAnswer, onl
 		return // granted before the last switch: its window was cleared
 	}
 	w.inflight--
-	if !a.Sent {
+	if !o.Counted() {
 		if seq == w.last {
-			// The latest grant never went: its turn goes to the next one.
+			// The latest grant never went (or no bucket counted it): its
+			// turn goes to the next one.
 			// (An earlier one's cannot: a later request went after it.)
 			w.next = w.prevNext
 		}

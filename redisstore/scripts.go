@@ -424,11 +424,14 @@ const clockSlack = 2 * time.Millisecond
 // reportScript corrects the shared state from an answer and releases the
 // reservation.
 //
-// ARGV: 1 lease, 2 bucket key (from the reservation), 3 sent (0/1), 4 HTTP
+// ARGV: 1 lease, 2 bucket key (from the reservation), 3 counted (0/1: the
+// outcome's charge is not none; a request never sent, or refused by a
+// global 429 or a ban, is not), 4 HTTP
 // status (0: none), 5 full rate-limit headers (0/1), 6 limit, 7 remaining,
 // 8 the answer's window end in ms from now (the caller's estimate, any
 // margin included; the 429 pause comes from 13), 9 X-RateLimit-Bucket ("" if none), 10 template, 11
-// major, 12 429 scope ("", user, shared, sublimit, global, ban), 13 its wait
+// major, 12 the outcome's pause (ratelimit.Pause: none, bucket, serial,
+// global, ban, auth), 13 its wait
 // ms, 14 counts as invalid (0/1), 15 held a global slot (0/1), 16 global
 // period ms, 17 round trip ms, 18 how long a bucket is kept after its
 // window ms, 19 invalid-request window in minutes, 20 lease ttl ms (as
@@ -451,10 +454,10 @@ const clockSlack = 2 * time.Millisecond
 var reportScript = redis.NewScript(groupLua + slackLua + `
 local P = KEYS[1]
 local lease, key = ARGV[1], ARGV[2]
-local sent, status, full = ARGV[3] == '1', tonumber(ARGV[4]), ARGV[5] == '1'
+local counted, status, full = ARGV[3] == '1', tonumber(ARGV[4]), ARGV[5] == '1'
 local L, rem, ra = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local hash, tpl, major = ARGV[9], ARGV[10], ARGV[11]
-local scope, wait, invalid, global = ARGV[12], tonumber(ARGV[13]), ARGV[14] == '1', ARGV[15] == '1'
+local pauseKind, wait, invalid, global = ARGV[12], tonumber(ARGV[13]), ARGV[14] == '1', ARGV[15] == '1'
 local gPer, rtt, keep, invMin = tonumber(ARGV[16]), tonumber(ARGV[17]), tonumber(ARGV[18]), tonumber(ARGV[19])
 local ttl, dr = tonumber(ARGV[20]), tonumber(ARGV[21])
 local t = redis.call('TIME')
@@ -499,7 +502,7 @@ if redis.call('ZREM', P .. ':m:' .. major, lease) == 1 then
   woken = woken + redis.call('PUBLISH', P .. ':wake', 'w|' .. major)
 end
 if global then
-  if sent then
+  if counted then
     -- Counted for a period from its answer. A log that lost it while it
     -- was in flight (wiped, or evicted and found so: the marker's "g" is
     -- past) gets it back, so the window held full after a loss ends with
@@ -516,9 +519,10 @@ if global then
   end
 end
 
--- The declared groups: a sent request holds its guard slot one window
--- after its answer, and its reservation ends; one never sent gives the
--- slot back and keeps its place.
+-- The declared groups: a counted request holds its guard slot one window
+-- after its answer, and its reservation ends; one not counted (never sent,
+-- or refused by a global 429 or a ban) gives the slot back and keeps its
+-- place.
 local gid, ng = ARGV[22] or '', tonumber(ARGV[23] or '0')
 for j = 0, ng - 1 do
   local D = gkey(P, ARGV[28 + 3 * j])
@@ -526,14 +530,14 @@ for j = 0, ng - 1 do
   local rec = redis.call('HGET', D .. ':r', gid)
   local gstart, gseq, glease = 0, 0, ''
   if rec then gstart, gseq, glease = gparse(rec) end
-  if sent then
+  if counted then
     redis.call('ZADD', D .. ':g', now + gper, lease)
     if glease == lease then redis.call('HDEL', D .. ':r', gid) end
     if rtt > 0 then
       local old = tonumber(redis.call('HGET', D .. ':s', 'rtt') or '0')
       redis.call('HSET', D .. ':s', 'rtt', math.max(rtt, old - math.floor(old / 8)))
     end
-    if status == 429 and (scope == 'shared' or scope == 'sublimit') then
+    if pauseKind == 'serial' then
       gblock(D, gn, gper, now + wait)
     end
   else
@@ -546,8 +550,24 @@ for j = 0, ng - 1 do
   gkeep(D, gper, now, ttl)
 end
 
-if not sent then
-  -- Never on the wire: give the slot back within its window.
+if invalid then
+  local k = P .. ':i:' .. math.floor(now / 60000)
+  redis.call('INCR', k)
+  redis.call('PEXPIRE', k, (invMin + 1) * 60000)
+end
+if pauseKind == 'global' then
+  local blockEnd = now + wait
+  if blockEnd > tonumber(redis.call('HGET', P .. ':gen', 'b') or '0') then
+    -- (in the marker: lost with it, and a lost marker holds the window)
+    redis.call('HSET', P .. ':gen', 'b', blockEnd)
+    redis.call('PEXPIRE', P .. ':gen', 6 * keep)
+    redis.call('PUBLISH', P .. ':wake', 'g|' .. wait)
+  end
+end
+
+if not counted then
+  -- Never on the wire, or refused before any bucket counted it (a
+  -- global 429, a ban): give the slot back within its window.
   if removed == 1 then
     local r = redis.call('HMGET', B, 'l', 'u', 'r')
     local limit, used, reset = tonumber(r[1]) or 0, tonumber(r[2]) or 0, tonumber(r[3]) or 0
@@ -557,21 +577,6 @@ if not sent then
   end
   wake(B)
   return woken
-end
-
-if invalid then
-  local k = P .. ':i:' .. math.floor(now / 60000)
-  redis.call('INCR', k)
-  redis.call('PEXPIRE', k, (invMin + 1) * 60000)
-end
-if scope == 'global' then
-  local blockEnd = now + wait
-  if blockEnd > tonumber(redis.call('HGET', P .. ':gen', 'b') or '0') then
-    -- (in the marker: lost with it, and a lost marker holds the window)
-    redis.call('HSET', P .. ':gen', 'b', blockEnd)
-    redis.call('PEXPIRE', P .. ':gen', 6 * keep)
-    redis.call('PUBLISH', P .. ':wake', 'g|' .. wait)
-  end
 end
 
 local target = key
@@ -602,7 +607,7 @@ if target ~= key then
   extra = 1
 end
 
-if full and scope ~= 'global' and scope ~= 'ban' then
+if full then
   local e = now + ra + clockSlack
   if limit == 0 and ARGV[26] ~= '1' and target == key then
     -- Not a pioneer, yet no record: it was evicted since the reservation.
@@ -652,10 +657,10 @@ elseif limit > 0 then
   -- window that ends within a period from now.
   reset = math.max(reset, now + math.max(win, 50) + 50)
 end
-if scope == 'user' or scope == 'shared' or scope == 'sublimit' then
+if pauseKind == 'bucket' or pauseKind == 'serial' then
   pause = math.max(pause, now + wait)
 end
-if scope == 'shared' or scope == 'sublimit' then
+if pauseKind == 'serial' then
   -- A limit no header shows: every process goes one at a time here now.
   redis.call('HSET', TB, 'z', 1)
 end

@@ -937,11 +937,9 @@ func (s *Store) run(ctx context.Context, lease string, g ratelimit.SharedGrant, 
 	if h.Has.Bucket {
 		hash = h.Bucket
 	}
-	scope := ""
-	if a.Status == 429 {
-		scope = a.Verdict.Kind.Scope()
-	}
-	invalid := a.Sent && ratelimit.CountsAsInvalid(a.Status, a.Verdict)
+	// What the answer means, by the one outcome table: the script acts
+	// on it, and decides none of it again.
+	o := a.Outcome()
 	// The window's end as a duration from now, as ratelimit.Bucket
 	// estimates it: the receive time plus Reset-After (late by the return
 	// trip already), or, if earlier, the server clock's reopening plus
@@ -956,9 +954,9 @@ func (s *Store) run(ctx context.Context, lease string, g ratelimit.SharedGrant, 
 	if h.Has.Reset {
 		resetMs = h.Reset.UnixMilli()
 	}
-	args := []any{lease, g.Key, b2i(a.Sent), a.Status, b2i(full),
+	args := []any{lease, g.Key, b2i(o.Counted()), a.Status, b2i(full),
 		h.Limit, h.Remaining, ms(max(resetIn, time.Millisecond)), hash, a.Template, a.Major,
-		scope, ms(a.Verdict.Wait), b2i(invalid), b2i(g.Global),
+		o.Pause.String(), ms(o.Wait), b2i(o.Invalid), b2i(g.Global),
 		ms(s.cfg.GlobalPeriod), ms(a.RoundTrip), ms(DefaultKeep), ms(s.cfg.InvalidWindow) / 60000,
 		ms(s.cfg.LeaseTTL), resetMs, s.groupID(g.GroupID), len(g.Groups), b2i(cancelRoute != ""), cancelRoute,
 		b2i(g.Pioneer), ms(g.Window)}
