@@ -1,0 +1,66 @@
+package conformance
+
+import (
+	"flag"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/ratelimit"
+)
+
+var update = flag.Bool("update", false, "rewrite the outcome table in docs/architecture.md")
+
+// TestDocsOutcomeTableCurrent keeps the outcome table in
+// docs/architecture.md equal to Outcomes.
+func TestDocsOutcomeTableCurrent(t *testing.T) {
+	const path = "../../docs/architecture.md"
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	begin, end := "<!-- BEGIN outcome-table -->\n", "<!-- END outcome-table -->"
+	i, j := strings.Index(doc, begin), strings.Index(doc, end)
+	if i < 0 || j < i {
+		t.Fatalf("%s: markers %q … %q not found", path, begin, end)
+	}
+	if doc[i+len(begin):j] == OutcomeTable() {
+		return
+	}
+	if !*update {
+		t.Fatalf("%s: the outcome table is out of date; run go test ./internal/conformance -update", path)
+	}
+	doc = doc[:i+len(begin)] + OutcomeTable() + doc[j:]
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestOutcomesCoverTheTable checks the table reaches every charge, pause
+// and fate, and names each row once.
+func TestOutcomesCoverTheTable(t *testing.T) {
+	charges, pauses, nexts, names := map[ratelimit.Charge]bool{}, map[ratelimit.Pause]bool{}, map[ratelimit.Next]bool{}, map[string]bool{}
+	for _, c := range Outcomes {
+		if names[c.Name] {
+			t.Errorf("row %q twice", c.Name)
+		}
+		names[c.Name] = true
+		charges[c.Want.Charge], pauses[c.Want.Pause], nexts[c.Want.Next] = true, true, true
+	}
+	for _, c := range []ratelimit.Charge{ratelimit.ChargeUnknown, ratelimit.ChargeNone, ratelimit.ChargeArrived} {
+		if !charges[c] {
+			t.Errorf("no row charges %v", c)
+		}
+	}
+	for p := ratelimit.PauseNone; p <= ratelimit.PauseAuth; p++ {
+		if !pauses[p] {
+			t.Errorf("no row pauses %v", p)
+		}
+	}
+	for n := ratelimit.Deliver; n <= ratelimit.Fail; n++ {
+		if !nexts[n] {
+			t.Errorf("no row ends in %v", n)
+		}
+	}
+}
