@@ -107,9 +107,9 @@ func DefaultLimits() []Limit {
 
 // limitTable finds the declared limits a request is under.
 type limitTable struct {
-	// byRoute maps "METHOD /template" ("* /template" for any method) to
-	// the limits covering it.
-	byRoute map[string][]*declared
+	// byRoute maps a template, then a method ("*" for any), to the
+	// limits covering it: looked up per request without building a key.
+	byRoute map[string]map[string][]*declared
 }
 
 type declared struct {
@@ -137,7 +137,7 @@ func compileLimits(opts Options) (*limitTable, error) {
 		}
 	}
 	all = append(all, opts.Limits...)
-	t := &limitTable{byRoute: map[string][]*declared{}}
+	t := &limitTable{byRoute: map[string]map[string][]*declared{}}
 	byName := map[string]*Limit{}
 	compiled := map[string]*actors.DeclaredLimit{}
 	for i := range all {
@@ -170,7 +170,11 @@ func compileLimits(opts Options) (*limitTable, error) {
 			if err != nil {
 				return nil, bad(err.Error())
 			}
-			t.byRoute[key] = append(t.byRoute[key], d)
+			method, template, _ := strings.Cut(key, " ")
+			if t.byRoute[template] == nil {
+				t.byRoute[template] = map[string][]*declared{}
+			}
+			t.byRoute[template][method] = append(t.byRoute[template][method], d)
 		}
 	}
 	return t, nil
@@ -235,8 +239,8 @@ func (t *limitTable) lookup(r routes.Route) []*declared {
 	if t == nil || len(t.byRoute) == 0 {
 		return nil
 	}
-	a := t.byRoute[r.Method+" "+r.Template]
-	b := t.byRoute["* "+r.Template]
+	m := t.byRoute[r.Template]
+	a, b := m[r.Method], m["*"]
 	if len(b) == 0 {
 		return a
 	}

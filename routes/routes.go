@@ -147,7 +147,10 @@ func Parse(method, rawPath string) (Route, error) {
 
 	// Decoded forms, used for matching; the raw forms are what a template
 	// keeps for literal segments.
-	dec := make([]string, len(segs))
+	// One backing array for the decoded, template and redacted segments.
+	n := len(segs)
+	buf := make([]string, 3*n)
+	dec := buf[:n:n]
 	for i, s := range segs {
 		dec[i] = s
 		if strings.IndexByte(s, '%') >= 0 {
@@ -158,7 +161,7 @@ func Parse(method, rawPath string) (Route, error) {
 		}
 	}
 
-	p := parser{segs: segs, dec: dec, tmpl: make([]string, len(segs)), red: make([]string, len(segs))}
+	p := parser{segs: segs, dec: dec, tmpl: buf[n : 2*n : 2*n], red: buf[2*n:]}
 	copy(p.red, segs)
 	r := Route{Method: m}
 
@@ -201,14 +204,29 @@ func Parse(method, rawPath string) (Route, error) {
 	}
 	p.walk(start)
 
-	r.Template = "/" + strings.Join(p.tmpl, "/")
-	r.redacted = "/" + strings.Join(p.red, "/")
-	r.label = "/" + strings.Join(p.tmpl, "/")
+	r.Template = slashJoin(p.tmpl)
+	r.redacted = slashJoin(p.red)
+	r.label = r.Template
 	if p.unknown || len(segs) > maxLabelSegments {
 		r.label = OtherLabel
 	}
 	r.HiddenSublimit = r.Method == "PATCH" && r.Template == "/channels/{channel_id}"
 	return r, nil
+}
+
+// slashJoin returns "/" followed by segs joined by "/", in one allocation.
+func slashJoin(segs []string) string {
+	n := len(segs)
+	for _, s := range segs {
+		n += len(s)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for _, s := range segs {
+		b.WriteByte('/')
+		b.WriteString(s)
+	}
+	return b.String()
 }
 
 // topLevelMajor maps the top-level resources whose id is a major parameter
