@@ -538,8 +538,12 @@ func limitedAnswer(h Headers) bool {
 // probeAnswered records the answer to the probe of the current window. A
 // probe counted on time proves that the server had reopened when it counted
 // it: by the send times of the requests it counts, at sentAt, or, when the
-// server clock places the count later (a slow forward trip, h.Reopen - ra),
-// then.
+// server clock places the count later than an ordinary trip explains (a
+// slow forward trip: h.Reopen - ra, less the clock's allowance for a faster
+// trip, h.Spread, and ReopenMargin, the budget for what the clock cannot
+// see), then. The next reopening is judged by its send delay, which
+// includes neither: with them counted in, every window probed while the
+// forward trips jittered by more than probeSlack.
 func (b *Bucket) probeAnswered(sentAt time.Time, ra time.Duration, h Headers, rejected bool) {
 	b.probeOut = false
 	if sentAt.IsZero() || rejected || b.reopenFailed {
@@ -548,7 +552,7 @@ func (b *Bucket) probeAnswered(sentAt time.Time, ra time.Duration, h Headers, re
 	b.probing = false
 	counted := sentAt
 	if !h.Reopen.IsZero() {
-		counted = later(counted, h.Reopen.Add(-ra))
+		counted = later(counted, h.Reopen.Add(-ra-h.Spread-ReopenMargin))
 	}
 	tested := counted.Sub(b.openedEst)
 	if !b.trustSet || tested < b.trusted {

@@ -142,6 +142,7 @@ type ServerClock struct {
 	n      int                         // samples kept, <= ClockSamples
 	next   int                         // ring position of the next sample
 	lead   time.Duration               // max(bound, fast - range), at most fast
+	fast   time.Duration               // the fastest phi the lead was derived from
 	anchor time.Time                   // sent time of the latest sample
 	// floor is the smallest lead ever seen, rising by LeadRise per minute
 	// since floorAt.
@@ -184,6 +185,7 @@ func (c *ServerClock) Observe(sent, received time.Time, h Headers) {
 		c.floor, c.floorAt = phi, sent
 	}
 	fast := min(smallest, c.floorAtTime(sent))
+	c.fast = fast
 	c.lead = fast - (largest - smallest)
 	if bound != noLow {
 		c.lead = min(fast, max(c.lead, bound))
@@ -238,6 +240,6 @@ func (c *ServerClock) Annotate(h *Headers) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if t, ok := c.local(h.Reset); ok {
-		h.Reopen = t
+		h.Reopen, h.Spread = t, max(0, c.fast-c.lead)
 	}
 }

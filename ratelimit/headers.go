@@ -137,6 +137,12 @@ type Headers struct {
 	// reopens, as estimated by [ServerClock.Annotate]; zero when unknown.
 	// ParseHeaders never sets it.
 	Reopen time.Time
+	// Spread is, with Reopen, how much earlier than the fastest request
+	// seen a request may be counted by the server, as Reopen reckons it
+	// (ServerClock: Fast - Lead, the range of the trips or less): the
+	// allowance for an ordinary faster trip, not this request's own
+	// slowness. Zero when Reopen is.
+	Spread time.Duration
 	// Bucket is X-RateLimit-Bucket, the opaque hash shared by routes that
 	// share a limit.
 	Bucket string
