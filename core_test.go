@@ -517,6 +517,55 @@ func TestCoreWindowsReopenOnTime(t *testing.T) {
 	}
 }
 
+// A probe proves one reopening: it is not repeated for every window while
+// the forward trips vary. With the server's clock warm and each request
+// reaching the server 0-20 ms after it left (sluicetest's ForwardJitter),
+// a saturated bucket probes its first reopenings only. A window that opens
+// with a probe sends the rest of its requests a round trip after the
+// first; otherwise they go together. (A probe's count time, as the clock
+// places it, includes the clock's allowance for a faster trip; judged
+// against the next reopening's send delay, which does not, every window
+// probed and the bucket ran at about half its pace with a 100 ms latency.)
+func TestCoreProbesStopUnderForwardJitter(t *testing.T) {
+	const latency = 100 * time.Millisecond
+	rs := rules(5, 500*time.Millisecond, [2]string{"POST", messagesRoute})
+	h := newHarness(t, sluicetest.Options{Rules: rs,
+		Faults: sluicetest.Faults{Latency: latency, ForwardJitter: 20 * time.Millisecond}}, sluice.Options{})
+	var warm []*http.Request
+	for i := range ratelimit.ClockWarm {
+		warm = append(warm, req("POST", fmt.Sprintf("/channels/%d/messages", 900+i), `{"content":"hello"}`))
+	}
+	sendAll(t, h.lim, warm)
+	var reqs []*http.Request
+	for i := range 60 {
+		reqs = append(reqs, req("POST", "/channels/5/messages", fmt.Sprintf(`{"content":"%d"}`, i)))
+	}
+	doAllWithin(t, h.lim, reqs, time.Minute)
+	h.srv.AssertNoViolations(t)
+	var ev []sluicetest.Event
+	for _, b := range h.srv.Stats().Buckets {
+		if b.Major == "channel_id=5" {
+			ev = b.Timeline
+		}
+	}
+	require.Len(t, ev, 60)
+	windows, probed := 0, 0
+	for i := 1; i+1 < len(ev); i++ { // (the first window is the new bucket's: its pioneer goes alone)
+		if ev[i].Remaining != 4 {
+			continue // not a window's first request
+		}
+		windows++
+		if ev[i+1].At-ev[i].At > latency/2 {
+			probed++
+		}
+	}
+	t.Logf("%d of %d reopenings held for a probe", probed, windows)
+	assert.GreaterOrEqual(t, windows, 10)
+	// Before: 11 of 11; now 1 or 2 (12 runs), each a probe whose trip was
+	// slower than the clock's allowance and margin explain.
+	assert.LessOrEqual(t, probed, 5, "reopenings held for a probe")
+}
+
 // Defect 6: a global 429 pauses at once. While an external consumer holds
 // the global limit, only the requests already on the wire when the first
 // global 429 arrived may meet it; nothing is sent into the outage after.

@@ -57,6 +57,12 @@ type Faults struct {
 	// window's timing is measured before the delay.
 	Latency time.Duration `json:"latency,omitempty"`
 	Jitter  time.Duration `json:"jitter,omitempty"`
+	// ForwardJitter delays each request by a uniformly random time in
+	// [0, ForwardJitter) before the rules engine counts it: a forward
+	// trip that varies, as over the Internet (Latency and Jitter delay
+	// only the answer). The server's clock in the answer's
+	// X-RateLimit-Reset then places each count as late as its trip.
+	ForwardJitter time.Duration `json:"forward_jitter,omitempty"`
 	// ServerErrorRate is the probability (0 to 1) that a request is
 	// answered with ServerErrorStatus and no rate-limit headers before the
 	// rules see it (it spends no bucket and no global limit).
@@ -369,7 +375,7 @@ func (s *Server) Close() error {
 
 type dice struct {
 	serverError, drop, goAway bool
-	delay                     time.Duration
+	delay, forward            time.Duration
 	status                    int
 }
 
@@ -380,6 +386,9 @@ func (s *Server) roll() dice {
 	d := dice{delay: f.Latency, status: f.ServerErrorStatus}
 	if f.Jitter > 0 {
 		d.delay += time.Duration(s.rnd.Int64N(int64(f.Jitter)))
+	}
+	if f.ForwardJitter > 0 {
+		d.forward = time.Duration(s.rnd.Int64N(int64(f.ForwardJitter)))
 	}
 	d.serverError = f.ServerErrorRate > 0 && s.rnd.Float64() < f.ServerErrorRate
 	d.drop = f.DropRate > 0 && s.rnd.Float64() < f.DropRate
@@ -423,6 +432,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := s.roll()
+	if d.forward > 0 && !s.wait(r.Context(), d.forward) {
+		return // (the forward trip: nothing has counted the request yet)
+	}
 	if d.serverError {
 		s.engine.RecordFault("server_error")
 		if !s.wait(r.Context(), d.delay) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/sluicehq/sluice/ratelimit"
 	"github.com/sluicehq/sluice/sluicetest"
 )
 
@@ -183,6 +185,29 @@ func TestServerLatency(t *testing.T) {
 	resp, _ := get(t, s.Client(), "GET", s.APIBase()+"/gateway", "", "")
 	assert.Equal(t, 200, resp.StatusCode)
 	assert.GreaterOrEqual(t, time.Since(began), 30*time.Millisecond, "the answer is delayed at least by Latency")
+}
+
+// ForwardJitter delays a request before the rules count it: the server's
+// clock in its answer (X-RateLimit-Reset less Reset-After) reads a count
+// time after the request left, by a trip that differs from request to
+// request.
+func TestServerForwardJitter(t *testing.T) {
+	s := start(t, sluicetest.Options{Faults: sluicetest.Faults{ForwardJitter: 40 * time.Millisecond}})
+	c := s.Client()
+	var trips []time.Duration
+	for i := range 20 {
+		sent := time.Now()
+		resp, _ := get(t, c, "GET", fmt.Sprintf("%s/channels/%d", s.APIBase(), 100+i), "Bot t", "")
+		require.Equal(t, 200, resp.StatusCode)
+		h, err := ratelimit.ParseHeaders(resp.Header, time.Now())
+		require.NoError(t, err)
+		require.True(t, h.Has.Reset && h.Has.ResetAfter)
+		counted := h.Reset.Add(-h.ResetAfter)
+		trips = append(trips, counted.Sub(sent))
+	}
+	lo, hi := slices.Min(trips), slices.Max(trips)
+	assert.GreaterOrEqual(t, lo, -2*time.Millisecond, "counted after it left (Reset is in milliseconds)")
+	assert.GreaterOrEqual(t, hi-lo, 10*time.Millisecond, "trips that differ: %v", trips)
 }
 
 func TestServerScheduledExternalGlobalAndAdminEndpoints(t *testing.T) {
