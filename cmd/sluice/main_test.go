@@ -119,6 +119,7 @@ func TestSimulateRejectsOutOfRangeValues(t *testing.T) {
 		{[]string{"-scale", "1e9"}, "-scale must be between 0.001 and 1000"},
 		{[]string{"-latency", "-1ms"}, "-latency must be 0s or more, got -1ms"},
 		{[]string{"-jitter", "-1ms"}, "-jitter must be 0s or more, got -1ms"},
+		{[]string{"-forward-jitter", "-1ms"}, "-forward-jitter must be 0s or more, got -1ms"},
 		{[]string{"-error-rate", "2"}, "-error-rate must be between 0 and 1, got 2"},
 		{[]string{"-error-rate", "NaN"}, "-error-rate must be between 0 and 1, got NaN"},
 		{[]string{"-drop-rate", "-0.1"}, "-drop-rate must be between 0 and 1, got -0.1"},

@@ -27,6 +27,7 @@ func simulate(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		tokens     = fs.String("tokens", "", "comma-separated valid bot tokens (default: any token is valid)")
 		latency    = fs.Duration("latency", 0, "delay every answer by this much (0 or more)")
 		jitter     = fs.Duration("jitter", 0, "add a random delay up to this much (0 or more)")
+		fwdJitter  = fs.Duration("forward-jitter", 0, "delay each request a random time up to this much before the rules count it (0 or more)")
 		errorRate  = fs.Float64("error-rate", 0, "probability of a 502 without rate-limit headers, 0 to 1")
 		dropRate   = fs.Float64("drop-rate", 0, "probability of closing a request's connection abruptly, 0 to 1")
 		goAwayRate = fs.Float64("goaway-rate", 0, "probability of an HTTP/2 GOAWAY after an answer, 0 to 1")
@@ -45,6 +46,7 @@ func simulate(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		between("simulate", "scale", *scale, 0.001, 1000),
 		atLeast("simulate", "latency", *latency, 0),
 		atLeast("simulate", "jitter", *jitter, 0),
+		atLeast("simulate", "forward-jitter", *fwdJitter, 0),
 		between("simulate", "error-rate", *errorRate, 0, 1),
 		between("simulate", "drop-rate", *dropRate, 0, 1),
 		between("simulate", "goaway-rate", *goAwayRate, 0, 1),
@@ -85,7 +87,7 @@ func simulate(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	srv, err := sluicetest.NewServer(sluicetest.Options{
 		Rules: rules, Tokens: valid, Addr: *addr, H2C: *h2c,
 		Faults: sluicetest.Faults{
-			Latency: *latency, Jitter: *jitter,
+			Latency: *latency, Jitter: *jitter, ForwardJitter: *fwdJitter,
 			ServerErrorRate: *errorRate, DropRate: *dropRate, GoAwayRate: *goAwayRate, LateReset: *lateReset,
 		},
 	})
