@@ -486,9 +486,9 @@ func TestCoreWindowsReopenOnTime(t *testing.T) {
 	const latency = 200 * time.Millisecond
 	rs := rules(5, time.Second, [2]string{"POST", messagesRoute})
 	h := newHarness(t, sluicetest.Options{Rules: rs, Faults: sluicetest.Faults{Latency: latency}}, sluice.Options{})
-	// Any answers teach the server's clock (ratelimit.ClockWarm of them
-	// before it is trusted): a bot's first requests, here on other
-	// channels.
+	// Any answers teach the server's clock (ratelimit.ClockFirst of them
+	// before it is trusted, ClockWarm before its spread is taken as it
+	// is): a bot's first requests, here on other channels.
 	var warm []*http.Request
 	for i := range ratelimit.ClockWarm {
 		warm = append(warm, req("POST", fmt.Sprintf("/channels/%d/messages", 900+i), `{"content":"hello"}`))

@@ -46,7 +46,9 @@ func TestServerClockZeroValue(t *testing.T) {
 func TestServerClockLeadIsTheMinimum(t *testing.T) {
 	var c ServerClock
 	sent := t0
-	for _, phi := range []time.Duration{ms(180), ms(150), ms(210)} {
+	// (ClockWarm samples: with fewer, the range counts more; see
+	// TestServerClockFewSamplesWidenTheRange.)
+	for _, phi := range append([]time.Duration{ms(180), ms(150), ms(210)}, repeat(ms(180), ClockWarm-3)...) {
 		// Answered 300 ms after it was sent: a Bound of phi - 300 ms.
 		c.Observe(sent, sent.Add(ms(300)), serverHeaders(5, 4, sent.Add(phi), sent.Add(phi+time.Second)))
 		sent = sent.Add(time.Second)
@@ -57,12 +59,20 @@ func TestServerClockLeadIsTheMinimum(t *testing.T) {
 
 	// With steady trips the lead is the smallest phi.
 	var steady ServerClock
-	for _, phi := range []time.Duration{ms(151), ms(150), ms(150)} {
+	for _, phi := range append([]time.Duration{ms(151), ms(150)}, repeat(ms(150), ClockWarm-2)...) {
 		steady.Observe(sent, sent.Add(ms(300)), serverHeaders(5, 4, sent.Add(phi), sent.Add(phi+time.Second)))
 		sent = sent.Add(time.Second)
 	}
 	lead, _ = steady.Lead()
 	assert.Equal(t, ms(149), lead)
+}
+
+func repeat(d time.Duration, n int) []time.Duration {
+	out := make([]time.Duration, n)
+	for i := range out {
+		out[i] = d
+	}
+	return out
 }
 
 func TestServerClockNegativeOffset(t *testing.T) {
@@ -153,14 +163,36 @@ func TestServerClockColdBurstThenALoneRequest(t *testing.T) {
 
 func TestServerClockNeedsWarmSamples(t *testing.T) {
 	var c ServerClock
-	warm(&c, ClockWarm-1, ms(100))
+	warm(&c, ClockFirst-1, ms(100))
 	_, ok := c.Lead()
 	assert.True(t, ok)
 	_, ok = c.Local(t0)
-	assert.False(t, ok, "fewer than ClockWarm samples")
+	assert.False(t, ok, "fewer than ClockFirst samples")
 	warm(&c, 1, ms(100))
 	_, ok = c.Local(t0)
 	assert.True(t, ok)
+}
+
+// With fewer than ClockWarm samples, their range counts ClockWarm/n times:
+// five trips that differ by 4 ms say little about the sixth.
+func TestServerClockFewSamplesWidenTheRange(t *testing.T) {
+	var c ServerClock
+	sent := t0
+	for i := range ClockFirst {
+		phi := ms(100 + i) // 100..104 ms: a range of 4 ms
+		c.Observe(sent, time.Time{}, serverHeaders(5, 4, sent.Add(phi), sent.Add(phi+time.Second)))
+		sent = sent.Add(ms(10))
+	}
+	lead, _ := c.Lead()
+	assert.Equal(t, ms(100)-ms(4)*ClockWarm/ClockFirst, lead, "the range counted 16/5 times")
+	_, ok := c.Local(t0)
+	assert.True(t, ok, "ClockFirst samples")
+	for i := ClockFirst; i < ClockWarm; i++ {
+		c.Observe(sent, time.Time{}, serverHeaders(5, 4, sent.Add(ms(102)), sent.Add(ms(1102))))
+		sent = sent.Add(ms(10))
+	}
+	lead, _ = c.Lead()
+	assert.Equal(t, ms(96), lead, "from ClockWarm samples on, the range as it is")
 }
 
 func TestServerClockJitterWidensLocal(t *testing.T) {

@@ -631,7 +631,7 @@ func (s *sim) client(now time.Duration) {
 			continue
 		}
 		fwd := s.between(s.fwdMin, s.fwdMax)
-		_, warm := s.clock.Local(t0)
+		warm := s.clock.n >= ClockWarm // its range as it is (one goroutine: no lock needed)
 		var allow time.Duration
 		if lead, ok := s.clock.Lead(); ok {
 			allow = max(0, s.offset+s.fwdMin-lead)
