@@ -2,6 +2,7 @@ package sluice_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -365,4 +366,36 @@ func TestMaxWaitDoesNotCountCancelledRequests(t *testing.T) {
 	_, err = h.lim.Do(sluice.WithMaxWait(context.Background(), 1500*time.Millisecond), req("GET", "/channels/1", ""))
 	require.NoError(t, err, "its true wait is within MaxWait")
 	assert.Equal(t, 2, h.srv.Stats().Requests)
+}
+
+// A request on the wire when Close gives up waiting ends at once with
+// ErrClosed, however long the server would take: Close cancels every
+// attempt it holds, and no goroutine outlives it.
+func TestCloseEndsTheAttemptOnTheWireWithErrClosed(t *testing.T) {
+	arrived := make(chan struct{}, 1)
+	srv := tlsServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case arrived <- struct{}{}:
+		default:
+		}
+		<-r.Context().Done() // never answers: the client must give up
+	}))
+	o := sluice.Options{BaseURL: srv.URL + "/api/v10", Token: testToken, AttemptTimeout: time.Hour,
+		TLSConfig: &tls.Config{RootCAs: srv.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs}}
+	lim, err := sluice.New(o)
+	require.NoError(t, err)
+	f := lim.Send(context.Background(), req("GET", "/users/@me", ""))
+	<-arrived // on the wire
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	closed := make(chan error, 1)
+	go func() { closed <- lim.Close(ctx) }()
+	select {
+	case err := <-closed:
+		assert.ErrorIs(t, err, context.Canceled, "Close gave up waiting")
+	case <-time.After(30 * time.Second): // (the attempt would last an hour)
+		t.Fatal("Close waited for the attempt on the wire")
+	}
+	_, err = f.Await(context.Background())
+	assert.ErrorIs(t, err, sluice.ErrClosed)
 }

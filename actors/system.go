@@ -377,7 +377,7 @@ func (s *System) SubmitDirect(c *Call, rt http.RoundTripper) {
 		defer end()
 		fail := func(err error) {
 			if ctx.Err() != nil {
-				err = ctxError(ctx)
+				err = s.attemptEnded(ctx, c)
 			}
 			c.Complete(nil, err)
 		}
@@ -556,6 +556,7 @@ func (s *System) close(ctx context.Context) error {
 			err = fmt.Errorf("sluice: close: %w; requests still on the wire were cancelled", ctx.Err())
 		}
 		s.hardCancel()
+		s.stopAttempts()
 		// Requests on the wire end with the cancellation and report to
 		// their (still running) buckets; no new goroutine starts.
 		s.workMu.Lock()
@@ -739,9 +740,7 @@ func (s *System) work(conn *transport.Conn, c *Call, bucket *actor.PID, sr *rate
 	// itself; Close and the attempt timeout are named by their cause.
 	fail := func(err error) error {
 		if ctx.Err() != nil && c.Ctx.Err() == nil {
-			if cause := context.Cause(ctx); cause != nil {
-				return cause
-			}
+			return s.attemptEnded(ctx, c)
 		}
 		return connectionError(ctx, err)
 	}
@@ -838,20 +837,53 @@ func (s *System) work(conn *transport.Conn, c *Call, bucket *actor.PID, sr *rate
 }
 
 // attemptContext is the context of one attempt of c: it ends with the
-// caller's context, with Close (cause ErrClosed) and after AttemptTimeout
-// (cause ErrAttemptTimeout). end releases it.
+// caller's context, after AttemptTimeout (cause ErrAttemptTimeout), and
+// when Close gives up waiting (stopAttempts; the attempt's error is then
+// ErrClosed). end releases it. One context layer, kept on the call rather
+// than hooked on Close's context: three layers cost 8 allocations a request.
 func (s *System) attemptContext(c *Call) (ctx context.Context, end func()) {
-	ctx, cancel := context.WithCancelCause(c.Ctx)
-	stop := context.AfterFunc(s.hardCtx, func() { cancel(ErrClosed) })
-	cancelT := context.CancelFunc(func() {})
+	var cancel context.CancelFunc
 	if d := s.cfg.AttemptTimeout; d > 0 {
-		ctx, cancelT = context.WithTimeoutCause(ctx, d, ErrAttemptTimeout)
+		ctx, cancel = context.WithTimeoutCause(c.Ctx, d, ErrAttemptTimeout)
+	} else {
+		ctx, cancel = context.WithCancel(c.Ctx)
+	}
+	c.attempt.Store(&cancel)
+	if s.hardCtx.Err() != nil {
+		cancel() // Close gave up before the attempt was on record
 	}
 	return ctx, func() {
-		cancelT()
-		stop()
-		cancel(nil)
+		c.attempt.Store(nil)
+		cancel()
 	}
+}
+
+// attemptEnded types the end of an attempt's context ctx: the caller's
+// (its cause), the attempt timeout (ErrAttemptTimeout) or Close
+// (ErrClosed).
+func (s *System) attemptEnded(ctx context.Context, c *Call) error {
+	if c.Ctx.Err() != nil {
+		return ctxError(c.Ctx)
+	}
+	if cause := context.Cause(ctx); errors.Is(cause, ErrAttemptTimeout) {
+		return cause
+	}
+	if s.hardCtx.Err() != nil {
+		return ErrClosed
+	}
+	return ctxError(ctx)
+}
+
+// stopAttempts cancels every attempt on the wire: Close gave up waiting
+// (hardCtx is done first, so an attempt recorded after this pass cancels
+// itself).
+func (s *System) stopAttempts() {
+	s.live.Range(func(_, v any) bool {
+		if cancel := v.(*Call).attempt.Load(); cancel != nil {
+			(*cancel)()
+		}
+		return true
+	})
 }
 
 // readBody reads resp's body within MaxResponseBytes, refusing at once an
