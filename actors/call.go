@@ -105,7 +105,7 @@ type Call struct {
 	// attempt cancels the attempt on the wire, if any (System.attemptContext):
 	// Close reaches it through System.live when it gives up waiting.
 	attempt atomic.Pointer[context.CancelFunc]
-	onDone    func()                      // set before arm; runs once with the outcome
+	onDone  func() // set before arm; runs once with the outcome
 	// Release, when set, runs once with the outcome, after the system's
 	// bookkeeping: the public API cancels the default deadline's context.
 	Release func()
