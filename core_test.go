@@ -486,14 +486,7 @@ func TestCoreWindowsReopenOnTime(t *testing.T) {
 	const latency = 200 * time.Millisecond
 	rs := rules(5, time.Second, [2]string{"POST", messagesRoute})
 	h := newHarness(t, sluicetest.Options{Rules: rs, Faults: sluicetest.Faults{Latency: latency}}, sluice.Options{})
-	// Any answers teach the server's clock (ratelimit.ClockFirst of them
-	// before it is trusted, ClockWarm before its spread is taken as it
-	// is): a bot's first requests, here on other channels.
-	var warm []*http.Request
-	for i := range ratelimit.ClockWarm {
-		warm = append(warm, req("POST", fmt.Sprintf("/channels/%d/messages", 900+i), `{"content":"hello"}`))
-	}
-	sendAll(t, h.lim, warm)
+	warmClock(t, h.lim)
 	var reqs []*http.Request
 	for i := range 20 {
 		reqs = append(reqs, req("POST", "/channels/5/messages", fmt.Sprintf(`{"content":"%d"}`, i)))
@@ -517,6 +510,18 @@ func TestCoreWindowsReopenOnTime(t *testing.T) {
 	}
 }
 
+// warmClock sends a bot's first requests, on channels of their own: any
+// answers teach the server's clock (ratelimit.ClockFirst of them before it
+// is trusted, ClockWarm before its spread is taken as it is).
+func warmClock(t *testing.T, lim *sluice.Limiter) {
+	t.Helper()
+	var warm []*http.Request
+	for i := range ratelimit.ClockWarm {
+		warm = append(warm, req("POST", fmt.Sprintf("/channels/%d/messages", 900+i), `{"content":"hello"}`))
+	}
+	sendAll(t, lim, warm)
+}
+
 // A probe proves one reopening: it is not repeated for every window while
 // the forward trips vary. With the server's clock warm and each request
 // reaching the server 0-20 ms after it left (sluicetest's ForwardJitter),
@@ -531,11 +536,7 @@ func TestCoreProbesStopUnderForwardJitter(t *testing.T) {
 	rs := rules(5, 500*time.Millisecond, [2]string{"POST", messagesRoute})
 	h := newHarness(t, sluicetest.Options{Rules: rs,
 		Faults: sluicetest.Faults{Latency: latency, ForwardJitter: 20 * time.Millisecond}}, sluice.Options{})
-	var warm []*http.Request
-	for i := range ratelimit.ClockWarm {
-		warm = append(warm, req("POST", fmt.Sprintf("/channels/%d/messages", 900+i), `{"content":"hello"}`))
-	}
-	sendAll(t, h.lim, warm)
+	warmClock(t, h.lim)
 	var reqs []*http.Request
 	for i := range 60 {
 		reqs = append(reqs, req("POST", "/channels/5/messages", fmt.Sprintf(`{"content":"%d"}`, i)))
