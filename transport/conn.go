@@ -476,7 +476,8 @@ func (c *Conn) markDead(reason error) {
 //     and idle-after-PROTOCOL_ERROR, are recognised by their frames.)
 //   - The client closed while reading after the server reset a stream with
 //     PROTOCOL_ERROR (net/http then retires the conn when idle): wraps
-//     ErrUnusable.
+//     ErrUnusable. (Also when no read or write error explains a close
+//     after such a reset: see the last case.)
 //   - The first read error not caused by a local close: EOF or unexpected
 //     EOF (FIN or TLS close_notify) is ErrServerClosed, anything else (RST,
 //     TLS alert) is wrapped.
@@ -502,6 +503,11 @@ func (c *Conn) deathReason(h1Err error) error {
 		return &wrapped{msg: "transport: connection write failed", err: o.werr}
 	case h1Err != nil:
 		return &wrapped{msg: "transport: connection closed", err: h1Err}
+	case c.h2 && o.rstProtocol:
+		// The same retirement, closed by the read loop's own goroutine
+		// once the reset stream was forgotten (not while it read): which
+		// goroutine closes is a race inside net/http.
+		return &wrapped{msg: "transport: server reset a stream with PROTOCOL_ERROR", err: ErrUnusable}
 	}
 	return errors.New("transport: connection closed by the HTTP/2 client (protocol error)")
 }
