@@ -3,8 +3,9 @@ package actors
 import (
 	"flag"
 	"os"
-	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/docblock"
 )
 
 var update = flag.Bool("update", false, "rewrite the generated blocks of docs/architecture.md")
@@ -23,17 +24,16 @@ func TestDocsMessageFlowCurrent(t *testing.T) {
 		"message-table": MessageTable(),
 	}
 	for name, body := range want {
-		begin, end := "<!-- BEGIN "+name+" -->\n", "<!-- END "+name+" -->"
-		i, j := strings.Index(doc, begin), strings.Index(doc, end)
-		if i < 0 || j < i {
-			t.Fatalf("%s: markers %q … %q not found", path, begin, end)
+		got, err := docblock.Replace(path, doc, name, body)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if got := doc[i+len(begin) : j]; got != body {
+		if got != doc {
 			if !*update {
 				t.Errorf("%s: the %s block is out of date; run go test ./actors -run TestDocsMessageFlowCurrent -update", path, name)
 				continue
 			}
-			doc = doc[:i+len(begin)] + body + doc[j:]
+			doc = got
 		}
 	}
 	if *update {

@@ -3,9 +3,9 @@ package conformance
 import (
 	"flag"
 	"os"
-	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/docblock"
 	"github.com/sluicehq/sluice/ratelimit"
 )
 
@@ -20,19 +20,17 @@ func TestDocsOutcomeTableCurrent(t *testing.T) {
 		t.Fatal(err)
 	}
 	doc := string(b)
-	begin, end := "<!-- BEGIN outcome-table -->\n", "<!-- END outcome-table -->"
-	i, j := strings.Index(doc, begin), strings.Index(doc, end)
-	if i < 0 || j < i {
-		t.Fatalf("%s: markers %q … %q not found", path, begin, end)
+	want, err := docblock.Replace(path, doc, "outcome-table", OutcomeTable())
+	if err != nil {
+		t.Fatal(err)
 	}
-	if doc[i+len(begin):j] == OutcomeTable() {
+	if want == doc {
 		return
 	}
 	if !*update {
 		t.Fatalf("%s: the outcome table is out of date; run go test ./internal/conformance -update", path)
 	}
-	doc = doc[:i+len(begin)] + OutcomeTable() + doc[j:]
-	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(want), 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
