@@ -389,7 +389,7 @@ func TestCoreGlobalBoundBacklogUsesEveryWindowWhole(t *testing.T) {
 
 // A channel that appears while known channels' backlogs fill the global
 // window sends its pioneer at the next free global slot, ahead of the
-// known channels' requests (pioneerFirst): one request, whose answer
+// known channels' requests (admission.PioneerFirst): one request, whose answer
 // starts its bucket's windows. Before, a bucket not known yet counted
 // 100 ms per queued request (1 s for 10) against 5 s for each known one,
 // and waited behind all of their first windows: a message creation whose

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/sluicehq/sluice/fsm"
+	"github.com/sluicehq/sluice/internal/admission"
 	"github.com/sluicehq/sluice/ratelimit"
 	"github.com/sluicehq/sluice/routes"
 	"github.com/sluicehq/sluice/supervision"
@@ -609,7 +610,7 @@ func (b *bucket) askAdmission(ctx actor.Context, now time.Time) {
 		return // asked already; only a much longer backlog (or a pioneer) is worth telling
 	}
 	b.wanting, b.wantPath, b.wantPioneer = true, path, pioneer
-	ctx.Send(b.sys.sup, &wantMsg{key: b.key, want: want, global: global, path: path, since: since, first: first, pioneer: pioneer})
+	ctx.Send(b.sys.sup, &wantMsg{key: b.key, ask: admission.Ask{Want: want, Global: global, Path: path, Since: since, First: first, Pioneer: pioneer}})
 }
 
 // announceSoon tells the supervisor when a queue that waits for its own
@@ -660,7 +661,7 @@ func (b *bucket) announceSoon(ctx actor.Context, now time.Time) {
 		return
 	}
 	b.soonAt = at
-	ctx.Send(b.sys.sup, &soonMsg{key: b.key, at: at, want: want, path: path, since: since, first: first})
+	ctx.Send(b.sys.sup, &soonMsg{key: b.key, keep: admission.Keep{At: at, Want: want, Path: path, Since: since, First: first}})
 }
 
 // probeAwaited reports whether a lane's queue waits for the answer to its

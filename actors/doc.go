@@ -65,14 +65,15 @@
 // supervisor publishes the connection and the ban hold (gate); a bucket
 // actor reserves global slots itself while nobody waits and at least half
 // the window is free. Otherwise it sends want with the number of requests
-// it has ready and its backlog, and stops asking; the supervisor queues
-// each waiting actor once (ring) and serves the earliest virtual deadline
+// it has ready and its backlog, and stops asking; the supervisor puts each
+// waiting actor once in the window's line, whose rule is pure code with
+// time as an argument (internal/admission): earliest virtual deadline
 // first (the oldest ready request's submission less eight times the
 // backlog, in whole bucket windows; a bucket whose ready request is its
-// pioneer goes before every known one: pioneerFirst), answering each with
-// one grant of reserved slots (an actor served in part keeps its place for
-// the rest), paced while a long backlog waits; the global part of an ETA
-// replays that order (forecast.go). While any actor waits, none reserves
+// pioneer goes before every known one), one grant of reserved slots each
+// (an actor served in part keeps its place for the rest), slots kept for
+// a bucket about to reopen, paced while a long backlog waits; the global
+// part of an ETA replays that order (forecast.go). While any actor waits, none reserves
 // on its own, so a hot channel is served before
 // cold ones with little to send, and waiting for the global window never
 // spends a bucket window: the bucket slot is taken only when the global

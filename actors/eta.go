@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/sluicehq/sluice/internal/admission"
 )
 
 // A call's ETA is the latest of what each limit it is under tells,
@@ -105,18 +107,11 @@ type etaMsg struct {
 	ring ringKeys
 }
 
-// ringKey is a bucket actor's place in a window's admission queue: the
-// virtual deadline (Unix ns) and tie-break it waits with (supervisor.want).
-type ringKey struct {
-	deadline int64
-	first    uint64
-}
-
 // ringKeys maps each actor waiting in a window's admission queue (by its
 // key, Route.Major) to its place, for each window. A bucket served in part
 // keeps its place for the rest of its requests: the forecast starts from
 // these places rather than from what the actors would be given afresh.
-type ringKeys [numWindows]map[string]ringKey
+type ringKeys [numWindows]map[string]admission.Place
 
 // Values of Call.due that are not a time.
 const (
@@ -471,7 +466,7 @@ func (s *System) globalSlots(out []RequestETA, parts []laneETA, waiting []int, n
 			continue
 		}
 		_, per := src.Limit()
-		var places map[string]ringKey
+		var places map[string]admission.Place
 		if ring != nil {
 			places = ring[w]
 		}

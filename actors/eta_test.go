@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/internal/admission"
 )
 
 // fixedSlots is a global window with n free slots per period from now.
@@ -77,7 +79,7 @@ func TestAdmissionForecast(t *testing.T) {
 		// pioneer; two slots a second.
 		ws := []waiter{w(0, "h", 0, false), w(1, "h", 2*time.Second, false), w(2, "k", 0, false), w(3, "k", 2*time.Second, false), w(4, "u", 0, true)}
 		at := forecastAt(ws, src, now, rtt, 0, nil)
-		assert.Equal(t, ns(0), at[4], "the pioneer first (pioneerFirst)")
+		assert.Equal(t, ns(0), at[4], "the pioneer first (admission.PioneerFirst)")
 		assert.Equal(t, ns(0), at[0], "then the longest backlog submitted first")
 		assert.Equal(t, ns(rtt+time.Second), at[2], "the other backlog a second later")
 	})
@@ -142,7 +144,7 @@ func TestAdmissionForecastFollowsTheBucket(t *testing.T) {
 		src := fixedSlots{n: 1, per: time.Second}
 		at := forecastAt(ws, src, now, rtt, 0, nil)
 		assert.Equal(t, []int64{ns(0), ns(rtt + time.Second)}, at, "in submission order")
-		got := admissionForecast(ws, src, now, rtt, 0, nil, map[string]ringKey{"a": {deadline: ns(-time.Second), first: 1}})
+		got := admissionForecast(ws, src, now, rtt, 0, nil, map[string]admission.Place{"a": {Deadline: time.Unix(0, ns(-time.Second)), First: 1}})
 		assert.Equal(t, ns(0), got[1].at, "a keeps its place")
 		assert.Equal(t, ns(rtt+time.Second), got[0].at)
 	})
@@ -173,9 +175,9 @@ func TestAdmissionForecastKeepsTheWindow(t *testing.T) {
 			}
 		}
 		in := slices.Clone(ws)
-		var places map[string]ringKey
+		var places map[string]admission.Place
 		if rng.IntN(2) == 0 {
-			places = map[string]ringKey{string(rune('a' + rng.IntN(5))): {deadline: now.Add(-time.Duration(rng.IntN(2000)) * time.Millisecond).UnixNano(), first: uint64(rng.IntN(40))}}
+			places = map[string]admission.Place{string(rune('a' + rng.IntN(5))): {Deadline: now.Add(-time.Duration(rng.IntN(2000)) * time.Millisecond), First: uint64(rng.IntN(40))}}
 		}
 		got := admissionForecast(ws, src, now, rtt, 0, nil, places)
 		at := make([]int64, len(got))

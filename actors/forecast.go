@@ -7,15 +7,18 @@ import (
 	"slices"
 	"sort"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/admission"
 )
 
 // The global part of an ETA: a replay of the supervisor's admission over
 // the calls waiting for a global window.
 //
 // The window does not serve calls in submission order. The supervisor
-// serves bucket actors, earliest virtual deadline first (supervisor.want):
-// the submission time of the actor's earliest ready call, less pathWeight
-// times how long the actor's queue still needs at its bucket's pace; ties
+// serves bucket actors, earliest virtual deadline first
+// (admission.Deadline): the submission time of the actor's earliest ready
+// call, less admission.PathWeight times how long the actor's queue still
+// needs at its bucket's pace; ties
 // go to the earliest call's id. An actor served gets a slot for each of
 // its ready calls in one grant, so a channel's calls that its bucket lets
 // go together go together, ahead of other channels' calls submitted
@@ -101,7 +104,7 @@ type forecastLaneState struct {
 // (forecastLane) with a call on the wire: an unknown lane's pioneer is
 // out, its other calls wait for its answer. places are the places of the
 // actors waiting in the admission queue now (nil: none known).
-func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt time.Duration, held int, onWire map[string]bool, places map[string]ringKey) []slotTime {
+func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt time.Duration, held int, onWire map[string]bool, places map[string]admission.Place) []slotTime {
 	out := make([]slotTime, len(ws))
 	if len(ws) == 0 {
 		return out
@@ -272,16 +275,13 @@ func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt time.Dura
 				long = max(long, path(laneOf[batch[hi]], w.due))
 				pioneer = pioneer || laneOf[batch[hi]].pioneer == batch[hi]
 			}
-			key := min(since, t) - int64(pathWeight)*long
-			if pioneer {
-				key -= int64(pioneerFirst) // as supervisor.want
-			}
+			key := admission.Deadline(time.Unix(0, t), time.Unix(0, since), time.Duration(long), pioneer).UnixNano()
 			if p, ok := places[ws[batch[lo]].actor]; ok && !placed[ws[batch[lo]].actor] {
 				// Waiting in the queue already: its place there stands
 				// (a deadline only moves earlier while it waits).
 				placed[ws[batch[lo]].actor] = true
-				if p.deadline < key || p.deadline == key && p.first < uint64(first) {
-					key, first = p.deadline, int64(p.first)
+				if d := p.Deadline.UnixNano(); d < key || d == key && p.First < uint64(first) {
+					key, first = d, int64(p.First)
 				}
 			}
 			for _, i := range batch[lo:hi] {

@@ -249,7 +249,7 @@ const unknownPace = 100 * time.Millisecond
 // Not the time to the last one's window: that counts when the current
 // window happens to end, so two buckets of one shape, queues of one
 // length, would tell apart by noise and be served in its order rather
-// than in their requests' (supervisor.want); the global forecast
+// than in their requests' (admission.Deadline); the global forecast
 // reckons the same way (admissionForecast).
 func (l *lane) backlog(now time.Time) time.Duration {
 	if !l.state.Known {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/sluicehq/sluice/internal/admission"
 	"github.com/sluicehq/sluice/ratelimit"
 	"github.com/sluicehq/sluice/transport"
 )
@@ -57,40 +58,21 @@ type resultMsg struct {
 // but admission is held: no connection, a global pause, a ban, the global
 // window full, or other buckets already waiting for it. The supervisor
 // queues the bucket (once) and answers with a grantMsg, earliest virtual
-// deadline first (see supervisor.want).
+// deadline first (admission.Queue).
 type wantMsg struct {
-	key    string // the bucket actor's key (its major parameters)
-	want   int    // requests ready to go
-	global bool   // they need global-window slots (not exempt)
-	// path is how long the actor's longest queue needs at its bucket's own
-	// pace: the longer, the sooner it is served (see supervisor.admit).
-	path time.Duration
-	// pioneer is set when a ready request is the pioneer of a bucket whose
-	// limit is not known: it is served before known buckets' backlogs
-	// (pioneerFirst).
-	pioneer bool
-	// since is when the earliest of the ready requests was submitted: the
-	// window serves buckets in the order of their requests (see
-	// supervisor.want).
-	since time.Time
-	// first is that request's id: it orders buckets whose deadlines tie
-	// (requests submitted in one batch), as submission order would.
-	first uint64
+	key string        // the bucket actor's key (its major parameters)
+	ask admission.Ask // what is ready, and how long its queue needs
 }
 
 // soonMsg: bucket -> supervisor. The actor's queue waits for its own
-// bucket window, which reopens at at, within the global window's period:
-// the window keeps want slots back for it from the actors behind it in
-// line (supervisor.soon). A slot handed out now comes back a period
+// bucket window, which reopens within the global window's period: the
+// window keeps slots back for it from the actors behind it in line
+// (admission.Queue.Soon). A slot handed out now comes back a period
 // later; handed to a colder actor just before a hot bucket reopens, it
 // left that bucket's window waiting for the next burst.
 type soonMsg struct {
-	key   string
-	at    time.Time
-	want  int
-	path  time.Duration // as wantMsg's, at the reopening
-	since time.Time     // as wantMsg's
-	first uint64        // as wantMsg's
+	key  string
+	keep admission.Keep
 }
 
 // grantMsg: supervisor -> bucket, answering wantMsg. slots global-window

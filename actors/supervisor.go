@@ -1,7 +1,6 @@
 package actors
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +13,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/sluicehq/sluice/fsm"
+	"github.com/sluicehq/sluice/internal/admission"
 	"github.com/sluicehq/sluice/ratelimit"
 	"github.com/sluicehq/sluice/supervision"
 	"github.com/sluicehq/sluice/transport"
@@ -41,10 +41,10 @@ type supervisor struct {
 	// sender of enqueueMsg.
 	children map[string]*child
 	peak     int // most children since children was last rebuilt (see forget)
-	// windows are the two global windows, each with its own admission
-	// queue (ring), pause and pacer: the children waiting for a window's
-	// slots are in its ring, each at most once (child.waiting), served in
-	// the order of their virtual deadline (see admit), so a hot bucket
+	// windows are the two global windows, each with its own line
+	// (admission.Queue) and pause: the children waiting for a window's
+	// slots are in its line, each at most once, served in the order of
+	// their virtual deadline (admission.Deadline), so a hot bucket
 	// never waits behind a thousand cold ones' backlog, nor they behind it
 	// for ever; and neither window waits for the other.
 	windows [numWindows]*windowAdmission
@@ -89,20 +89,6 @@ type child struct {
 	window    Window // the global window its requests count on
 	pid       *actor.PID
 	forwarded uint64 // enqueueMsgs sent by the supervisor
-	waiting   bool   // in ring
-	want      int    // requests the bucket reported ready (while waiting)
-	global    bool   // they need global slots
-	deadline  time.Time
-	first     uint64 // the id of the request its deadline came from: breaks ties
-	index     int    // in its window's ring
-	// soon: its queue waits for its own bucket window, which reopens at
-	// soonAt; soonWant slots are kept back for it from the actors behind
-	// soonDeadline (soonFirst) in line. Invariant: in its window's soon
-	// set exactly while soonWant > 0, and never while waiting.
-	soonAt       time.Time
-	soonWant     int
-	soonDeadline time.Time
-	soonFirst    uint64
 }
 
 // gate is what the supervisor publishes for the bucket actors: the
@@ -146,25 +132,6 @@ func (g *gate) pick() *transport.Conn {
 	return best
 }
 
-// pathWeight is how many times more a bucket's remaining backlog (its
-// queue at its own pace) counts than the time it has waited, when the
-// admission queue orders buckets. The longest backlog bounds the whole
-// load's completion; waiting time keeps short backlogs from starving when
-// the global limit cannot serve everyone.
-const pathWeight = 8
-
-// pioneerFirst moves the virtual deadline of a bucket whose ready request
-// is its pioneer (its limit not known yet) ahead of any known bucket's:
-// the admission queue serves pioneers first, among themselves by their
-// deadlines. A pioneer is one request, and its answer starts its bucket's
-// windows and lets the rest of its queue pipeline; weighed by its queue at
-// unknownPace instead, a bucket whose pioneer met a 502 or a lost
-// connection while the others became known waited behind their whole
-// first windows under a binding global limit, and finished a window later
-// (scenario 14 of docs/comparison.md). The forecast does the same
-// (admissionForecast).
-const pioneerFirst = 1000 * time.Hour
-
 // maxDialFailures is how many connections in a row may fail to reach the
 // API (a dial that failed, or a connection that died young without being
 // accepted, or in a GOAWAY) before the buckets waiting for a connection
@@ -185,14 +152,8 @@ func newSupervisor(sys *System) actor.Actor {
 		breaker: supervision.NewBreaker(sys.cfg.BanBackoff, ratelimit.MaxWait)}
 	timers := [numWindows][2]timerKind{BotWindow: {timerGlobal, timerRetry}, IPWindow: {timerGlobalIP, timerRetryIP}}
 	for w := range Window(numWindows) {
-		a := &windowAdmission{w: w, g: sys.windows[w], timer: timers[w][0], retry: timers[w][1]}
-		if n, per, ok := a.g.limit(); ok {
-			// The pacer spreads the slots handed out from the ring
-			// evenly over the window, so they free evenly too and a
-			// bucket that joins is served within a slot's time, not at
-			// the next burst (see pacer).
-			a.pacer = pacer{burst: float64(n), every: per / time.Duration(n), tokens: float64(n), period: per}
-		}
+		n, per, _ := sys.windows[w].limit()
+		a := &windowAdmission{w: w, g: sys.windows[w], q: admission.New[*child](n, per), timer: timers[w][0], retry: timers[w][1]}
 		a.machine = fsm.NewWindow(func(e fsm.WindowEvent, from, to fsm.WindowState) {
 			sys.windowTransition(s, s.self, w, e.String(), from.String(), to.String())
 		})
@@ -209,7 +170,7 @@ func newSupervisor(sys *System) actor.Actor {
 func (s *supervisor) waiting() int {
 	n := 0
 	for _, a := range s.windows {
-		n += a.ring.Len()
+		n += a.q.Len()
 	}
 	return n
 }
@@ -297,7 +258,7 @@ func (s *supervisor) receive(ctx actor.Context) {
 	case *etaMsg:
 		s.answerETA(ctx, m)
 	case *freedMsg:
-		s.windows[m.window].pacer.refund(m.cancelled)
+		s.windows[m.window].q.Refund(m.cancelled)
 		s.admit(ctx)
 	case *probeDoneMsg:
 		s.probeDone(ctx, m)
@@ -358,7 +319,6 @@ func (s *supervisor) receive(ctx actor.Context) {
 			if ch.pid.Equal(m.Who) {
 				s.forget(key)
 				s.unring(ch)
-				s.windows[ch.window].unsoon(ch)
 				break
 			}
 		}
@@ -369,9 +329,7 @@ func (s *supervisor) receive(ctx actor.Context) {
 			Waiting: s.waiting(), Running: int(s.sys.running.Load()),
 		}}
 		for _, a := range s.windows {
-			for _, ch := range a.ring {
-				snap.snap.Pending += ch.want
-			}
+			snap.snap.Pending += a.q.Pending()
 			n, _, _ := a.g.limit()
 			snap.snap.Windows = append(snap.snap.Windows, WindowSnapshot{Name: a.w.String(), State: a.machine.Current().String(),
 				Limit: n, Used: a.g.used(now), PausedFor: max(0, a.until.Sub(now))})
@@ -467,8 +425,8 @@ func (s *supervisor) submit(ctx actor.Context, c *Call) {
 	s.dial() // connect on demand, and refill the pool
 }
 
-// want queues a bucket for admission (once; its latest report wins) and
-// serves the queue.
+// want puts a bucket in its window's line (once; its latest report wins)
+// and serves the line (admission.Queue.Want).
 func (s *supervisor) want(ctx actor.Context, m *wantMsg) {
 	ch := s.children[m.key]
 	if ch == nil || s.closing != nil {
@@ -480,73 +438,27 @@ func (s *supervisor) want(ctx actor.Context, m *wantMsg) {
 		ctx.Send(ch.pid, &grantMsg{err: &UnavailableError{Failures: s.refused, Err: s.lastErr}})
 		return
 	}
-	ch.want, ch.global = m.want, m.global
 	a := s.windows[ch.window]
-	a.unsoon(ch) // ready now
-	a.pacer.long(s.sys.now(), m.path)
-	deadline := virtualDeadline(s.sys.now(), m.since, m.path, m.pioneer)
-
-	if !ch.waiting {
-		ch.waiting = true
-		ch.deadline, ch.first = deadline, m.first
-		heap.Push(&a.ring, ch)
-	} else if deadline.Before(ch.deadline) {
-		ch.deadline, ch.first = deadline, m.first
-		heap.Fix(&a.ring, ch.index)
-	}
+	a.q.Want(s.sys.now(), ch, m.ask)
 	a.store()
 	s.dial() // refill the pool while requests wait
 	s.admit(ctx)
 }
 
-// virtualDeadline is a bucket's place in its window's admission queue:
-// when the earliest of its ready requests was submitted (since; now if
-// unknown or later), less pathWeight times how long its queue still
-// needs at its own pace (path, in whole windows, lane.backlog), and ahead
-// of every known bucket for a pioneer (pioneerFirst); ties go to that
-// request's id. Among buckets with equal backlogs the window serves
-// requests in the order they were submitted, not in the order their
-// actors happened to ask. The bucket whose backlog is longest (a hot
-// channel) goes first, so its bucket windows are not wasted while cold
-// channels, each with little to send, take the rest of the global window;
-// a bucket that keeps waiting gains on later ones, so none starves. The
-// global part of an ETA replays this rule (admissionForecast): a change
-// here is a change there.
-func virtualDeadline(now, since time.Time, path time.Duration, pioneer bool) time.Time {
-	base := now
-	if !since.IsZero() && since.Before(base) {
-		base = since
-	}
-	deadline := base.Add(-pathWeight * path)
-	if pioneer {
-		deadline = deadline.Add(-pioneerFirst)
-	}
-	return deadline
-}
-
 // soon keeps slots back for a bucket whose queue waits for its own window,
 // which reopens within the global window's period (soonMsg), from the
-// actors behind it in line (admitWindow). Ignored while it is in line
-// already: its want stands.
+// actors behind it in line (admission.Queue.Soon).
 func (s *supervisor) soon(m *soonMsg) {
-	ch := s.children[m.key]
-	if ch == nil || ch.waiting || s.closing != nil || m.want <= 0 {
-		return
+	if ch := s.children[m.key]; ch != nil && s.closing == nil {
+		s.windows[ch.window].q.Soon(s.sys.now(), ch, m.keep)
 	}
-	a := s.windows[ch.window]
-	ch.soonAt, ch.soonWant, ch.soonFirst = m.at, m.want, m.first
-	ch.soonDeadline = virtualDeadline(s.sys.now(), m.since, m.path, false)
-	if a.soon == nil {
-		a.soon = map[*child]struct{}{}
-	}
-	a.soon[ch] = struct{}{}
 }
 
-// admit serves the buckets waiting for admission, in each window earliest
-// virtual deadline first, while the connection, the ban breaker and the
-// window allow; each gets as many global slots as it has requests ready
-// (at most its bucket's remaining count, so no bucket takes more than its
-// own limit allows), in one grantMsg.
+// admit serves the buckets waiting for admission, in each window by the
+// rule of admission.Queue.Serve, while the connection, the ban breaker and
+// the window allow: each gets as many global slots as it has requests
+// ready (at most its bucket's remaining count, so no bucket takes more
+// than its own limit allows), in one grantMsg.
 func (s *supervisor) admit(ctx actor.Context) {
 	if s.waiting() == 0 || len(s.conns) == 0 || s.closing != nil {
 		return
@@ -563,7 +475,14 @@ func (s *supervisor) admit(ctx actor.Context) {
 		}
 	}
 	for _, a := range s.windows {
-		s.admitWindow(ctx, a, now)
+		grants, retry, again := a.q.Serve(now, a.g, a.machine.Current() == fsm.WindowPaused)
+		a.store()
+		for _, g := range grants {
+			ctx.Send(g.Key.pid, &grantMsg{slots: g.Slots, more: g.More})
+		}
+		if again {
+			s.retryAfter(a, retry)
+		}
 	}
 }
 
@@ -571,14 +490,16 @@ func (s *supervisor) admit(ctx actor.Context) {
 // waiting bucket of either window.
 func (s *supervisor) admitProbe(ctx actor.Context, now time.Time) {
 	var a *windowAdmission
+	var ch *child
+	var first admission.Place
+	var global bool
 	for _, w := range s.windows {
-		if w.ring.Len() > 0 && (a == nil || w.ring[0].deadline.Before(a.ring[0].deadline)) {
-			a = w
+		if k, p, g, ok := w.q.Head(); ok && (a == nil || p.Deadline.Before(first.Deadline)) {
+			a, ch, first, global = w, k, p, g
 		}
 	}
-	ch := a.ring[0]
 	slots := 0
-	if ch.global {
+	if global {
 		if ok, wait := a.g.limiter.Reserve(now); !ok {
 			s.breaker.Abandon()
 			s.retryAfter(a, wait)
@@ -598,182 +519,36 @@ func (s *supervisor) retryAfter(a *windowAdmission, wait time.Duration) {
 	s.timers.after(a.retry, wait, func(gen uint64) any { return &globalRetryMsg{gen: gen, window: w} })
 }
 
-// admitWindow serves a's ring.
-func (s *supervisor) admitWindow(ctx actor.Context, a *windowAdmission, now time.Time) {
-	paused := a.machine.Current() == fsm.WindowPaused // globalClear admits again
-	var held []*child                                 // waiting for the window
-	for a.ring.Len() > 0 {
-		if paused {
-			s.admitExempt(ctx, a)
-			break
-		}
-		ch := heap.Pop(&a.ring).(*child)
-		if !ch.global { // exempt: needs no global slot
-			ch.waiting = false
-			ctx.Send(ch.pid, &grantMsg{})
-			continue
-		}
-		kept := a.keptAhead(now, ch)
-		slots := 0
-		for !paused && slots < ch.want {
-			if kept > 0 && a.g.limitOf()-a.g.used(now) <= kept {
-				// The slots left are kept for buckets ahead of it in
-				// line that reopen within the period: until they ask,
-				// or their keep lapses.
-				paused = true
-				s.retryAfter(a, a.keepLapses(now))
-				break
-			}
-			if wait := a.pacer.take(now); wait > 0 {
-				paused = true
-				s.retryAfter(a, wait)
-				break
-			}
-			ok, wait := a.g.limiter.Reserve(now)
-			if !ok {
-				// The window is full: the pacer's token buys nothing.
-				// Kept spent, every admission tried while the window
-				// is full (each answer and each bucket's ask) took one,
-				// and the window reopened with a fraction of its slots
-				// to hand out at once.
-				a.pacer.refund(1)
-				paused = true
-				s.retryAfter(a, wait)
-				break
-			}
-			slots++
-		}
-		if slots > 0 && slots < ch.want {
-			// Served in part: it keeps its place in line for the rest,
-			// which goes as the window's next slots free (asking again
-			// would put it behind every bucket ready since).
-			ch.want -= slots
-			ctx.Send(ch.pid, &grantMsg{slots: slots, more: true})
-			held = append(held, ch)
-			continue
-		}
-		if slots > 0 {
-			ch.waiting = false
-			ctx.Send(ch.pid, &grantMsg{slots: slots})
-			continue
-		}
-		held = append(held, ch)
-	}
-	for _, ch := range held {
-		heap.Push(&a.ring, ch)
-	}
-	a.store()
-}
-
-// admitExempt answers the buckets waiting in a's ring that need no global
-// slot (interaction callbacks) while the window is paused.
-func (s *supervisor) admitExempt(ctx actor.Context, a *windowAdmission) {
-	var exempt []*child
-	for _, ch := range a.ring {
-		if !ch.global {
-			exempt = append(exempt, ch)
-		}
-	}
-	for _, ch := range exempt {
-		s.unring(ch)
-		ctx.Send(ch.pid, &grantMsg{})
-	}
-}
-
 // ringOf is every waiting actor's place in w's admission queue, for the
 // global forecasts (nil for an empty queue). O(the queue).
-func (s *supervisor) ringOf(w Window) map[string]ringKey {
-	a := s.windows[w]
-	if len(a.ring) == 0 {
+func (s *supervisor) ringOf(w Window) map[string]admission.Place {
+	places := s.windows[w].q.Places()
+	if places == nil {
 		return nil
 	}
-	out := make(map[string]ringKey, len(a.ring))
-	for _, ch := range a.ring {
-		out[ch.key] = ringKey{deadline: ch.deadline.UnixNano(), first: ch.first}
+	out := make(map[string]admission.Place, len(places))
+	for ch, p := range places {
+		out[ch.key] = p
 	}
 	return out
 }
 
-// unring removes ch from its window's admission queue.
+// unring takes ch out of its window's line and drops its keep.
 func (s *supervisor) unring(ch *child) {
-	if !ch.waiting {
-		return
-	}
-	ch.waiting = false
 	a := s.windows[ch.window]
-	heap.Remove(&a.ring, ch.index)
+	a.q.Remove(ch)
 	a.store()
 }
 
-// clearRing empties both admission queues.
-func (s *supervisor) clearRing() {
+// clearRing empties both lines and returns the children that were in
+// them.
+func (s *supervisor) clearRing() []*child {
+	var out []*child
 	for _, a := range s.windows {
-		for ch := range a.soon {
-			a.unsoon(ch)
-		}
-		for _, ch := range a.ring {
-			ch.waiting = false
-		}
-		a.ring = nil
+		out = append(out, a.q.Clear()...)
 		a.store()
 	}
-}
-
-// pacer is a token bucket with the global limit's rate and burst: the
-// admission queue hands out at most its tokens. Left alone, a sliding
-// window that was filled in one burst frees in one burst a period later,
-// and a bucket joining the queue just after waits for the next one (a hot
-// channel then gets one bucket window per period); paced, the frees
-// spread out. Its burst lets a limiter idle for a period use the whole
-// window at once, so the long-run rate and the burst are the window's own.
-// It only paces while some waiting bucket has a backlog longer than the
-// window's period (and for two periods after): only such a bucket needs
-// slots in every period; otherwise smoothing would only add the lag
-// between its phase and the window's. The zero value (no Limit known) never
-// waits.
-type pacer struct {
-	burst  float64
-	every  time.Duration // one token per every
-	tokens float64
-	last   time.Time
-	period time.Duration
-	until  time.Time // pacing on before it
-}
-
-// long notes a waiting bucket's backlog at now: one longer than a period
-// turns pacing on.
-func (p *pacer) long(now time.Time, backlog time.Duration) {
-	if p.every > 0 && backlog > p.period {
-		p.until = later(p.until, now.Add(2*p.period))
-	}
-}
-
-// refund returns n tokens spent on slots that were cancelled unused: the
-// server counted nothing for them.
-func (p *pacer) refund(n int) {
-	if p.every > 0 && n > 0 {
-		p.tokens = min(p.burst, p.tokens+float64(n))
-	}
-}
-
-// take spends a token at now, or returns how long until one accrues.
-func (p *pacer) take(now time.Time) time.Duration {
-	if p.every <= 0 {
-		return 0
-	}
-	if !p.last.IsZero() && now.After(p.last) {
-		p.tokens = min(p.burst, p.tokens+float64(now.Sub(p.last))/float64(p.every))
-	}
-	p.last = later(p.last, now)
-	if !now.Before(p.until) {
-		p.tokens = max(0, p.tokens-1) // not pacing: still counted, never waits
-		return 0
-	}
-	if p.tokens < 1 {
-		return max(time.Microsecond, time.Duration((1-p.tokens)*float64(p.every)))
-	}
-	p.tokens--
-	return 0
+	return out
 }
 
 func later(a, b time.Time) time.Time {
@@ -781,35 +556,6 @@ func later(a, b time.Time) time.Time {
 		return b
 	}
 	return a
-}
-
-// admissionQueue is a min-heap of waiting children by virtual deadline
-// (container/heap), ties in arrival order.
-type admissionQueue []*child
-
-func (q admissionQueue) Len() int { return len(q) }
-func (q admissionQueue) Less(i, j int) bool {
-	if !q[i].deadline.Equal(q[j].deadline) {
-		return q[i].deadline.Before(q[j].deadline)
-	}
-	return q[i].first < q[j].first
-}
-func (q admissionQueue) Swap(i, j int) {
-	q[i], q[j] = q[j], q[i]
-	q[i].index, q[j].index = i, j
-}
-func (q *admissionQueue) Push(x any) {
-	ch := x.(*child)
-	ch.index = len(*q)
-	*q = append(*q, ch)
-}
-func (q *admissionQueue) Pop() any {
-	old := *q
-	ch := old[len(old)-1]
-	old[len(old)-1] = nil
-	*q = old[:len(old)-1]
-	ch.index = -1
-	return ch
 }
 
 func (s *supervisor) probeDone(ctx actor.Context, m *probeDoneMsg) {
@@ -906,12 +652,9 @@ func (s *supervisor) failed(ctx actor.Context, err error, refused bool) {
 	if s.refused >= maxDialFailures && len(s.conns) == 0 {
 		// Nothing can be sent: fail what waits rather than hang it.
 		uerr := &UnavailableError{Failures: s.refused, Err: err}
-		for _, a := range s.windows {
-			for _, ch := range a.ring {
-				ctx.Send(ch.pid, &grantMsg{err: uerr})
-			}
+		for _, ch := range s.clearRing() {
+			ctx.Send(ch.pid, &grantMsg{err: uerr})
 		}
-		s.clearRing()
 	}
 	delay := s.sys.cfg.Backoff.Delay(s.failures-1, rand.Float64)
 	s.redialArmed = true
@@ -999,7 +742,6 @@ func (s *supervisor) idle(ctx actor.Context, m *idleMsg) {
 	}
 	s.forget(m.key)
 	s.unring(ch)
-	s.windows[ch.window].unsoon(ch)
 	ctx.Poison(from)
 }
 

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/fsm"
+	"github.com/sluicehq/sluice/internal/admission"
 	"github.com/sluicehq/sluice/ratelimit"
 )
 
@@ -124,12 +125,12 @@ func (w *globalWindow) limit() (int, time.Duration, bool) {
 	return 0, 0, false
 }
 
-// limitOf returns the window's limit, or 0 when its limiter does not
-// tell it.
-func (w *globalWindow) limitOf() int {
-	n, _, _ := w.limit()
-	return n
-}
+// Reserve reserves a slot at now (admission.Window).
+func (w *globalWindow) Reserve(now time.Time) (bool, time.Duration) { return w.limiter.Reserve(now) }
+
+// Count returns the slots held now, when the limiter can count them
+// (admission.Window).
+func (w *globalWindow) Count(now time.Time) int { return w.used(now) }
 
 // used returns the slots held now, when the limiter can count them.
 func (w *globalWindow) used(now time.Time) int {
@@ -140,72 +141,21 @@ func (w *globalWindow) used(now time.Time) int {
 }
 
 // windowAdmission is the supervisor's side of one global window: its
-// pause (a global 429 there), its state machine, the buckets waiting for
-// its slots and the pacer that hands them out. The two windows never
-// wait for each other.
+// pause (a global 429 there), its state machine and its line (the buckets
+// waiting for its slots, admission.Queue). The two windows never wait for
+// each other.
 type windowAdmission struct {
 	w       Window
 	g       *globalWindow
-	until   time.Time      // paused before it (a global 429, or a ban's hold)
-	machine *fsm.Window    // open <-> global_limit
-	ring    admissionQueue // Invariant: ring.Len() == g.waiting
-	pacer   pacer
-	soon    map[*child]struct{} // the buckets it keeps slots for (soonMsg)
-	timer   timerKind           // its globalClearMsg timer
-	retry   timerKind           // its globalRetryMsg timer
+	until   time.Time                // paused before it (a global 429, or a ban's hold)
+	machine *fsm.Window              // open <-> global_limit
+	q       *admission.Queue[*child] // Invariant: q.Len() == g.waiting
+	timer   timerKind                // its globalClearMsg timer
+	retry   timerKind                // its globalRetryMsg timer
 }
 
-// soonGrace is how long after its bucket's reopening a keep (soonMsg)
-// lasts without the bucket asking: its timer's lag and its pump, which a
-// starved machine stretches (50 ms lapsed before a hot bucket asked
-// under the race detector beside two CPU-bound loops, and its window
-// split). A keep that lapses (the queue was cancelled, the window
-// reopened later than its bucket thought) gives its slots back to the
-// line.
-const soonGrace = 200 * time.Millisecond
-
-// keptAhead is how many slots a's window keeps at now for buckets ahead
-// of ch in line (an earlier deadline) whose windows reopen within the
-// global period; keeps that lapsed are dropped.
-func (a *windowAdmission) keptAhead(now time.Time, ch *child) int {
-	per := a.pacer.period
-	if per <= 0 || len(a.soon) == 0 {
-		return 0
-	}
-	n := 0
-	for k := range a.soon {
-		switch {
-		case now.After(k.soonAt.Add(soonGrace)):
-			a.unsoon(k)
-		case k.soonAt.After(now.Add(per)):
-		case k.soonDeadline.Before(ch.deadline), k.soonDeadline.Equal(ch.deadline) && k.soonFirst < ch.first:
-			n += k.soonWant
-		}
-	}
-	return n
-}
-
-// keepLapses is how long from now until the first keep lapses.
-func (a *windowAdmission) keepLapses(now time.Time) time.Duration {
-	wait := time.Duration(-1)
-	for k := range a.soon {
-		if d := k.soonAt.Add(soonGrace).Sub(now); wait < 0 || d < wait {
-			wait = d
-		}
-	}
-	return max(time.Millisecond, wait)
-}
-
-// unsoon drops ch's keep, if any.
-func (a *windowAdmission) unsoon(ch *child) {
-	if ch.soonWant > 0 {
-		delete(a.soon, ch)
-		ch.soonWant = 0
-	}
-}
-
-// store publishes the ring's length for the bucket actors.
-func (a *windowAdmission) store() { a.g.waiting.Store(int32(a.ring.Len())) }
+// store publishes the line's length for the bucket actors.
+func (a *windowAdmission) store() { a.g.waiting.Store(int32(a.q.Len())) }
 
 // WindowSnapshot is one global window's part of a Snapshot.
 type WindowSnapshot struct {

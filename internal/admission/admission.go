@@ -1,0 +1,411 @@
+// Package admission is the rule that shares one global window among the
+// buckets waiting for it: who goes first, how many slots each gets at once,
+// what is kept back for a bucket about to reopen, and how fast slots are
+// handed out. It is pure: time is an argument, nothing runs on its own,
+// and a Queue is a value the supervisor actor owns (one per global window)
+// and the global forecast can copy.
+//
+// # The rule
+//
+// A bucket actor asks (Ask) when requests of its queue are ready to go. Its
+// place in line is its virtual deadline (Deadline): when the earliest of
+// its ready requests was submitted, less PathWeight times how long its
+// queue still needs at its own bucket's pace, and ahead of every known
+// bucket for a pioneer (PioneerFirst); ties go to that request's id. Serve
+// hands out slots earliest deadline first; a bucket gets a slot for each
+// request it has ready, in one Grant, so a channel's window goes whole. A
+// bucket served in part keeps its place for the rest (Grant.More).
+//
+// Two things hold slots back from the line:
+//
+//   - keeps: a bucket whose queue waits for its own window, reopening within
+//     the global period, says so (Soon); the slots it will want are kept
+//     from the buckets behind it in line, until it asks or its keep lapses
+//     (SoonGrace after its reopening). A slot handed to a colder bucket just
+//     before a hot bucket reopens leaves that bucket's window waiting a
+//     whole period.
+//   - the pacer: while a waiting bucket's backlog is longer than the
+//     period, slots are handed out at the window's rate (a token bucket with
+//     its burst), so a window filled in one burst does not free in one burst
+//     a period later, just before a bucket that joins.
+//
+// Invariants (checked by the model test and the fuzz target): a Grant never
+// holds more slots than its bucket asked for nor than the window reserved;
+// a bucket is in line at most once, and never both in line and kept for; a
+// keep is only honoured for buckets ahead of the one it holds back.
+package admission
+
+import (
+	"container/heap"
+	"time"
+)
+
+// PathWeight is how many times more a bucket's remaining backlog (its queue
+// at its own pace) counts than the time it has waited, when the line orders
+// buckets. The longest backlog bounds the whole load's completion; waiting
+// time keeps short backlogs from starving when the global limit cannot
+// serve everyone.
+const PathWeight = 8
+
+// PioneerFirst moves the virtual deadline of a bucket whose ready request
+// is its pioneer (its limit not known yet) ahead of any known bucket's:
+// pioneers are served first, among themselves by their deadlines. A pioneer
+// is one request, and its answer starts its bucket's windows and lets the
+// rest of its queue pipeline; weighed by its queue instead, a bucket whose
+// pioneer met a 502 or a lost connection while the others became known
+// waited behind their whole first windows under a binding global limit, and
+// finished a window later (scenario 14 of docs/comparison.md).
+const PioneerFirst = 1000 * time.Hour
+
+// SoonGrace is how long after its bucket's reopening a keep (Soon) lasts
+// without the bucket asking: its timer's lag and its pump, which a starved
+// machine stretches (50 ms lapsed before a hot bucket asked under the race
+// detector beside two CPU-bound loops, and its window split). A keep that
+// lapses (the queue was cancelled, the window reopened later than its
+// bucket thought) gives its slots back to the line.
+const SoonGrace = 200 * time.Millisecond
+
+// Deadline is a bucket's place in line: when the earliest of its ready
+// requests was submitted (since; now if zero or later), less PathWeight
+// times how long its queue still needs at its own pace (path), and ahead
+// of every known bucket for a pioneer. Among buckets with equal backlogs
+// the window serves requests in the order they were submitted, not in the
+// order their actors happened to ask; the bucket whose backlog is longest
+// (a hot channel) goes first, so its windows are not wasted while cold
+// channels, each with little to send, take the rest; a bucket that keeps
+// waiting gains on later ones, so none starves.
+func Deadline(now, since time.Time, path time.Duration, pioneer bool) time.Time {
+	base := now
+	if !since.IsZero() && since.Before(base) {
+		base = since
+	}
+	deadline := base.Add(-PathWeight * path)
+	if pioneer {
+		deadline = deadline.Add(-PioneerFirst)
+	}
+	return deadline
+}
+
+// Ask is a bucket's request for slots: Want requests are ready to go.
+type Ask struct {
+	Want   int  // requests ready to go
+	Global bool // they need slots of the window (false: exempt, as interaction callbacks)
+	// Path is how long the bucket's longest queue still needs at its own
+	// pace, in whole windows: the longer, the sooner it is served.
+	Path time.Duration
+	// Pioneer: a ready request is the pioneer of a bucket whose limit is
+	// not known (PioneerFirst).
+	Pioneer bool
+	// Since is when the earliest ready request was submitted, and First its
+	// id, which breaks ties (requests submitted in one batch).
+	Since time.Time
+	First uint64
+}
+
+// Keep is a bucket's notice that its queue waits for its own window,
+// reopening At, within the global period: Want slots are kept for it from
+// the buckets behind it in line. Path, Since and First are as Ask's, at
+// the reopening.
+type Keep struct {
+	At    time.Time
+	Want  int
+	Path  time.Duration
+	Since time.Time
+	First uint64
+}
+
+// Place is a bucket's place in line: its virtual deadline and the id that
+// breaks ties.
+type Place struct {
+	Deadline time.Time
+	First    uint64
+}
+
+// before reports whether p goes ahead of q.
+func (p Place) before(q Place) bool {
+	if !p.Deadline.Equal(q.Deadline) {
+		return p.Deadline.Before(q.Deadline)
+	}
+	return p.First < q.First
+}
+
+// Grant is what Serve hands one bucket: Slots reserved in the window (0 for
+// an exempt bucket). More: it was served in part and stays in line for the
+// rest of its want (it does not ask again).
+type Grant[K comparable] struct {
+	Key   K
+	Slots int
+	More  bool
+}
+
+// Window is what admission needs of a global window
+// (ratelimit.SlidingWindow, or a limiter shared through Redis).
+type Window interface {
+	// Reserve takes a slot at now, or tells how long until one frees.
+	Reserve(now time.Time) (ok bool, wait time.Duration)
+	// Count is how many slots are taken at now (0 when it cannot tell).
+	Count(now time.Time) int
+}
+
+// Queue is one global window's line. The zero value is not usable: New
+// makes one. Not safe for concurrent use: one owner calls it.
+type Queue[K comparable] struct {
+	limit  int           // the window's count; 0: unknown (no keeps, no pacing)
+	period time.Duration // the window's period
+	ring   ring[K]       // Invariant: ring[i].index == i; byKey[k] in ring iff waiting
+	byKey  map[K]*entry[K]
+	keeps  map[K]keep
+	pacer  pacer
+}
+
+type entry[K comparable] struct {
+	key    K
+	place  Place
+	want   int
+	global bool
+	index  int
+}
+
+type keep struct {
+	at    time.Time
+	want  int
+	place Place
+}
+
+// New returns the line of a window of limit requests per period; limit 0
+// (a limiter that does not tell its limit) neither keeps nor paces.
+func New[K comparable](limit int, period time.Duration) *Queue[K] {
+	q := &Queue[K]{limit: limit, period: period, byKey: map[K]*entry[K]{}, keeps: map[K]keep{}}
+	if limit > 0 && period > 0 {
+		q.pacer = pacer{burst: float64(limit), every: period / time.Duration(limit), tokens: float64(limit), period: period}
+	}
+	return q
+}
+
+// Want puts key in line at now, or updates its ask: the latest want wins,
+// and its place only moves earlier while it waits. Its keep, if any, is
+// dropped: it is ready now.
+func (q *Queue[K]) Want(now time.Time, key K, a Ask) {
+	delete(q.keeps, key)
+	q.pacer.long(now, a.Path)
+	p := Place{Deadline: Deadline(now, a.Since, a.Path, a.Pioneer), First: a.First}
+	e := q.byKey[key]
+	if e == nil {
+		e = &entry[K]{key: key, place: p}
+		q.byKey[key] = e
+		heap.Push(&q.ring, e)
+	} else if p.Deadline.Before(e.place.Deadline) {
+		e.place = p
+		heap.Fix(&q.ring, e.index)
+	}
+	e.want, e.global = a.Want, a.Global
+}
+
+// Soon keeps slots back for key (Keep). Ignored while key is in line (its
+// want stands) or for an empty keep.
+func (q *Queue[K]) Soon(now time.Time, key K, k Keep) {
+	if q.byKey[key] != nil || k.Want <= 0 {
+		return
+	}
+	q.keeps[key] = keep{at: k.At, want: k.Want, place: Place{Deadline: Deadline(now, k.Since, k.Path, false), First: k.First}}
+}
+
+// Remove takes key out of line and drops its keep.
+func (q *Queue[K]) Remove(key K) {
+	delete(q.keeps, key)
+	if e := q.byKey[key]; e != nil {
+		heap.Remove(&q.ring, e.index)
+		delete(q.byKey, key)
+	}
+}
+
+// Clear empties the line and the keeps, returning the keys that were in
+// line.
+func (q *Queue[K]) Clear() []K {
+	keys := make([]K, 0, len(q.ring))
+	for _, e := range q.ring {
+		keys = append(keys, e.key)
+	}
+	clear(q.keeps)
+	clear(q.byKey)
+	q.ring = nil
+	return keys
+}
+
+// Len is how many buckets are in line.
+func (q *Queue[K]) Len() int { return len(q.ring) }
+
+// Waiting reports whether key is in line.
+func (q *Queue[K]) Waiting(key K) bool { return q.byKey[key] != nil }
+
+// Pending is how many requests the buckets in line want.
+func (q *Queue[K]) Pending() int {
+	n := 0
+	for _, e := range q.ring {
+		n += e.want
+	}
+	return n
+}
+
+// Places is every waiting bucket's place (nil for an empty line), for the
+// global forecast.
+func (q *Queue[K]) Places() map[K]Place {
+	if len(q.ring) == 0 {
+		return nil
+	}
+	out := make(map[K]Place, len(q.ring))
+	for _, e := range q.ring {
+		out[e.key] = e.place
+	}
+	return out
+}
+
+// Head is the bucket first in line and whether it needs a slot of the
+// window (the ban breaker's probe takes it alone).
+func (q *Queue[K]) Head() (key K, place Place, global, ok bool) {
+	if len(q.ring) == 0 {
+		return key, place, false, false
+	}
+	e := q.ring[0]
+	return e.key, e.place, e.global, true
+}
+
+// Refund returns n slots to the pacer: reserved and cancelled unused, the
+// server counted nothing for them.
+func (q *Queue[K]) Refund(n int) { q.pacer.refund(n) }
+
+// Serve hands out w's slots at now, earliest place first, and returns the
+// grants in that order. paused (the window is blocked by a global 429 or a
+// ban's hold) serves only exempt buckets. When slots are left wanted and
+// Serve stopped for the window, the pacer or a keep, again is set and retry
+// is when to serve again.
+func (q *Queue[K]) Serve(now time.Time, w Window, paused bool) (grants []Grant[K], retry time.Duration, again bool) {
+	var held []*entry[K] // waiting for the window
+	for len(q.ring) > 0 {
+		if paused {
+			grants = q.serveExempt(grants)
+			break
+		}
+		e := heap.Pop(&q.ring).(*entry[K])
+		if !e.global { // exempt: needs no global slot
+			delete(q.byKey, e.key)
+			grants = append(grants, Grant[K]{Key: e.key})
+			continue
+		}
+		kept := q.keptAhead(now, e.place)
+		slots := 0
+		for !paused && slots < e.want {
+			if kept > 0 && q.limit-w.Count(now) <= kept {
+				// The slots left are kept for buckets ahead of it in line
+				// that reopen within the period: until they ask, or their
+				// keep lapses.
+				paused, retry, again = true, q.keepLapses(now), true
+				break
+			}
+			if wait := q.pacer.take(now); wait > 0 {
+				paused, retry, again = true, wait, true
+				break
+			}
+			ok, wait := w.Reserve(now)
+			if !ok {
+				// The window is full: the pacer's token buys nothing. Kept
+				// spent, every admission tried while the window is full
+				// (each answer and each bucket's ask) took one, and the
+				// window reopened with a fraction of its slots to hand out
+				// at once.
+				q.pacer.refund(1)
+				paused, retry, again = true, wait, true
+				break
+			}
+			slots++
+		}
+		switch {
+		case slots > 0 && slots < e.want:
+			// Served in part: it keeps its place in line for the rest,
+			// which goes as the window's next slots free (asking again
+			// would put it behind every bucket ready since).
+			e.want -= slots
+			grants = append(grants, Grant[K]{Key: e.key, Slots: slots, More: true})
+			held = append(held, e)
+		case slots > 0:
+			delete(q.byKey, e.key)
+			grants = append(grants, Grant[K]{Key: e.key, Slots: slots})
+		default:
+			held = append(held, e)
+		}
+	}
+	for _, e := range held {
+		heap.Push(&q.ring, e)
+	}
+	return grants, retry, again
+}
+
+// serveExempt answers the buckets in line that need no slot (interaction
+// callbacks) while the window is paused.
+func (q *Queue[K]) serveExempt(grants []Grant[K]) []Grant[K] {
+	var exempt []*entry[K]
+	for _, e := range q.ring {
+		if !e.global {
+			exempt = append(exempt, e)
+		}
+	}
+	for _, e := range exempt {
+		q.Remove(e.key)
+		grants = append(grants, Grant[K]{Key: e.key})
+	}
+	return grants
+}
+
+// keptAhead is how many slots the window keeps at now for buckets ahead of
+// place whose windows reopen within the period; keeps that lapsed are
+// dropped.
+func (q *Queue[K]) keptAhead(now time.Time, place Place) int {
+	if q.period <= 0 || len(q.keeps) == 0 {
+		return 0
+	}
+	n := 0
+	for key, k := range q.keeps {
+		switch {
+		case now.After(k.at.Add(SoonGrace)):
+			delete(q.keeps, key)
+		case k.at.After(now.Add(q.period)):
+		case k.place.before(place):
+			n += k.want
+		}
+	}
+	return n
+}
+
+// keepLapses is how long from now until the first keep lapses.
+func (q *Queue[K]) keepLapses(now time.Time) time.Duration {
+	wait := time.Duration(-1)
+	for _, k := range q.keeps {
+		if d := k.at.Add(SoonGrace).Sub(now); wait < 0 || d < wait {
+			wait = d
+		}
+	}
+	return max(time.Millisecond, wait)
+}
+
+// ring is a min-heap of entries by place (container/heap).
+type ring[K comparable] []*entry[K]
+
+func (r ring[K]) Len() int           { return len(r) }
+func (r ring[K]) Less(i, j int) bool { return r[i].place.before(r[j].place) }
+func (r ring[K]) Swap(i, j int) {
+	r[i], r[j] = r[j], r[i]
+	r[i].index, r[j].index = i, j
+}
+func (r *ring[K]) Push(x any) {
+	e := x.(*entry[K])
+	e.index = len(*r)
+	*r = append(*r, e)
+}
+func (r *ring[K]) Pop() any {
+	old := *r
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*r = old[:len(old)-1]
+	e.index = -1
+	return e
+}
