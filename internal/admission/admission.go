@@ -368,7 +368,8 @@ func (q *Queue[K]) keptAhead(now time.Time, place Place) int {
 		switch {
 		case now.After(k.at.Add(SoonGrace)):
 			delete(q.keeps, key)
-		case k.at.After(now.Add(q.period)):
+		case !k.at.Before(now.Add(q.period)):
+			// A slot handed out now is free again by then.
 		case k.place.before(place):
 			n += k.want
 		}

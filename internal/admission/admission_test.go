@@ -1,0 +1,150 @@
+package admission_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/internal/admission"
+	"github.com/sluicehq/sluice/ratelimit"
+)
+
+var t0 = time.Unix(1_700_000_000, 0)
+
+func TestDeadlineOrdersBuckets(t *testing.T) {
+	now := t0.Add(time.Minute)
+	older := admission.Deadline(now, t0, 0, false)
+	newer := admission.Deadline(now, t0.Add(time.Second), 0, false)
+	assert.True(t, older.Before(newer), "the earlier submission first")
+	assert.Equal(t, now, admission.Deadline(now, time.Time{}, 0, false), "no submission known: now")
+	assert.Equal(t, now, admission.Deadline(now, now.Add(time.Hour), 0, false), "a submission in the future counts as now")
+	long := admission.Deadline(now, t0.Add(time.Second), 2*time.Second, false)
+	assert.True(t, long.Before(older), "a backlog weighs PathWeight times its length")
+	pioneer := admission.Deadline(now, now, 0, true)
+	assert.True(t, pioneer.Before(long), "a pioneer before every known bucket")
+}
+
+func TestServeOrderAndWholeGrants(t *testing.T) {
+	q := admission.New[string](4, time.Second)
+	w := ratelimit.NewSlidingWindow(4, time.Second)
+	q.Want(t0, "cold", admission.Ask{Want: 2, Global: true, Since: t0, First: 1})
+	q.Want(t0, "hot", admission.Ask{Want: 3, Global: true, Since: t0.Add(time.Millisecond), First: 2, Path: 5 * time.Second})
+	q.Want(t0, "callback", admission.Ask{Want: 1, Since: t0.Add(2 * time.Millisecond), First: 3})
+	grants, retry, again := q.Serve(t0, w, false)
+	require.Equal(t, []admission.Grant[string]{
+		{Key: "hot", Slots: 3},
+		{Key: "cold", Slots: 1, More: true},
+		{Key: "callback"},
+	}, grants, "the longest backlog first, whole; the rest in part; the exempt one without a slot")
+	assert.True(t, again)
+	assert.Equal(t, 250*time.Millisecond, retry, "hot's backlog paces the window: a slot each 250 ms after its burst")
+	assert.Equal(t, 1, q.Len(), "served in part: it keeps its place")
+	assert.Equal(t, 1, q.Pending())
+
+	// A newcomer with an earlier submission does not pass it: the place
+	// stands.
+	q.Want(t0, "late", admission.Ask{Want: 1, Global: true, Since: t0.Add(time.Hour), First: 9})
+	for _, g := range grants {
+		w.Settle(t0)
+		_ = g
+	}
+	for range 3 {
+		w.Settle(t0)
+	}
+	grants, _, _ = q.Serve(t0.Add(time.Second), w, false)
+	assert.Equal(t, []admission.Grant[string]{{Key: "cold", Slots: 1}, {Key: "late", Slots: 1}}, grants)
+	assert.Zero(t, q.Len())
+}
+
+func TestServePausedAnswersOnlyExempt(t *testing.T) {
+	q := admission.New[string](4, time.Second)
+	w := ratelimit.NewSlidingWindow(4, time.Second)
+	q.Want(t0, "a", admission.Ask{Want: 1, Global: true, First: 1})
+	q.Want(t0, "callback", admission.Ask{Want: 1, First: 2})
+	grants, _, again := q.Serve(t0, w, true)
+	assert.Equal(t, []admission.Grant[string]{{Key: "callback"}}, grants)
+	assert.False(t, again, "the window's clear admits again")
+	assert.True(t, q.Waiting("a"))
+}
+
+// A bucket about to reopen within the period has its slots kept from the
+// buckets behind it, until it asks or its keep lapses; a reopening a
+// period away or more keeps nothing: a slot handed out now is free again
+// by then.
+func TestServeKeepsSlotsForABucketAboutToReopen(t *testing.T) {
+	q := admission.New[string](2, time.Second)
+	w := ratelimit.NewSlidingWindow(2, time.Second)
+	q.Soon(t0, "hot", admission.Keep{At: t0.Add(300 * time.Millisecond), Want: 2, Path: 3 * time.Second, Since: t0, First: 1})
+	q.Want(t0, "cold", admission.Ask{Want: 1, Global: true, Since: t0, First: 2})
+	grants, retry, again := q.Serve(t0, w, false)
+	assert.Empty(t, grants, "both slots are kept for hot")
+	assert.True(t, again)
+	assert.Equal(t, 300*time.Millisecond+admission.SoonGrace, retry, "until the keep lapses")
+
+	at := t0.Add(300 * time.Millisecond)
+	q.Want(at, "hot", admission.Ask{Want: 2, Global: true, Path: 3 * time.Second, Since: t0, First: 1})
+	grants, _, _ = q.Serve(at, w, false)
+	assert.Equal(t, []admission.Grant[string]{{Key: "hot", Slots: 2}}, grants)
+
+	// A keep that lapses gives its slots back.
+	q2 := admission.New[string](2, time.Second)
+	q2.Soon(t0, "hot", admission.Keep{At: t0.Add(100 * time.Millisecond), Want: 2, Path: 3 * time.Second, Since: t0, First: 1})
+	q2.Want(t0, "cold", admission.Ask{Want: 1, Global: true, Since: t0, First: 2})
+	late := t0.Add(100*time.Millisecond + admission.SoonGrace + time.Millisecond)
+	grants, _, _ = q2.Serve(late, ratelimit.NewSlidingWindow(2, time.Second), false)
+	assert.Equal(t, []admission.Grant[string]{{Key: "cold", Slots: 1}}, grants)
+
+	// A reopening a period away keeps nothing.
+	q3 := admission.New[string](2, time.Second)
+	q3.Soon(t0, "hot", admission.Keep{At: t0.Add(time.Second), Want: 2, Path: 3 * time.Second, Since: t0, First: 1})
+	q3.Want(t0, "cold", admission.Ask{Want: 1, Global: true, Since: t0, First: 2})
+	grants, _, _ = q3.Serve(t0, ratelimit.NewSlidingWindow(2, time.Second), false)
+	assert.Equal(t, []admission.Grant[string]{{Key: "cold", Slots: 1}}, grants)
+
+	// A bucket behind the one served keeps nothing from it.
+	q4 := admission.New[string](2, time.Second)
+	q4.Soon(t0, "later", admission.Keep{At: t0.Add(300 * time.Millisecond), Want: 2, Since: t0.Add(time.Minute), First: 9})
+	q4.Want(t0, "first", admission.Ask{Want: 2, Global: true, Since: t0, First: 1})
+	grants, _, _ = q4.Serve(t0, ratelimit.NewSlidingWindow(2, time.Second), false)
+	assert.Equal(t, []admission.Grant[string]{{Key: "first", Slots: 2}}, grants)
+}
+
+// While a bucket with a backlog longer than the period waits, slots go at
+// the window's rate after its burst: a window filled at once would free
+// at once, a period later. Slots given back unused give their tokens back.
+func TestServePacesWhileALongBacklogWaits(t *testing.T) {
+	q := admission.New[string](4, time.Second)
+	w := ratelimit.NewSlidingWindow(4, time.Second)
+	q.Want(t0, "hot", admission.Ask{Want: 4, Global: true, Path: 5 * time.Second, Since: t0, First: 1})
+	grants, _, _ := q.Serve(t0, w, false)
+	assert.Equal(t, []admission.Grant[string]{{Key: "hot", Slots: 4}}, grants, "the burst")
+	w.Cancel(t0) // two were never sent
+	w.Cancel(t0)
+
+	now := t0.Add(100 * time.Millisecond)
+	q.Want(now, "cold", admission.Ask{Want: 1, Global: true, Since: now, First: 5})
+	grants, retry, again := q.Serve(now, w, false)
+	assert.Empty(t, grants, "the window has room, the pacer not yet")
+	assert.True(t, again)
+	assert.Equal(t, 150*time.Millisecond, retry, "the next token")
+
+	q.Refund(2)
+	grants, _, _ = q.Serve(now, w, false)
+	assert.Equal(t, []admission.Grant[string]{{Key: "cold", Slots: 1}}, grants, "the slots given back gave their tokens back")
+
+	// Without a long backlog waiting nothing is paced: the window's room
+	// is all there is.
+	q2 := admission.New[string](4, time.Second)
+	w2 := ratelimit.NewSlidingWindow(4, time.Second)
+	q2.Want(t0, "a", admission.Ask{Want: 4, Global: true, Since: t0, First: 1})
+	grants, _, _ = q2.Serve(t0, w2, false)
+	require.Equal(t, []admission.Grant[string]{{Key: "a", Slots: 4}}, grants)
+	for range 4 {
+		w2.Cancel(t0)
+	}
+	q2.Want(t0, "b", admission.Ask{Want: 4, Global: true, Since: t0, First: 2})
+	grants, _, _ = q2.Serve(t0, w2, false)
+	assert.Equal(t, []admission.Grant[string]{{Key: "b", Slots: 4}}, grants)
+}
