@@ -137,6 +137,22 @@ func TestAdmissionForecastFollowsTheBucket(t *testing.T) {
 		assert.Equal(t, []int64{ns(0), ns(0), ns(pace), ns(pace + rtt)}, at,
 			"the second window's probe goes alone, the rest after its answer")
 	})
+	t.Run("a call released in a later window than its due", func(t *testing.T) {
+		// Its actor stamped the first call for the next window (500 ms)
+		// and the asked one, behind it, for now: the lane's calls go in
+		// order, so the replay releases both at 500 ms. The caller
+		// compares the slot with the due it gave: the input stands, or a
+		// call the replay held a window went out with its bucket's ETA
+		// (bench/cmd/eta's global-bound backlogs: a third of the ETAs, 99%
+		// of them late).
+		ws := lane("b", 0, 2, false)
+		ws[0].due, ws[1].due = ns(pace), ns(0)
+		in := slices.Clone(ws)
+		got := admissionForecast(ws, fixedSlots{n: 10, per: time.Second}, now, rtt, 0, nil, nil)
+		assert.Equal(t, in, ws, "the input stands")
+		assert.Equal(t, ns(pace), got[1].at)
+		assert.Greater(t, got[1].at, ws[1].due, "later than the due it was given: its ETA is raised")
+	})
 	t.Run("a place in the queue stands", func(t *testing.T) {
 		// a was submitted after b, but waits in the queue with an
 		// earlier deadline (served in part before): it goes first.

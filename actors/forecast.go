@@ -103,12 +103,17 @@ type forecastLaneState struct {
 // used them: the first calls served use those. onWire holds the lanes
 // (forecastLane) with a call on the wire: an unknown lane's pioneer is
 // out, its other calls wait for its answer. places are the places of the
-// actors waiting in the admission queue now (nil: none known).
+// actors waiting in the admission queue now (nil: none known). ws is not
+// modified.
 func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt time.Duration, held int, onWire map[string]bool, places map[string]admission.Place) []slotTime {
 	out := make([]slotTime, len(ws))
 	if len(ws) == 0 {
 		return out
 	}
+	// The replay moves a call's due to the window its lane releases it in;
+	// the caller compares the forecast with the due it gave (a slot later
+	// than that raises the ETA), so it works on its own copy.
+	ws = slices.Clone(ws)
 	n, per := src.Limit()
 	targets := 0
 	for i := range ws {
