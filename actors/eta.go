@@ -476,7 +476,12 @@ func (s *System) globalSlots(out []RequestETA, parts []laneETA, waiting []int, n
 		held := max(0, int(s.windows[w].granted.Load())-holding[w])
 		at := admissionForecast(mine, src, now, rtt, held, onWire, places)
 		for j, e := range mine {
-			if e.target >= 0 && at[j].at > e.due { // later than its own limits let it go
+			// Later than its own limits let it go, because the window held
+			// it (not because the replay's coarser bucket model, a window
+			// from its first call's slot and half a round trip, drifts
+			// later than its bucket's own ETA: one saturated bucket at
+			// 150 ms had its ETAs a window late).
+			if e.target >= 0 && at[j].at > e.due && at[j].waited {
 				// From the earliest it may go to one period after the
 				// forecast: the slot's period, and the doubt of the
 				// round trips before it; at a burst's cut, to one

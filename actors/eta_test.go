@@ -151,7 +151,15 @@ func TestAdmissionForecastFollowsTheBucket(t *testing.T) {
 		got := admissionForecast(ws, fixedSlots{n: 10, per: time.Second}, now, rtt, 0, nil, nil)
 		assert.Equal(t, in, ws, "the input stands")
 		assert.Equal(t, ns(pace), got[1].at)
-		assert.Greater(t, got[1].at, ws[1].due, "later than the due it was given: its ETA is raised")
+		assert.Greater(t, got[1].at, ws[1].due, "later than the due it was given")
+		assert.False(t, got[1].waited, "by its lane, not by the window: its bucket's ETA stands")
+
+		// The same with a window of one slot a second: its lane's first
+		// call waits for it, and every later window of the lane opens late.
+		got = admissionForecast(ws, fixedSlots{n: 1, per: time.Second}, now, rtt, 0, nil, nil)
+		assert.Equal(t, ns(pace), got[0].at)
+		assert.Equal(t, ns(pace+rtt+time.Second), got[1].at)
+		assert.True(t, got[1].waited, "the window held it: its ETA is raised")
 	})
 	t.Run("a place in the queue stands", func(t *testing.T) {
 		// a was submitted after b, but waits in the queue with an
@@ -241,10 +249,10 @@ func TestAdmissionForecastCut(t *testing.T) {
 	}
 	got := admissionForecast([]waiter{w(0, "a"), w(1, "b"), w(2, "c"), w(3, "d")}, src, now, rtt, 0, nil, nil)
 	want := []slotTime{
-		{at: ns(0), early: ns(0), late: ns(0)},                 // first of the burst, two slots left
-		{at: ns(0), early: ns(0), late: ns(next)},              // last of the burst, c and d behind it
-		{at: ns(next), early: ns(0), late: ns(next)},           // first of the next one, passed over
-		{at: ns(next), early: ns(rtt/2 + per), late: ns(next)}, // last of it, nothing behind it
+		{at: ns(0), early: ns(0), late: ns(0)},                               // first of the burst, two slots left
+		{at: ns(0), early: ns(0), late: ns(next)},                            // last of the burst, c and d behind it
+		{at: ns(next), early: ns(0), late: ns(next), waited: true},           // first of the next one, passed over
+		{at: ns(next), early: ns(rtt/2 + per), late: ns(next), waited: true}, // last of it, nothing behind it
 	}
 	assert.Equal(t, want, got)
 

@@ -94,6 +94,7 @@ type forecastLaneState struct {
 	probing bool    // the current window holds for its probe
 	answer  int64   // while probing: its probe's answer (Unix ns), 0: not sent
 	soonest int64   // while probing: the earliest the probe may go (its answer may follow at once)
+	waited  bool    // a call of it took its slot after it was released: its later windows open late
 }
 
 // admissionForecast returns, for each waiter, when the supervisor is
@@ -363,7 +364,10 @@ func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt time.Dura
 				early = min(early, max(ws[i].early, cut.prevEarly)) // it may have gone in the last one
 			}
 		}
-		out[i] = slotTime{at: sent, early: early, late: max(late, sent)}
+		if t > ws[i].due {
+			li.waited = true // the window held it past the time its lane released it
+		}
+		out[i] = slotTime{at: sent, early: early, late: max(late, sent), waited: li.waited}
 		if ws[i].target >= 0 {
 			targets--
 		}
@@ -517,7 +521,14 @@ func (b *burstCut) head(i int) bool {
 // slotTime is when a global slot is forecast to be taken (at), the
 // earliest it may be (early), and the latest (late; at or the next
 // burst's time for a call near a cut, see burstCut), in Unix ns.
-type slotTime struct{ at, early, late int64 }
+//
+// waited is set when the window held the call, or an earlier call of its
+// lane, past the time its lane released it: only then does the window,
+// not the replay's coarser model of the bucket, put it later than its due.
+type slotTime struct {
+	at, early, late int64
+	waited          bool
+}
 
 // slotHeap is a min-heap of slots by their forecast time.
 type slotHeap []slotTime
