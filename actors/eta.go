@@ -474,13 +474,21 @@ func (s *System) globalSlots(out []RequestETA, parts []laneETA, waiting []int, n
 		// holds (a grant an actor could not mark yet, or one it is
 		// giving back).
 		held := max(0, int(s.windows[w].granted.Load())-holding[w])
-		at := admissionForecast(mine, src, now, rtt, held, onWire, places)
+		// A window ends one pace after its first call was sent once the
+		// server's clock is known (the bucket then sends its next window
+		// to arrive at the server's reset); before, the bucket dates it
+		// from the answer, a round trip later.
+		lag := rtt
+		if _, ok := s.clock.Lead(); ok {
+			lag = 0
+		}
+		at := admissionForecast(mine, src, now, rtt, lag, held, onWire, places)
 		for j, e := range mine {
 			// Later than its own limits let it go, because the window held
 			// it (not because the replay's coarser bucket model, a window
-			// from its first call's slot and half a round trip, drifts
-			// later than its bucket's own ETA: one saturated bucket at
-			// 150 ms had its ETAs a window late).
+			// from its first call's slot, drifts later than its bucket's
+			// own ETA: one saturated bucket at 150 ms had its ETAs a
+			// window late).
 			if e.target >= 0 && at[j].at > e.due && at[j].waited {
 				// From the earliest it may go to one period after the
 				// forecast: the slot's period, and the doubt of the

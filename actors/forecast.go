@@ -72,8 +72,9 @@ type slotSource interface {
 // (those its actor stamped due by now), then, at each window's end, as
 // many as the new window has room for, less those released before and
 // still waiting for a global slot (they will count in the new window).
-// A window ends one pace (and half a round trip: the server starts it
-// when it decides the first call) after its first call takes its slot.
+// A window ends one pace after its first call takes its slot (and a
+// round trip more while the server's clock is not known: the bucket then
+// dates its windows from the answers).
 // So a bucket whose calls the global limit holds past its reset loses no
 // window, and its later calls are not forecast a window early. A window
 // that holds for a probe (the bucket's first reopening, Bucket.Probing)
@@ -99,14 +100,18 @@ type forecastLaneState struct {
 
 // admissionForecast returns, for each waiter, when the supervisor is
 // expected to let it take a global slot, and the earliest it may (zero
-// for those not reached: only counting waiters may be left so). held is
+// for those not reached: only counting waiters may be left so). A
+// bucket's window ends a pace and lag after its first call takes its slot
+// (lag: 0 once the server's clock is known, the bucket then sending its
+// next window to arrive at the server's reset; a round trip before, while
+// it dates windows from the answers). held is
 // how many slots the window has already granted to actors that have not
 // used them: the first calls served use those. onWire holds the lanes
 // (forecastLane) with a call on the wire: an unknown lane's pioneer is
 // out, its other calls wait for its answer. places are the places of the
 // actors waiting in the admission queue now (nil: none known). ws is not
 // modified.
-func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt time.Duration, held int, onWire map[string]bool, places map[string]admission.Place) []slotTime {
+func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt, lag time.Duration, held int, onWire map[string]bool, places map[string]admission.Place) []slotTime {
 	out := make([]slotTime, len(ws))
 	if len(ws) == 0 {
 		return out
@@ -383,8 +388,8 @@ func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt time.Dura
 			li.queue, li.guess, li.pioneer = nil, false, -1
 		case li.limit > 0 && !li.started:
 			// The first call of its window: the window ends one pace
-			// after the server decides it.
-			li.started, li.end = true, t+li.pace+int64(rtt/2)
+			// after it (and lag).
+			li.started, li.end = true, t+li.pace+int64(lag)
 			if len(li.queue) > 0 {
 				heap.Push(&wakes, wake{at: li.end, lane: li})
 			}
