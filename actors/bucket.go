@@ -418,8 +418,8 @@ func (b *bucket) ready(l *lane, now time.Time) (bool, time.Duration) {
 // ban breaker and the global window are concerned, reserving its global
 // slot (global) when it needs one.
 func (b *bucket) admit(g *gate, c *Call, now time.Time) (ok, global bool) {
-	if g == nil || len(g.conns) == 0 || (g.hold && !b.probe) {
-		return false, false
+	if g == nil || !g.live() || (g.hold && !b.probe) {
+		return false, false // no connection it could go on (one that died is not)
 	}
 	if c.Route.GlobalExempt {
 		return true, false
