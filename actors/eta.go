@@ -475,11 +475,11 @@ func (s *System) globalSlots(out []RequestETA, parts []laneETA, waiting []int, n
 		// giving back).
 		held := max(0, int(s.windows[w].granted.Load())-holding[w])
 		// A window ends one pace after its first call was sent once the
-		// server's clock is known (the bucket then sends its next window
-		// to arrive at the server's reset); before, the bucket dates it
-		// from the answer, a round trip later.
+		// server's clock answers (ClockFirst samples: the bucket then
+		// sends its next window to arrive at the server's reset, Local);
+		// before, the bucket dates it from the answer, a round trip later.
 		lag := rtt
-		if _, ok := s.clock.Lead(); ok {
+		if _, ok := s.clock.Local(now); ok {
 			lag = 0
 		}
 		at := admissionForecast(mine, src, now, rtt, lag, held, onWire, places)

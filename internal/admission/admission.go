@@ -156,6 +156,9 @@ type Queue[K comparable] struct {
 	byKey  map[K]*entry[K]
 	keeps  map[K]keep
 	pacer  pacer
+	// Serve's scratch space, reused from one call to the next.
+	grants []Grant[K]
+	held   []*entry[K]
 }
 
 type entry[K comparable] struct {
@@ -278,9 +281,16 @@ func (q *Queue[K]) Refund(n int) { q.pacer.refund(n) }
 // grants in that order. paused (the window is blocked by a global 429 or a
 // ban's hold) serves only exempt buckets. When slots are left wanted and
 // Serve stopped for the window, the pacer or a keep, again is set and retry
-// is when to serve again.
+// is when to serve again. The grants are valid until the next Serve: the
+// queue reuses their memory (the supervisor serves at every ask and every
+// slot given back).
 func (q *Queue[K]) Serve(now time.Time, w Window, paused bool) (grants []Grant[K], retry time.Duration, again bool) {
-	var held []*entry[K] // waiting for the window
+	clear(q.grants)                          // the last call's grants: no key kept alive by them
+	grants, held := q.grants[:0], q.held[:0] // held: waiting for the window
+	defer func() {
+		clear(held)
+		q.grants, q.held = grants, held[:0]
+	}()
 	for len(q.ring) > 0 {
 		if paused {
 			grants = q.serveExempt(grants)
