@@ -156,7 +156,7 @@ type failOnReserve struct {
 func (h failOnReserve) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h failOnReserve) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if isScript(cmd, reserveScript) {
+		if isScript(cmd, liveScripts.reserve) {
 			h.down.Store(true)
 			h.s.failed(errors.New("another call failed meanwhile"), time.Now())
 		}
@@ -180,7 +180,7 @@ type heartbeatDown struct {
 func (h heartbeatDown) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h heartbeatDown) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if h.down.Load() && isScript(cmd, heartbeatScript) {
+		if h.down.Load() && isScript(cmd, liveScripts.heartbeat) {
 			select {
 			case h.rejected <- struct{}{}:
 			default:

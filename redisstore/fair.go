@@ -38,7 +38,7 @@ const (
 	fairPoll  = 50 * time.Millisecond
 )
 
-// fairLua has the functions of the turns, for reserveScript.
+// fairLua has the functions of the turns, for reserveLua.
 var fairLua = `
 local fairGrace, fairPoll = ` + strconv.FormatInt(fairGrace.Milliseconds(), 10) + `, ` + strconv.FormatInt(fairPoll.Milliseconds(), 10) + `
 

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/sluicehq/sluice/ratelimit"
 )
 
@@ -158,7 +156,7 @@ local function gblock(D, n, per, untilT)
 end
 `
 
-// groupPlaceScript reserves a request's place in each of its groups, or,
+// groupPlaceLua reserves a request's place in each of its groups, or,
 // for an estimate, tells the place it has (a group where it has none
 // answers found 0 and reserves nothing).
 //
@@ -166,10 +164,9 @@ end
 // groups, then per group: key, count, window ms. Returns, per group,
 // {start in ms from now (negative: the window is under way), position,
 // found 0/1}.
-var groupPlaceScript = redis.NewScript(groupLua + `
+var groupPlaceLua = groupLua + `
 local P, id, ttl, estimate, ng = KEYS[1], ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1', tonumber(ARGV[4])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = clockNow()
 local out = {}
 for j = 0, ng - 1 do
   local D = gkey(P, ARGV[5 + 3 * j])
@@ -185,13 +182,13 @@ for j = 0, ng - 1 do
   end
 end
 return out
-`)
+`
 
-// groupReleaseScript drops a request's waiting reservations: its place in
+// groupReleaseLua drops a request's waiting reservations: its place in
 // its window goes to the next request that reserves.
 //
 // ARGV: 1 request id, 2 number of groups, then per group: key.
-var groupReleaseScript = redis.NewScript(groupLua + `
+var groupReleaseLua = groupLua + `
 local P, id, ng = KEYS[1], ARGV[1], tonumber(ARGV[2])
 for j = 0, ng - 1 do
   local D = gkey(P, ARGV[3 + j])
@@ -208,18 +205,17 @@ for j = 0, ng - 1 do
   end
 end
 return 0
-`)
+`
 
-// groupStateScript reads groups' states without changing them: per
+// groupStateLua reads groups' states without changing them: per
 // group, the waiting reservations (D:q, those gdrop would keep) and the
 // guard's slots held (gheld).
 //
 // ARGV: 1 lease ttl ms, 2 number of groups, then per group: key, count,
 // window ms (groupArgs). Returns, per group, {waiting, held}.
-var groupStateScript = redis.NewScript(groupLua + `
+var groupStateLua = groupLua + `
 local P, ttl, ng = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = clockNow()
 local out = {}
 for j = 0, ng - 1 do
   local D = gkey(P, ARGV[3 + 3 * j])
@@ -228,7 +224,7 @@ for j = 0, ng - 1 do
   table.insert(out, gheld(D, now))
 end
 return out
-`)
+`
 
 // errGroupsLocal is returned by ReserveGroups and EstimateGroups while the
 // store counts locally (Redis is unreachable): the caller treats the
@@ -259,7 +255,7 @@ func (s *Store) EstimateGroups(ctx context.Context, now time.Time, id string, gs
 	return s.placeGroups(ctx, now, id, gs, true)
 }
 
-// placeGroups runs groupPlaceScript.
+// placeGroups runs groupPlaceLua.
 func (s *Store) placeGroups(parent context.Context, now time.Time, id string, gs []ratelimit.SharedGroup, estimate bool) ([]ratelimit.Slot, []bool, error) {
 	if s.Mode() == Fallback {
 		return nil, nil, errGroupsLocal
@@ -267,7 +263,7 @@ func (s *Store) placeGroups(parent context.Context, now time.Time, id string, gs
 	ctx, cancel := context.WithTimeout(parent, s.cfg.Timeout)
 	defer cancel()
 	args := groupArgs([]any{s.groupID(id), ms(s.cfg.LeaseTTL), b2i(estimate), len(gs)}, gs, true)
-	res, err := groupPlaceScript.Run(ctx, s.rdb, []string{s.ns}, args...).Slice()
+	res, err := s.sc.groupPlace.Run(ctx, s.rdb, []string{s.ns}, args...).Slice()
 	if err == nil && len(res) != 3*len(gs) {
 		err = fmt.Errorf("redisstore: group script: %d results for %d groups", len(res), len(gs))
 	}
@@ -319,7 +315,7 @@ func (s *Store) GroupStates(parent context.Context, gs []ratelimit.SharedGroup) 
 	ctx, cancel := context.WithTimeout(parent, s.cfg.Timeout)
 	defer cancel()
 	args := groupArgs([]any{ms(s.cfg.LeaseTTL), len(gs)}, gs, true)
-	res, err := groupStateScript.Run(ctx, s.rdb, []string{s.ns}, args...).Int64Slice()
+	res, err := s.sc.groupState.Run(ctx, s.rdb, []string{s.ns}, args...).Int64Slice()
 	if err == nil && len(res) != 2*len(gs) {
 		err = fmt.Errorf("redisstore: group state script: %d results for %d groups", len(res), len(gs))
 	}
@@ -354,7 +350,7 @@ func (s *Store) ReleaseGroups(id string, gs []ratelimit.SharedGroup) {
 		defer s.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout)
 		defer cancel()
-		if err := groupReleaseScript.Run(ctx, s.rdb, []string{s.ns}, args...).Err(); err != nil {
+		if err := s.sc.groupRelease.Run(ctx, s.rdb, []string{s.ns}, args...).Err(); err != nil {
 			s.failed(err, s.cfg.Clock())
 		}
 	}()

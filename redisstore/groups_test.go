@@ -229,7 +229,7 @@ func TestGroupStates(t *testing.T) {
 	opt.ContextTimeoutEnabled = true // the store uses it as it is, hooks and all
 	rdb := redis.NewClient(opt)
 	defer rdb.Close()
-	calls := &scriptCalls{sha: groupStateScript.Hash()}
+	calls := &scriptCalls{sha: liveScripts.groupState.Hash()}
 	rdb.AddHook(calls)
 	a, err := New(rdb, Config{Namespace: ns, Heartbeat: time.Hour}) // no heartbeat notices the kill below
 	require.NoError(t, err)

@@ -3,8 +3,6 @@ package redisstore
 import (
 	"strconv"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // The scripts run atomically in Redis, each in one round trip, with Redis's
@@ -28,7 +26,7 @@ import (
 //	                     before its first request (evicting.go)
 //	P:q:<bucket>  hash   the turns of the processes waiting on it (fair.go)
 //	P:f:<bucket>  zset   reservations in flight: lease -> expiry (ms); at
-//	                     +inf "~" and "~w<window ms>" (lossLua, reserveScript)
+//	                     +inf "~" and "~w<window ms>" (lossLua, reserveLua)
 //	P:g           zset   global slots: lease -> held until (ms); "~" at +inf
 //	P:gen         hash   the state's generation (lossLua)
 //	P:seen, P:ex  zsets  processes' last heartbeat, and when one silent
@@ -54,7 +52,7 @@ import (
 // Scripts build keys below KEYS[1] (the namespace) themselves: with the
 // hash tag they all live on KEYS[1]'s slot, as Redis Cluster requires.
 
-// reserveScript takes one request's slots, all or nothing.
+// reserveLua takes one request's slots, all or nothing.
 //
 // ARGV: 1 lease, 2 route key, 3 template, 4 major, 5 global slot wanted (0/1), 6 global
 // limit, 7 global period ms, 8 lease ttl ms, 9 caller's known limit (0:
@@ -72,7 +70,7 @@ import (
 // then per group: key, count, window ms (groups.go).
 //
 // A reservation that runs after its caller's deadline, or whose lease was
-// given back already (the tombstone P:x:<lease>, see reportScript), takes
+// given back already (the tombstone P:x:<lease>, see reportLua), takes
 // nothing: its caller gave up on it (Redis was frozen or slow, the call
 // queued), and it would hold its slots until the lease expired.
 //
@@ -81,7 +79,7 @@ import (
 // pioneer; when refused, 1 if the wait ends with another process's answer
 // (published on P:wake). The 8th is 1 when this call found state lost
 // (see lossLua).
-var reserveScript = redis.NewScript(groupLua + lossLua + fairLua + `
+var reserveLua = groupLua + lossLua + fairLua + `
 local P = KEYS[1]
 local lease, key, tpl, major = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local wantG = ARGV[5] == '1'
@@ -89,8 +87,7 @@ local gN, gPer, ttl = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local lLimit, lRem, lReset, lWin = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
 local margin, invLimit, invMin, keep = tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[15]), tonumber(ARGV[16])
 local known = ARGV[17]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = clockNow()
 local deadline = tonumber(ARGV[21])
 if (deadline > 0 and now > deadline) or redis.call('EXISTS', P .. ':x:' .. lease) == 1 then
   return {0, 1, 'bucket', '', 0, key, '', 0}
@@ -406,7 +403,7 @@ end
 local res = body()
 res[7], res[8] = gen, lostNow
 return res
-`)
+`
 
 // clockSlack (ms) is added to every end a report sets from an answer: the
 // global slot's (one period after it) and the bucket window's. Redis's
@@ -421,7 +418,7 @@ var slackLua = "local clockSlack = " + strconv.FormatInt(clockSlack.Milliseconds
 // clockSlack: see slackLua.
 const clockSlack = 2 * time.Millisecond
 
-// reportScript corrects the shared state from an answer and releases the
+// reportLua corrects the shared state from an answer and releases the
 // reservation.
 //
 // ARGV: 1 lease, 2 bucket key (from the reservation), 3 counted (0/1: the
@@ -451,7 +448,7 @@ const clockSlack = 2 * time.Millisecond
 // queued in Redis takes nothing when it runs.
 //
 // Returns the number of processes woken.
-var reportScript = redis.NewScript(groupLua + slackLua + `
+var reportLua = groupLua + slackLua + `
 local P = KEYS[1]
 local lease, key = ARGV[1], ARGV[2]
 local counted, status, full = ARGV[3] == '1', tonumber(ARGV[4]), ARGV[5] == '1'
@@ -460,8 +457,7 @@ local hash, tpl, major = ARGV[9], ARGV[10], ARGV[11]
 local pauseKind, wait, invalid, global = ARGV[12], tonumber(ARGV[13]), ARGV[14] == '1', ARGV[15] == '1'
 local gPer, rtt, keep, invMin = tonumber(ARGV[16]), tonumber(ARGV[17]), tonumber(ARGV[18]), tonumber(ARGV[19])
 local ttl, dr = tonumber(ARGV[20]), tonumber(ARGV[21])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = clockNow()
 local woken = 0
 if ARGV[24] == '1' then
   redis.call('SET', P .. ':x:' .. lease, 1, 'PX', ttl)
@@ -491,7 +487,7 @@ local removed = redis.call('ZREM', F, lease)
 if removed == 1 and not redis.call('HGET', B, 'l') then
   -- a pioneer answered (or never sent): its set need not be there any
   -- more, and once nothing is in flight it must not be (a set without its
-  -- record means the record was evicted: see reserveScript)
+  -- record means the record was evicted: see reserveLua)
   redis.call('HDEL', B, 'fe')
   if redis.call('ZCOUNT', F, '-inf', '(+inf') == 0 then
     redis.call('DEL', F)
@@ -676,9 +672,9 @@ if limit > 0 or pause > now then
 end
 wake(TB)
 return woken
-`)
+`
 
-// heartbeatScript records a live process and returns how many share the
+// heartbeatLua records a live process and returns how many share the
 // token (the most seen alive at once within the last ARGV[3] ms), Redis's
 // clock (Unix ms), the generation and whether this call found state lost.
 // A process whose grants counted only on its fallback share may still
@@ -694,10 +690,9 @@ return woken
 // the caller knows, 5 0, or 1 leaving, or 2 on its fallback share, 6 with
 // 2 (or 1), how long from now the P:ex entry is dated, ms ("": none), 7
 // Redis evicts keys lately (0/1, see evicting.go).
-var heartbeatScript = redis.NewScript(lossLua + `
+var heartbeatLua = lossLua + `
 local P = KEYS[1]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = clockNow()
 local id, keep = ARGV[1], tonumber(ARGV[3])
 local k, S, X = P .. ':procs', P .. ':seen', P .. ':ex'
 local ahead = tonumber(ARGV[6] or '')
@@ -738,7 +733,7 @@ end
 -- a silent process still counts (its share may be in use), whatever
 -- became of the count's key
 return {math.max(m, redis.call('ZCARD', S)), now, gen, lostNow}
-`)
+`
 
 // lossLua is what every script that reads shared state starts with: how
 // lost state is told from state never written, and the capacity left when

@@ -246,6 +246,7 @@ type Store struct {
 	cfg    Config
 	rdb    redis.UniversalClient
 	owned  bool // rdb is the store's copy of the caller's client (bounded), closed by Close
+	sc     *scriptSet
 	ns     string
 	procID string
 	log    *slog.Logger
@@ -337,6 +338,11 @@ func refusal(err error) bool { return redis.IsAuthError(err) || redis.IsPermissi
 // ContextTimeoutEnabled on rdb to have the store use it as it is). rdb
 // itself is never closed.
 func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
+	return open(rdb, cfg, liveScripts)
+}
+
+// open is New with the scripts sc.
+func open(rdb redis.UniversalClient, cfg Config, sc *scriptSet) (*Store, error) {
 	if rdb == nil {
 		return nil, errors.New("redisstore: nil Redis client")
 	}
@@ -375,7 +381,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 	for i := range id {
 		id[i] = byte(rand.Uint32())
 	}
-	s := &Store{cfg: cfg, ns: cfg.Namespace, procID: hex.EncodeToString(id[:]), log: log,
+	s := &Store{cfg: cfg, sc: sc, ns: cfg.Namespace, procID: hex.EncodeToString(id[:]), log: log,
 		probe: make(chan struct{}, 1)}
 	s.rdb, s.owned = bounded(rdb)
 	s.processes.Store(DefaultFallbackProcesses)
@@ -427,7 +433,7 @@ func (s *Store) Close() error {
 		// counted only on its share no longer count.
 		_, ahead, _ := s.sharing()
 		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.Timeout)
-		_ = heartbeatScript.Run(ctx, s.rdb, []string{s.ns}, s.procID, 0, ms(DefaultKeep), s.generation(), 1, ahead).Err()
+		_ = s.sc.heartbeat.Run(ctx, s.rdb, []string{s.ns}, s.procID, 0, ms(DefaultKeep), s.generation(), 1, ahead).Err()
 		cancel()
 	}
 	s.cancel()
@@ -740,7 +746,7 @@ func (s *Store) reserve(ctx context.Context, lease string, r ratelimit.SharedReq
 		s.cfg.InvalidLimit, ms(s.cfg.InvalidWindow) / 60000, ms(DefaultKeep), r.Hash, b2i(r.Serial),
 		s.groupID(r.GroupID), len(r.Groups), s.deadline(ctx), s.generation(), endedAgo, ms(s.silence()),
 		b2i(s.mayEvict())}
-	res, err := reserveScript.Run(ctx, s.rdb, []string{s.ns}, groupArgs(args, r.Groups, true)...).Slice()
+	res, err := s.sc.reserve.Run(ctx, s.rdb, []string{s.ns}, groupArgs(args, r.Groups, true)...).Slice()
 	if err != nil {
 		return ratelimit.SharedGrant{}, err
 	}
@@ -960,7 +966,7 @@ func (s *Store) run(ctx context.Context, lease string, g ratelimit.SharedGrant, 
 		ms(s.cfg.GlobalPeriod), ms(a.RoundTrip), ms(DefaultKeep), ms(s.cfg.InvalidWindow) / 60000,
 		ms(s.cfg.LeaseTTL), resetMs, s.groupID(g.GroupID), len(g.Groups), b2i(cancelRoute != ""), cancelRoute,
 		b2i(g.Pioneer), ms(g.Window)}
-	return reportScript.Run(ctx, s.rdb, []string{s.ns}, groupArgs(args, g.Groups, true)...).Err()
+	return s.sc.report.Run(ctx, s.rdb, []string{s.ns}, groupArgs(args, g.Groups, true)...).Err()
 }
 
 // failed records a failed Redis call and switches to the fallback at now
@@ -1030,7 +1036,7 @@ func (s *Store) beat() error {
 	s.watchEvictions(ctx)
 	sent := time.Now()
 	onShare, ahead, began := s.sharing()
-	res, err := heartbeatScript.Run(ctx, s.rdb, []string{s.ns}, s.procID, ms(3*s.cfg.Heartbeat), ms(DefaultKeep),
+	res, err := s.sc.heartbeat.Run(ctx, s.rdb, []string{s.ns}, s.procID, ms(3*s.cfg.Heartbeat), ms(DefaultKeep),
 		s.generation(), onShare, ahead, b2i(s.mayEvict())).Slice()
 	if err != nil {
 		return err
@@ -1067,7 +1073,7 @@ func (s *Store) beat() error {
 // sharing returns what the heartbeat tells Redis of this process's
 // fallback share: 2 while grants counted only on it (made in fallback, not
 // in Redis) may still count at Discord, with how far ahead of Redis's now
-// to date its P:ex entry (see heartbeatScript: the others keep the share
+// to date its P:ex entry (see heartbeatLua: the others keep the share
 // out of the global window until a period after that date), else 0 and
 // "". began is how many such grants were ever made. A grant still in
 // flight may count until a period after its answer, which the next beat

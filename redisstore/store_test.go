@@ -273,7 +273,7 @@ func (c *countCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
-// isHeartbeat reports whether cmd runs heartbeatScript (EVALSHA with its
+// isHeartbeat reports whether cmd runs heartbeatLua (EVALSHA with its
 // hash, or EVAL with the source that hashes to it).
 func isHeartbeat(cmd redis.Cmder) bool {
 	args := cmd.Args()
@@ -285,7 +285,7 @@ func isHeartbeat(cmd redis.Cmder) bool {
 		sum := sha1.Sum([]byte(arg))
 		arg = hex.EncodeToString(sum[:])
 	}
-	return arg == heartbeatScript.Hash()
+	return arg == liveScripts.heartbeat.Hash()
 }
 
 func (c *countCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
