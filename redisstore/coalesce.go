@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/ratelimit"
+	"github.com/sluicehq/sluice/routes"
 )
 
 // Refusals told once per process.
@@ -76,7 +77,7 @@ const globalKey = "\x00global"
 func keysOf(r ratelimit.SharedRequest) []string {
 	key := r.Route
 	if r.Hash != "" {
-		key = "bucket " + r.Hash + " " + r.Major
+		key = routes.BucketKey(r.Hash, r.Major)
 	}
 	if r.Global {
 		return []string{globalKey, key}
@@ -184,6 +185,18 @@ func (rf *refusals) gate(key string, now time.Time) *keyGate {
 	g = &keyGate{turn: make(chan struct{}, n)}
 	rf.keys[key] = g
 	return g
+}
+
+// lift drops the refusals of keys: what Redis holds of them changed since
+// (contention stays: their reservations still go one at a time).
+func (rf *refusals) lift(keys ...string) {
+	rf.mu.Lock()
+	defer rf.mu.Unlock()
+	for _, k := range keys {
+		if g := rf.keys[k]; g != nil {
+			g.until = time.Time{}
+		}
+	}
 }
 
 // forget drops every refusal and contention: the store changed mode, and

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/ratelimit"
+	"github.com/sluicehq/sluice/routes"
 )
 
 // fallbackSweep is the number of windows above which a reservation first
@@ -165,7 +166,7 @@ func (f *fallback) reserve(r ratelimit.SharedRequest) ratelimit.SharedGrant {
 	}
 	key := r.Route
 	if r.Hash != "" {
-		key = "bucket " + r.Hash + " " + r.Major
+		key = routes.BucketKey(r.Hash, r.Major)
 	}
 	w := f.buckets[key]
 	if w == nil {

@@ -21,7 +21,10 @@ import (
 //	                     one), x the X-RateLimit-Reset of the window (Unix
 //	                     ms, the server's clock), z 1 once a shared or
 //	                     sublimit 429 was met (one at a time), n 1 while a process waits for an answer on
-//	                     this bucket, h until when a bucket Redis held
+//	                     this bucket, fl the latest end told by answers
+//	                     that may be of another window since it began (r
+//	                     never drops below it), lo the earliest end the
+//	                     server may give it (ms, 0: unknown), h until when a bucket Redis held
 //	                     nothing of, in a Redis that evicts, is held full
 //	                     before its first request (evicting.go)
 //	P:q:<bucket>  hash   the turns of the processes waiting on it (fair.go)
@@ -151,6 +154,7 @@ if limit > 0 and (tonumber(r[9]) or 0) > now and redis.call('EXISTS', F) == 0 th
   -- them, is unknown. Unknown is full: for one window from now.
   used, reset, prov, start = limit, math.max(reset, now + math.max(win, 50) + margin), 0, now
   redis.call('HSET', B, 'fe', 0)
+  redis.call('HDEL', B, 'lo')
   lostNow = 1
 end
 
@@ -296,8 +300,11 @@ else
       -- too short. Wait for an answer rather than refill twice.
       return waitAnswer()
     end
-    -- A new window; requests still in flight may be counted in it.
+    -- A new window; requests still in flight may be counted in it. Its
+    -- end is a guess until an answer tells it (reportLua's floor and
+    -- earliest end are the last window's).
     used, reset, prov, start = inflight, now + math.max(win, 50) + margin, 1, now
+    redis.call('HDEL', B, 'fl', 'lo')
   end
   if serial and inflight > 0 then
     -- A limit no header shows (a hidden sublimit, or one met already):
@@ -421,9 +428,10 @@ const clockSlack = 2 * time.Millisecond
 // reportLua corrects the shared state from an answer and releases the
 // reservation.
 //
-// ARGV: 1 lease, 2 bucket key (from the reservation), 3 counted (0/1: the
-// outcome's charge is not none; a request never sent, or refused by a
-// global 429 or a ban, is not), 4 HTTP
+// ARGV: 1 lease, 2 bucket key (from the reservation), 3 the outcome's
+// charge (0 none: a request never sent, or refused by a global 429 or a
+// ban, is not counted; 1 unknown; 2 arrived: the server cannot count it
+// any more, see ratelimit.ChargeArrived), 4 HTTP
 // status (0: none), 5 full rate-limit headers (0/1), 6 limit, 7 remaining,
 // 8 the answer's window end in ms from now (the caller's estimate, any
 // margin included; the 429 pause comes from 13), 9 X-RateLimit-Bucket ("" if none), 10 template, 11
@@ -447,11 +455,13 @@ const clockSlack = 2 * time.Millisecond
 // P:x:<lease> (for a lease TTL): a reservation with that lease still
 // queued in Redis takes nothing when it runs.
 //
-// Returns the number of processes woken.
+// Returns {the number of processes woken, 1 if the bucket has more room
+// for a reservation now than before (a slot given back, a newer window,
+// an earlier end), else 0}.
 var reportLua = groupLua + slackLua + `
 local P = KEYS[1]
 local lease, key = ARGV[1], ARGV[2]
-local counted, status, full = ARGV[3] == '1', tonumber(ARGV[4]), ARGV[5] == '1'
+local counted, arrived, status, full = ARGV[3] ~= '0', ARGV[3] == '2', tonumber(ARGV[4]), ARGV[5] == '1'
 local L, rem, ra = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local hash, tpl, major = ARGV[9], ARGV[10], ARGV[11]
 local pauseKind, wait, invalid, global = ARGV[12], tonumber(ARGV[13]), ARGV[14] == '1', ARGV[15] == '1'
@@ -564,15 +574,17 @@ end
 if not counted then
   -- Never on the wire, or refused before any bucket counted it (a
   -- global 429, a ban): give the slot back within its window.
+  local opened = 0
   if removed == 1 then
     local r = redis.call('HMGET', B, 'l', 'u', 'r')
     local limit, used, reset = tonumber(r[1]) or 0, tonumber(r[2]) or 0, tonumber(r[3]) or 0
     if limit > 0 and now < reset and used > 0 then
       redis.call('HSET', B, 'u', used - 1)
+      opened = 1
     end
   end
   wake(B)
-  return woken
+  return {woken, opened}
 end
 
 local target = key
@@ -593,28 +605,63 @@ end
 local TB, TF = P .. ':b:' .. target, P .. ':f:' .. target
 redis.call('ZREMRANGEBYSCORE', TF, '-inf', now)
 local inflight = redis.call('ZCOUNT', TF, '-inf', '(+inf')
-local r = redis.call('HMGET', TB, 'l', 'u', 'r', 'p', 'w', 'v', 's', 'x')
+local r = redis.call('HMGET', TB, 'l', 'u', 'r', 'p', 'w', 'v', 's', 'x', 'fl', 'lo')
 local limit, used, reset = tonumber(r[1]) or 0, tonumber(r[2]) or 0, tonumber(r[3]) or 0
 local pause, win, prov = tonumber(r[4]) or 0, tonumber(r[5]) or 0, tonumber(r[6]) or 0
 local start, x = tonumber(r[7]) or 0, tonumber(r[8]) or 0
+local floor, lo = tonumber(r[9]) or 0, tonumber(r[10]) or 0
+-- the room the bucket had for a reservation now: more after the answer
+-- lifts what the process remembered of a refusal (coalesce.go)
+local function room(l, u, e)
+  if l == 0 or now >= e then return 1e9 end
+  return l - u
+end
+local roomBefore, resetBefore = room(limit, used, reset), reset
 -- A pioneer reserved under its route's key was not counted here.
 local extra = 0
 if target ~= key then
   extra = 1
 end
 
+-- The window rules are ratelimit.Bucket's (Observe), table by table the
+-- same (internal/conformance.Windows): reset is the window's end, never
+-- below floor (the later ends told by answers that may be of another
+-- window, since it began); lo is the earliest the server may end it (an
+-- answer's end less its round trip), 0 while no answer told it.
+local function adopt(e)
+  -- an answer of the current window tells its end
+  reset, lo = math.max(e, floor), math.max(0, e - rtt - clockSlack)
+end
+local function push(e)
+  floor = math.max(floor, e)
+  reset = math.max(reset, e)
+end
+local function startWindow(e)
+  floor = 0
+  adopt(e)
+end
 if full then
   local e = now + ra + clockSlack
+  -- Which window counted the request: by X-RateLimit-Reset when both
+  -- the answer and the window have one (a report delayed on its way must
+  -- not undo the count), else by timing, as ratelimit.Bucket does: an
+  -- end later than the window's by more than the answer's round trip
+  -- plus 50 ms.
+  local same = dr > 0 and x > 0 and math.abs(dr - x) <= 5
+  local newer = (dr > 0 and x > 0 and dr > x + 5) or ((dr == 0 or x == 0) and e > reset + rtt + 50)
+  local older = dr > 0 and x > 0 and dr < x - 5
   if limit == 0 and ARGV[26] ~= '1' and target == key then
     -- Not a pioneer, yet no record: it was evicted since the reservation.
     -- Which window this answer was counted in, and what the others sent
     -- in the current one, is unknown: full for a window from now.
     limit, used, prov, start, x = L, L, 0, now, dr
+    floor, lo = 0, 0
     reset = math.max(e, now + math.max(tonumber(ARGV[27]) or 0, ra, 50))
   elseif limit == 0 then
     -- The pioneer's answer: the bucket becomes known, and its window is
     -- the route's as far as a bucket Redis holds nothing of goes (P:w).
-    limit, used, reset, prov, start, x = L, math.max(L - rem, inflight + 1), e, 0, reservedAt, dr
+    limit, used, prov, start, x = L, math.max(L - rem, inflight + 1), 0, reservedAt, dr
+    startWindow(e)
     if tpl ~= '' and status ~= 429 and ra > (tonumber(redis.call('HGET', P .. ':w', tpl) or '0') or 0) then
       redis.call('HSET', P .. ':w', tpl, ra)
       redis.call('PEXPIRE', P .. ':w', 86400000)
@@ -623,35 +670,43 @@ if full then
     -- Reserved before the current window began: it may have been
     -- counted in an older window or in this one; it can only make this
     -- one end later.
-    reset = math.max(reset, e)
+    push(e)
   elseif prov == 1 then
-    -- The first answer of a window opened on a guess confirms its end.
-    limit, used, reset, prov, x = L, math.max(used + extra, L - rem), e, 0, dr
-  elseif dr > 0 and x > 0 and dr > x + 5 then
-    -- Discord's X-RateLimit-Reset shows a newer window than the one
-    -- counted here (told by the window's identity, never by timing: a
-    -- report delayed on its way must not undo the count).
-    limit, used, reset, start, x = L, math.max(L - rem, inflight + 1), e, reservedAt, dr
-  elseif dr > 0 and x > 0 and dr < x - 5 then
+    -- The first answer of a window opened on a guess confirms its end,
+    -- and tells its limit.
+    limit, used, prov, x = L, math.max(used + extra, L - rem), 0, dr
+    adopt(e)
+  elseif newer then
+    -- A newer window than the one counted here: its requests are left
+    -- but for the ones in flight, which may count in it.
+    limit, used, start, x = L, math.max(L - rem, inflight + 1), reservedAt, dr
+    startWindow(e)
+  elseif older then
     -- An older window's answer: nothing to learn for this one.
   else
-    -- The current window: what remains can only drop, and its end only
-    -- move later.
+    -- The current window: what remains can only drop, and its end moves
+    -- earlier only by an answer of the same X-RateLimit-Reset.
     limit, used = math.min(limit, L), math.max(used + extra, L - rem)
-    if x == 0 then
-      x = dr
-    end
-    if dr == 0 then
-      reset = math.max(reset, e)
+    if same then
+      if e < reset then
+        adopt(e)
+      end
+    else
+      push(e)
+      if x == 0 then
+        x = dr
+      end
     end
   end
   if status ~= 429 and ra > win then
     win = ra
   end
-elseif limit > 0 then
+elseif limit > 0 and not (arrived and prov == 0 and lo > now + rtt + 50) then
   -- No headers (a lost answer, a 5xx): it was probably counted, in a
-  -- window that ends within a period from now.
-  reset = math.max(reset, now + math.max(win, 50) + 50)
+  -- window that ends within a period from now. (Unless the server cannot
+  -- count it any more, and the current window's earliest end is more than
+  -- a round trip away: then it counted it in this window, if at all.)
+  push(now + math.max(win, 50) + 50)
 end
 if pauseKind == 'bucket' or pauseKind == 'serial' then
   pause = math.max(pause, now + wait)
@@ -661,7 +716,8 @@ if pauseKind == 'serial' then
   redis.call('HSET', TB, 'z', 1)
 end
 if limit > 0 or pause > now then
-  redis.call('HSET', TB, 'l', limit, 'u', used, 'r', reset, 'p', pause, 'w', win, 'v', prov, 's', start, 'x', x)
+  redis.call('HSET', TB, 'l', limit, 'u', used, 'r', reset, 'p', pause, 'w', win, 'v', prov, 's', start, 'x', x,
+    'fl', floor, 'lo', lo)
   redis.call('PEXPIRE', TB, math.max(reset, pause, now) - now + keep)
   if string.sub(target, 1, 7) == 'bucket ' then
     -- A known bucket of the major: a new template's pioneer may land in it.
@@ -671,7 +727,11 @@ if limit > 0 or pause > now then
   end
 end
 wake(TB)
-return woken
+local opened = 0
+if room(limit, used, reset) > roomBefore or reset < resetBefore then
+  opened = 1
+end
+return {woken, opened}
 `
 
 // heartbeatLua records a live process and returns how many share the

@@ -81,6 +81,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/ratelimit"
+	"github.com/sluicehq/sluice/routes"
 )
 
 // Defaults of Config.
@@ -960,13 +961,38 @@ func (s *Store) run(ctx context.Context, lease string, g ratelimit.SharedGrant, 
 	if h.Has.Reset {
 		resetMs = h.Reset.UnixMilli()
 	}
-	args := []any{lease, g.Key, b2i(o.Counted()), a.Status, b2i(full),
+	args := []any{lease, g.Key, chargeArg(o.Charge), a.Status, b2i(full),
 		h.Limit, h.Remaining, ms(max(resetIn, time.Millisecond)), hash, a.Template, a.Major,
 		o.Pause.String(), ms(o.Wait), b2i(o.Invalid), b2i(g.Global),
 		ms(s.cfg.GlobalPeriod), ms(a.RoundTrip), ms(DefaultKeep), ms(s.cfg.InvalidWindow) / 60000,
 		ms(s.cfg.LeaseTTL), resetMs, s.groupID(g.GroupID), len(g.Groups), b2i(cancelRoute != ""), cancelRoute,
 		b2i(g.Pioneer), ms(g.Window)}
-	return s.sc.report.Run(ctx, s.rdb, []string{s.ns}, groupArgs(args, g.Groups, true)...).Err()
+	res, err := s.sc.report.Run(ctx, s.rdb, []string{s.ns}, groupArgs(args, g.Groups, true)...).Int64Slice()
+	if err != nil {
+		return err
+	}
+	if len(res) == 2 && res[1] == 1 {
+		// The answer made room in its bucket (a newer window, an earlier
+		// end, a slot given back): a refusal of it remembered here no
+		// longer holds.
+		keys := []string{g.Key}
+		if hash != "" {
+			keys = append(keys, routes.BucketKey(hash, a.Major))
+		}
+		s.refusals.lift(keys...)
+	}
+	return nil
+}
+
+// chargeArg is the report script's argument for charge c.
+func chargeArg(c ratelimit.Charge) int {
+	switch c {
+	case ratelimit.ChargeNone:
+		return 0
+	case ratelimit.ChargeArrived:
+		return 2
+	}
+	return 1
 }
 
 // failed records a failed Redis call and switches to the fallback at now

@@ -72,21 +72,25 @@ func TestWindowsRedis(t *testing.T) {
 			s, clock := newClockedStore(t, srv, Namespace("windows-"+strconv.Itoa(i)), start)
 			var grants []ratelimit.SharedGrant
 			var sent []time.Time
+			hash := "" // what the process learned, as a bucket actor does (BucketStore.Alias)
 			for j, st := range c.Steps {
 				now := start.Add(st.At)
 				clock.set(now)
 				if a := st.Answer; a != nil {
 					h := a.Headers(start)
-					s.Report(ctx, grants[a.To], ratelimit.SharedAnswer{Now: now, Sent: true, Status: a.Status, Headers: h,
+					s.Report(ctx, grants[a.To], ratelimit.SharedAnswer{Now: now, Sent: !a.Unsent, Status: a.Status, Headers: h,
 						Verdict: ratelimit.Classify(a.Status, h, nil), RoundTrip: now.Sub(sent[a.To]),
 						Template: template, Major: major})
 					require.Zero(t, s.Stats().Owed, "step %d: the report was made", j)
+					if h.Has.Bucket {
+						hash = h.Bucket
+					}
 					continue
 				}
 				got := 0
 				for range st.Send {
 					g := s.Reserve(ctx, ratelimit.SharedRequest{Now: now, Route: template + " " + major,
-						Template: template, Major: major})
+						Template: template, Major: major, Hash: hash})
 					require.False(t, g.Local, "step %d: counted in Redis", j)
 					if g.OK {
 						got++

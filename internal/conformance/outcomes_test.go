@@ -9,18 +9,31 @@ import (
 	"github.com/sluicehq/sluice/ratelimit"
 )
 
-var update = flag.Bool("update", false, "rewrite the outcome table in docs/architecture.md")
+var update = flag.Bool("update", false, "rewrite the outcome and window tables in docs/architecture.md")
 
 // TestDocsOutcomeTableCurrent keeps the outcome table in
 // docs/architecture.md equal to Outcomes.
 func TestDocsOutcomeTableCurrent(t *testing.T) {
+	docTableCurrent(t, "outcome-table", OutcomeTable())
+}
+
+// TestDocsWindowTableCurrent keeps the window table in
+// docs/architecture.md equal to Windows.
+func TestDocsWindowTableCurrent(t *testing.T) {
+	docTableCurrent(t, "window-table", WindowTable())
+}
+
+// docTableCurrent keeps the block name of docs/architecture.md equal to
+// table.
+func docTableCurrent(t *testing.T, name, table string) {
+	t.Helper()
 	const path = "../../docs/architecture.md"
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	doc := string(b)
-	want, err := docblock.Replace(path, doc, "outcome-table", OutcomeTable())
+	want, err := docblock.Replace(path, doc, name, table)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +41,7 @@ func TestDocsOutcomeTableCurrent(t *testing.T) {
 		return
 	}
 	if !*update {
-		t.Fatalf("%s: the outcome table is out of date; run go test ./internal/conformance -update", path)
+		t.Fatalf("%s: the %s is out of date; run go test ./internal/conformance -update", path, name)
 	}
 	if err := os.WriteFile(path, []byte(want), 0o644); err != nil {
 		t.Fatal(err)

@@ -1,6 +1,8 @@
 package conformance
 
 import (
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/ratelimit"
@@ -43,6 +45,9 @@ type WindowStep struct {
 // WindowAnswer is an answer to request To (a number of a granted request).
 type WindowAnswer struct {
 	To int
+	// Unsent reports a request that never left: its slot is given back
+	// (ratelimit.ChargeNone), and nothing else is set.
+	Unsent bool
 	// Status is the HTTP status: 200, a 5xx without rate-limit headers, or
 	// 0 for none (a timeout).
 	Status int
@@ -69,10 +74,10 @@ func (a WindowAnswer) Headers(start time.Time) ratelimit.Headers {
 	return h
 }
 
-// Attempt returns the attempt the answer ends, for ratelimit.Judge: sent,
-// with its status and headers.
+// Attempt returns the attempt the answer ends, for ratelimit.Judge: sent
+// (unless Unsent), with its status and headers.
 func (a WindowAnswer) Attempt(start time.Time) ratelimit.Attempt {
-	return ratelimit.Attempt{Sent: true, Status: a.Status, Headers: a.Headers(start), MaxRetries: MaxRetries,
+	return ratelimit.Attempt{Sent: !a.Unsent, Status: a.Status, Headers: a.Headers(start), MaxRetries: MaxRetries,
 		MaxErrorRetries: MaxErrorRetries}
 }
 
@@ -95,6 +100,11 @@ func bare(at, to, status int) WindowStep {
 	return WindowStep{At: ms(at), Answer: &WindowAnswer{To: to, Status: status}}
 }
 
+// unsent reports at ms that request to never left.
+func unsent(at, to int) WindowStep {
+	return WindowStep{At: ms(at), Answer: &WindowAnswer{To: to, Unsent: true}}
+}
+
 // Windows is the window table. Unless a row says otherwise the bucket
 // allows 5 requests a second, and an answer arrives 50 ms after the server
 // counted its request.
@@ -104,6 +114,22 @@ var Windows = []WindowCase{
 		send(60, 1, 0),
 		ok(100, 0, 5, 4, 1000, 1050),
 		send(150, 5, 4),
+	}},
+	{Name: "a pioneer without an answer lets the next one go", Steps: []WindowStep{
+		send(0, 2, 1),
+		bare(100, 0, 0),
+		send(150, 2, 1),
+		bare(200, 1, 502),
+		send(250, 2, 1),
+		ok(350, 2, 5, 4, 1000, 1300),
+		send(400, 5, 4),
+	}},
+	{Name: "a request that never left gives its slot back", Steps: []WindowStep{
+		send(0, 1, 1),
+		ok(100, 0, 2, 1, 1000, 1050),
+		send(150, 2, 1),
+		unsent(160, 1),
+		send(170, 2, 1),
 	}},
 	{Name: "remaining follows the lowest answer, in any order", Steps: []WindowStep{
 		send(0, 1, 1),
@@ -229,4 +255,36 @@ var Windows = []WindowCase{
 		ok(200, 1, 6, 4, 900, 1050),
 		send(250, 3, 1),
 	}},
+}
+
+// WindowTable renders Windows as the Markdown table of docs/architecture.md.
+func WindowTable() string {
+	var b strings.Builder
+	b.WriteString("| Row | Steps (ms: requests asked → let go; answers: #request status limit/remaining, Reset-After, X-RateLimit-Reset) |\n|---|---|\n")
+	for _, c := range Windows {
+		steps := make([]string, len(c.Steps))
+		for i, s := range c.Steps {
+			at := s.At.Milliseconds()
+			switch a := s.Answer; {
+			case a == nil:
+				steps[i] = fmt.Sprintf("%d: %d → %d", at, s.Send, s.Granted)
+			case a.Unsent:
+				steps[i] = fmt.Sprintf("%d: #%d never left", at, a.To)
+			case a.Limit == 0:
+				status := "no answer"
+				if a.Status != 0 {
+					status = fmt.Sprintf("%d, no headers", a.Status)
+				}
+				steps[i] = fmt.Sprintf("%d: #%d %s", at, a.To, status)
+			default:
+				reset := "no Reset"
+				if a.Reset > 0 {
+					reset = fmt.Sprintf("Reset %d", a.Reset.Milliseconds())
+				}
+				steps[i] = fmt.Sprintf("%d: #%d %d %d/%d, %d, %s", at, a.To, a.Status, a.Limit, a.Remaining, a.ResetAfter.Milliseconds(), reset)
+			}
+		}
+		fmt.Fprintf(&b, "| %s | %s |\n", c.Name, strings.Join(steps, " · "))
+	}
+	return b.String()
 }

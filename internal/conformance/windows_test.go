@@ -22,7 +22,9 @@ func TestWindowsBucket(t *testing.T) {
 				now := start.Add(s.At)
 				if a := s.Answer; a != nil {
 					h := a.Headers(start)
-					if ratelimit.Judge(a.Attempt(start)).Charge == ratelimit.ChargeArrived {
+					if a.Unsent {
+						b.Refund(now)
+					} else if ratelimit.Judge(a.Attempt(start)).Charge == ratelimit.ChargeArrived {
 						b.ObserveLost(now, sent[a.To], h)
 					} else {
 						b.Observe(now, sent[a.To], h)
