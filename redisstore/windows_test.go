@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/internal/conformance"
@@ -31,7 +32,7 @@ var fakeClockScripts = compileScripts(fakeClockLua)
 // fakeClock is one clock for a store and the scripts it runs.
 type fakeClock struct {
 	t    testing.TB
-	srv  *redistest.Server
+	rdb  *redis.Client
 	ns   string
 	unix atomic.Int64 // ns
 }
@@ -39,7 +40,7 @@ type fakeClock struct {
 // set moves the clock to now, in the store and in Redis.
 func (c *fakeClock) set(now time.Time) {
 	c.unix.Store(now.UnixNano())
-	require.NoError(c.t, c.srv.Client(c.t).Set(context.Background(), c.ns+":clock", now.UnixMilli(), 0).Err())
+	require.NoError(c.t, c.rdb.Set(context.Background(), c.ns+":clock", now.UnixMilli(), 0).Err())
 }
 
 func (c *fakeClock) now() time.Time { return time.Unix(0, c.unix.Load()) }
@@ -49,7 +50,7 @@ func (c *fakeClock) now() time.Time { return time.Unix(0, c.unix.Load()) }
 // timeout from Redis's clock, as the store measured it against the local
 // one: a minute, longer than any row.)
 func newClockedStore(t *testing.T, srv *redistest.Server, ns string, start time.Time) (*Store, *fakeClock) {
-	c := &fakeClock{t: t, srv: srv, ns: ns}
+	c := &fakeClock{t: t, rdb: srv.Client(t), ns: ns}
 	c.set(start)
 	s, err := open(srv.Client(t), Config{Namespace: ns, GlobalLimit: 50, Heartbeat: time.Hour, Timeout: time.Minute,
 		Clock: c.now}, fakeClockScripts)

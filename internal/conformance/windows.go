@@ -230,7 +230,7 @@ var Windows = []WindowCase{
 		send(1000, 2, 1),
 		bare(1080, 1, 502),
 		send(1150, 1, 0),
-		send(2160, 1, 1),
+		send(2180, 1, 1),
 	}},
 	{Name: "a reopened window's first answer tells its limit, higher or lower", Steps: []WindowStep{
 		send(0, 1, 1),
