@@ -16,6 +16,14 @@
 // request it has ready, in one Grant, so a channel's window goes whole. A
 // bucket served in part keeps its place for the rest (Grant.More).
 //
+// # Classes
+//
+// Every ask and keep carries its bucket's Class: the highest class of the
+// requests it asks for. A higher class is ahead of every lower one in line
+// (Place.Before); within a class the deadlines order. While a lower class
+// waits, at least one slot in ShareEvery goes to it (Share): to the bucket
+// of a lower class first in line by its deadline, whatever its class.
+//
 // Two things hold slots back from the line:
 //
 //   - keeps: a bucket whose queue waits for its own window, reopening within
@@ -32,7 +40,9 @@
 // Invariants (checked by the model test and the fuzz target): a Grant never
 // holds more slots than its bucket asked for nor than the window reserved;
 // a bucket is in line at most once, and never both in line and kept for; a
-// keep is only honoured for buckets ahead of the one it holds back.
+// keep is only honoured for buckets ahead of the one it holds back; of any
+// ShareEvery slots handed out in a row while a lower class waits, one goes
+// to a lower class.
 package admission
 
 import (
@@ -100,6 +110,8 @@ type Ask struct {
 	// id, which breaks ties (requests submitted in one batch).
 	Since time.Time
 	First uint64
+	// Class is the highest class among the requests asked for.
+	Class Class
 }
 
 // Keep is a bucket's notice that its queue waits for its own window,
@@ -112,17 +124,28 @@ type Keep struct {
 	Path  time.Duration
 	Since time.Time
 	First uint64
+	Class Class
 }
 
-// Place is a bucket's place in line: its virtual deadline and the id that
-// breaks ties.
+// Place is a bucket's place in line: its class, its virtual deadline and
+// the id that breaks ties.
 type Place struct {
+	Class    Class
 	Deadline time.Time
 	First    uint64
 }
 
-// before reports whether p goes ahead of q.
-func (p Place) before(q Place) bool {
+// Before reports whether p goes ahead of q: a higher class, else an
+// earlier deadline, else a lower id.
+func (p Place) Before(q Place) bool {
+	if p.Class != q.Class {
+		return p.Class > q.Class
+	}
+	return p.sooner(q)
+}
+
+// sooner reports whether p goes ahead of q regardless of their classes.
+func (p Place) sooner(q Place) bool {
 	if !p.Deadline.Equal(q.Deadline) {
 		return p.Deadline.Before(q.Deadline)
 	}
@@ -156,6 +179,9 @@ type Queue[K comparable] struct {
 	byKey  map[K]*entry[K]
 	keeps  map[K]keep
 	pacer  pacer
+	share  Share
+	// classes counts the buckets in line (byKey) by class, Bulk first.
+	classes [3]int
 	// Serve's scratch space, reused from one call to the next.
 	grants []Grant[K]
 	held   []*entry[K]
@@ -175,6 +201,25 @@ type keep struct {
 	place Place
 }
 
+// count adds d to the buckets of class c in line.
+func (q *Queue[K]) count(c Class, d int) { q.classes[c-Bulk] += d }
+
+// lowest is the lowest class in line (Interactive+1 for an empty line).
+func (q *Queue[K]) lowest() Class {
+	for c := Bulk; c <= Interactive; c++ {
+		if q.classes[c-Bulk] > 0 {
+			return c
+		}
+	}
+	return Interactive + 1
+}
+
+// forget drops e, taken out of the ring, from the line.
+func (q *Queue[K]) forget(e *entry[K]) {
+	delete(q.byKey, e.key)
+	q.count(e.place.Class, -1)
+}
+
 // New returns the line of a window of limit requests per period; limit 0
 // (a limiter that does not tell its limit) neither keeps nor paces.
 func New[K comparable](limit int, period time.Duration) *Queue[K] {
@@ -191,18 +236,29 @@ func New[K comparable](limit int, period time.Duration) *Queue[K] {
 func (q *Queue[K]) Want(now time.Time, key K, a Ask) {
 	delete(q.keeps, key)
 	q.pacer.long(now, a.Path)
-	p := Place{Deadline: Deadline(now, a.Since, a.Path, a.Pioneer), First: a.First}
+	p := Place{Class: clamp(a.Class), Deadline: Deadline(now, a.Since, a.Path, a.Pioneer), First: a.First}
 	e := q.byKey[key]
-	if e == nil {
+	switch {
+	case e == nil:
 		e = &entry[K]{key: key, place: p}
 		q.byKey[key] = e
+		q.count(p.Class, 1)
 		heap.Push(&q.ring, e)
-	} else if p.Deadline.Before(e.place.Deadline) {
+	case p.Class != e.place.Class || p.Deadline.Before(e.place.Deadline):
+		// Its class is the latest ask's; its deadline only moves earlier.
+		if !p.Deadline.Before(e.place.Deadline) {
+			p.Deadline, p.First = e.place.Deadline, e.place.First
+		}
+		q.count(e.place.Class, -1)
+		q.count(p.Class, 1)
 		e.place = p
 		heap.Fix(&q.ring, e.index)
 	}
 	e.want, e.global = a.Want, a.Global
 }
+
+// clamp maps a class outside the classes to the nearest one.
+func clamp(c Class) Class { return min(Interactive, max(Bulk, c)) }
 
 // Soon keeps slots back for key (Keep). Ignored while key is in line (its
 // want stands) or for an empty keep.
@@ -210,7 +266,7 @@ func (q *Queue[K]) Soon(now time.Time, key K, k Keep) {
 	if q.byKey[key] != nil || k.Want <= 0 {
 		return
 	}
-	q.keeps[key] = keep{at: k.At, want: k.Want, place: Place{Deadline: Deadline(now, k.Since, k.Path, false), First: k.First}}
+	q.keeps[key] = keep{at: k.At, want: k.Want, place: Place{Class: clamp(k.Class), Deadline: Deadline(now, k.Since, k.Path, false), First: k.First}}
 }
 
 // Remove takes key out of line and drops its keep.
@@ -218,7 +274,7 @@ func (q *Queue[K]) Remove(key K) {
 	delete(q.keeps, key)
 	if e := q.byKey[key]; e != nil {
 		heap.Remove(&q.ring, e.index)
-		delete(q.byKey, key)
+		q.forget(e)
 	}
 }
 
@@ -231,6 +287,7 @@ func (q *Queue[K]) Clear() []K {
 	}
 	clear(q.keeps)
 	clear(q.byKey)
+	q.classes = [3]int{}
 	q.ring = nil
 	return keys
 }
@@ -277,8 +334,8 @@ func (q *Queue[K]) Head() (key K, place Place, global, ok bool) {
 // server counted nothing for them.
 func (q *Queue[K]) Refund(n int) { q.pacer.refund(n) }
 
-// Serve hands out w's slots at now, earliest place first, and returns the
-// grants in that order. paused (the window is blocked by a global 429 or a
+// Serve hands out w's slots at now, earliest place first (but for the
+// lower classes' share), and returns the grants in that order. paused (the window is blocked by a global 429 or a
 // ban's hold) serves only exempt buckets. When slots are left wanted and
 // Serve stopped for the window, the pacer or a keep, again is set and retry
 // is when to serve again. The grants are valid until the next Serve: the
@@ -296,9 +353,9 @@ func (q *Queue[K]) Serve(now time.Time, w Window, paused bool) (grants []Grant[K
 			grants = q.serveExempt(grants)
 			break
 		}
-		e := heap.Pop(&q.ring).(*entry[K])
+		e, lower := q.next()
 		if !e.global { // exempt: needs no global slot
-			delete(q.byKey, e.key)
+			q.forget(e)
 			grants = append(grants, Grant[K]{Key: e.key})
 			continue
 		}
@@ -329,6 +386,7 @@ func (q *Queue[K]) Serve(now time.Time, w Window, paused bool) (grants []Grant[K
 			}
 			slots++
 		}
+		q.share.Served(slots, lower, q.lowest() < e.place.Class)
 		switch {
 		case slots > 0 && slots < e.want:
 			// Served in part: it keeps its place in line for the rest,
@@ -338,7 +396,7 @@ func (q *Queue[K]) Serve(now time.Time, w Window, paused bool) (grants []Grant[K
 			grants = append(grants, Grant[K]{Key: e.key, Slots: slots, More: true})
 			held = append(held, e)
 		case slots > 0:
-			delete(q.byKey, e.key)
+			q.forget(e)
 			grants = append(grants, Grant[K]{Key: e.key, Slots: slots})
 		default:
 			held = append(held, e)
@@ -348,6 +406,26 @@ func (q *Queue[K]) Serve(now time.Time, w Window, paused bool) (grants []Grant[K
 		heap.Push(&q.ring, e)
 	}
 	return grants, retry, again
+}
+
+// next takes the next bucket to serve out of the ring: the first in line,
+// or, when the lower classes' share is due (Share), the first in line by
+// deadline among the buckets of a lower class than its (lower set).
+func (q *Queue[K]) next() (e *entry[K], lower bool) {
+	head := q.ring[0]
+	if q.share.Due() && q.lowest() < head.place.Class {
+		var low *entry[K]
+		for _, x := range q.ring {
+			if x.place.Class < head.place.Class && (low == nil || x.place.sooner(low.place)) {
+				low = x
+			}
+		}
+		if low != nil { // always, but for a count out of step
+			heap.Remove(&q.ring, low.index)
+			return low, true
+		}
+	}
+	return heap.Pop(&q.ring).(*entry[K]), false
 }
 
 // serveExempt answers the buckets in line that need no slot (interaction
@@ -380,7 +458,7 @@ func (q *Queue[K]) keptAhead(now time.Time, place Place) int {
 			delete(q.keeps, key)
 		case !k.at.Before(now.Add(q.period)):
 			// A slot handed out now is free again by then.
-		case k.place.before(place):
+		case k.place.Before(place):
 			n += k.want
 		}
 	}
@@ -402,7 +480,7 @@ func (q *Queue[K]) keepLapses(now time.Time) time.Duration {
 type ring[K comparable] []*entry[K]
 
 func (r ring[K]) Len() int           { return len(r) }
-func (r ring[K]) Less(i, j int) bool { return r[i].place.before(r[j].place) }
+func (r ring[K]) Less(i, j int) bool { return r[i].place.Before(r[j].place) }
 func (r ring[K]) Swap(i, j int) {
 	r[i], r[j] = r[j], r[i]
 	r[i].index, r[j].index = i, j

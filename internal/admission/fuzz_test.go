@@ -28,7 +28,8 @@ func (w *countingWindow) Reserve(now time.Time) (bool, time.Duration) {
 // any for an exempt one, a bucket served in part stays in line and one
 // served whole leaves it, every slot granted was reserved in the window
 // (and every reserved slot granted), a bucket is in line at most once,
-// and the head is the earliest place.
+// the head is the earliest place, and of ShareEvery slots in a row while a
+// lower class waits one goes to a lower class.
 func FuzzQueue(f *testing.F) {
 	f.Add([]byte{0, 1, 3, 0, 10, 5, 1, 2, 0, 2, 3, 4, 5, 50, 5, 0})
 	f.Add([]byte{0, 0, 4, 2, 0, 1, 4, 1, 1, 3, 0, 0, 5, 0, 5, 9, 0, 2, 2, 2, 5, 20})
@@ -41,6 +42,8 @@ func FuzzQueue(f *testing.F) {
 		w := &countingWindow{SlidingWindow: ratelimit.NewSlidingWindow(limit, per)}
 		wants := map[int]int{}   // in line: what each still wants
 		global := map[int]bool{} // in line: needs slots
+		class := map[int]admission.Class{}
+		run := 0 // slots in a row to the highest class while a lower one waited
 		granted := 0
 		next := func() byte {
 			if len(ops) == 0 {
@@ -55,12 +58,14 @@ func FuzzQueue(f *testing.F) {
 			switch op {
 			case 0:
 				a := admission.Ask{Want: 1 + int(next()%6), Global: next()%4 != 0, Path: time.Duration(next()) * 50 * time.Millisecond,
-					Pioneer: next()%8 == 0, Since: base.Add(time.Duration(next()) * 10 * time.Millisecond), First: uint64(next())}
+					Pioneer: next()%8 == 0, Since: base.Add(time.Duration(next()) * 10 * time.Millisecond), First: uint64(next()),
+					Class: admission.Class(int(next()%3) - 1)}
 				q.Want(now, key, a)
-				wants[key], global[key] = a.Want, a.Global
+				wants[key], global[key], class[key] = a.Want, a.Global, a.Class
 			case 1:
 				q.Soon(now, key, admission.Keep{At: now.Add(time.Duration(next()) * 5 * time.Millisecond), Want: int(next() % 6),
-					Path: time.Duration(next()) * 50 * time.Millisecond, Since: base.Add(time.Duration(next()) * 10 * time.Millisecond), First: uint64(next())})
+					Path: time.Duration(next()) * 50 * time.Millisecond, Since: base.Add(time.Duration(next()) * 10 * time.Millisecond), First: uint64(next()),
+					Class: admission.Class(int(next()%3) - 1)})
 			case 2:
 				q.Remove(key)
 				delete(wants, key)
@@ -88,6 +93,23 @@ func FuzzQueue(f *testing.F) {
 						t.Fatalf("%d slots for %d, which wants %d", g.Slots, g.Key, want)
 					case g.More != (g.Slots < want && global[g.Key]):
 						t.Fatalf("grant %+v for a want of %d", g, want)
+					}
+					if g.Slots > 0 {
+						hi, lo := admission.Bulk, admission.Interactive
+						for k := range wants {
+							hi, lo = max(hi, class[k]), min(lo, class[k])
+						}
+						c := class[g.Key]
+						switch {
+						case c < hi:
+							run = 0 // the share
+						case run >= admission.ShareEvery-1 && lo < c:
+							t.Fatalf("%d slots in a row to %v while %v waited, and %d more", run, c, lo, g.Slots)
+						case lo < c:
+							run += g.Slots
+						default:
+							run = 0
+						}
 					}
 					seen[g.Key] = true
 					granted += g.Slots
@@ -126,9 +148,12 @@ func FuzzQueue(f *testing.F) {
 					t.Fatalf("head %d not in line", k)
 				}
 				for _, o := range places {
-					if o.Deadline.Before(p.Deadline) {
-						t.Fatalf("head at %v, another at %v", p.Deadline, o.Deadline)
+					if o.Before(p) {
+						t.Fatalf("head at %+v, another at %+v", p, o)
 					}
+				}
+				if p.Class != class[k] {
+					t.Fatalf("head of class %v, asked %v", p.Class, class[k])
 				}
 			}
 			pending := 0

@@ -1,0 +1,78 @@
+package admission
+
+import "fmt"
+
+// Class is a request's priority class. Wherever requests wait for a limit
+// (a bucket's queue, a global window's line) a higher class goes first,
+// and a lower class keeps a share (Share): a user's interaction is not
+// answered behind the bot's bulk work, and bulk work still moves while
+// interactions keep coming. The zero value is Normal.
+type Class int8
+
+// The classes, lowest first.
+const (
+	// Bulk is work that may wait for everything else: mass updates,
+	// sweeps, migrations.
+	Bulk Class = -1
+	// Normal is the default.
+	Normal Class = 0
+	// Interactive is what a user waits for: a follow-up to an interaction,
+	// a reply to a command.
+	Interactive Class = 1
+)
+
+// Classes are the classes, highest first: the order requests are served
+// in when they all wait.
+var Classes = [...]Class{Interactive, Normal, Bulk}
+
+// String returns "interactive", "normal" or "bulk" (or "class(N)" for a
+// value outside them).
+func (c Class) String() string {
+	switch c {
+	case Interactive:
+		return "interactive"
+	case Normal:
+		return "normal"
+	case Bulk:
+		return "bulk"
+	}
+	return fmt.Sprintf("class(%d)", int8(c))
+}
+
+// Valid reports whether c is one of the classes.
+func (c Class) Valid() bool { return c >= Bulk && c <= Interactive }
+
+// ShareEvery sets the lower classes' share: while a request of a lower
+// class waits, at least one in ShareEvery slots handed out goes to a lower
+// class (the one whose request is first in line regardless of class). A
+// lower class never starves, and a higher one still gets seven slots in
+// eight when both wait: an interaction waits at most one such slot more
+// than it would with no lower class at all.
+const ShareEvery = 8
+
+// Share counts the slots handed to a class above one that waits. The zero
+// value is ready: no slot handed out yet. Not safe for concurrent use: the
+// owner of the line it counts for calls it.
+type Share struct {
+	// credit is the slots handed out, since a lower class last got one,
+	// while a lower class waited. Invariant: 0 <= credit.
+	credit int
+}
+
+// Due reports whether the next slot goes to a lower class than the
+// highest waiting, if one waits.
+func (s *Share) Due() bool { return s.credit >= ShareEvery-1 }
+
+// Served counts n slots handed out: to a lower class than the highest
+// waiting (lower: the share was served), or to the highest while a lower
+// class waited (passed), or with no lower class waiting (neither: the
+// count starts again).
+func (s *Share) Served(n int, lower, passed bool) {
+	switch {
+	case n <= 0:
+	case lower, !passed:
+		s.credit = 0
+	default:
+		s.credit += n
+	}
+}
