@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/internal/admission"
 	"github.com/sluicehq/sluice/redisstore"
 	"github.com/sluicehq/sluice/routes"
 )
@@ -240,6 +241,10 @@ func (l *Limiter) newCall(ctx context.Context, req *http.Request) (c *actors.Cal
 	} else if route, err = routes.Parse(req.Method, req.URL.EscapedPath()); err != nil {
 		return failEarly(route, fmt.Errorf("sluice: %w", err))
 	}
+	priority := PriorityFrom(ctx)
+	if !priority.Valid() {
+		return failEarly(route, fmt.Errorf("%w: %v is not a priority (WithPriority)", ErrBadRequest, priority))
+	}
 	r := req.Clone(ctx)
 	if r.Header == nil {
 		r.Header = make(http.Header) // as net/http accepts
@@ -278,6 +283,7 @@ func (l *Limiter) newCall(ctx context.Context, req *http.Request) (c *actors.Cal
 	marked, _ := ctx.Value(retrySafeKey{}).(bool)
 	c = actors.NewCall(id, ctx, r, route, marked || policy == routes.ResendSafe, now)
 	c.MaxWait, _ = ctx.Value(maxWaitKey{}).(time.Duration)
+	c.Class = admission.Class(priority)
 	c.Limits = limits
 	c.Release = release
 	return c, direct, nil

@@ -62,8 +62,8 @@ func TestSpansAndMetrics(t *testing.T) {
 	rs := rules(1, 200*time.Millisecond, [2]string{"GET", "/channels/{channel_id}"})
 	h := newHarness(t, sluicetest.Options{Rules: rs}, sluice.Options{TracerProvider: tp, MeterProvider: mp})
 	parent, span := tp.Tracer("test").Start(context.Background(), "handler")
-	for range 2 {
-		_, err := h.lim.Do(parent, req("GET", "/channels/1", ""))
+	for _, p := range []sluice.Priority{sluice.PriorityNormal, sluice.PriorityInteractive} {
+		_, err := h.lim.Do(sluice.WithPriority(parent, p), req("GET", "/channels/1", ""))
 		require.NoError(t, err)
 	}
 	span.End()
@@ -90,6 +90,7 @@ func TestSpansAndMetrics(t *testing.T) {
 	assert.Equal(t, int64(200), attrs["http.response.status_code"])
 	assert.Greater(t, attrs["sluice.wait.bucket"].(float64), 0.1, "the second request waited for the bucket's window")
 	assert.Equal(t, int64(1), attrs["sluice.sends"])
+	assert.Equal(t, "interactive", attrs["sluice.priority"])
 
 	m := metricNames(t, reader)
 	assert.Equal(t, int64(2), m["sluice.responses"])
@@ -102,16 +103,24 @@ func TestSpansAndMetrics(t *testing.T) {
 	assert.True(t, ok)
 	assert.ElementsMatch(t, []string{"bot", "ip"}, windowLabels(t, reader, "sluice.global.used"), "one series per global window")
 	assert.ElementsMatch(t, []string{"bot", "ip"}, windowLabels(t, reader, "sluice.global.paused"))
+	assert.ElementsMatch(t, []string{"normal", "normal", "normal", "interactive", "interactive", "interactive"},
+		labels(t, reader, "sluice.wait", "sluice.priority"), "waits by kind and priority")
 }
 
 // windowLabels returns the sluice.window attribute of each data point of the
 // gauge name.
 func windowLabels(t testing.TB, reader *sdkmetric.ManualReader, name string) []string {
+	return labels(t, reader, name, "sluice.window")
+}
+
+// labels returns the attribute key of each data point of the gauge or
+// histogram name.
+func labels(t testing.TB, reader *sdkmetric.ManualReader, name string, key attribute.Key) []string {
 	var rm metricdata.ResourceMetrics
 	require.NoError(t, reader.Collect(context.Background(), &rm))
 	var out []string
 	add := func(set attribute.Set) {
-		v, _ := set.Value("sluice.window")
+		v, _ := set.Value(key)
 		out = append(out, v.AsString())
 	}
 	for _, sm := range rm.ScopeMetrics {
@@ -125,6 +134,10 @@ func windowLabels(t testing.TB, reader *sdkmetric.ManualReader, name string) []s
 					add(p.Attributes)
 				}
 			case metricdata.Gauge[float64]:
+				for _, p := range d.DataPoints {
+					add(p.Attributes)
+				}
+			case metricdata.Histogram[float64]:
 				for _, p := range d.DataPoints {
 					add(p.Attributes)
 				}

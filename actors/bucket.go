@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -47,9 +48,11 @@ type bucket struct {
 	grants      int
 	holders     []*Call // the queued calls the grants are for (Call.holding)
 	wanting     bool
-	wantPath    time.Duration // the backlog last told with want
-	wantPioneer bool          // and whether it was for a pioneer
-	soonAt      time.Time     // the reopening last told with soonMsg
+	want        int             // the requests asked for, while wanting
+	wantClass   admission.Class // and their class
+	wantPath    time.Duration   // the backlog last told with want
+	wantPioneer bool            // and whether it was for a pioneer
+	soonAt      time.Time       // the reopening last told with soonMsg
 	probe       bool
 
 	// pioneers counts requests of lanes whose limit is unknown on the wire;
@@ -201,6 +204,7 @@ func (b *bucket) receive(ctx actor.Context, msg any) {
 		b.pump(ctx)
 	case *grantMsg:
 		b.wanting = m.more // still in line for the rest
+		b.want = max(0, b.want-m.slots)
 		if m.err != nil {
 			b.failQueued(m.err, nil)
 		}
@@ -330,7 +334,8 @@ func (b *bucket) enqueue(c *Call) {
 	// (its pause included), the declared groups' reserved window and the
 	// global window's pause, not the global forecast, which counts other
 	// buckets' calls that admission may well serve later.
-	start, _, known := l.slot(now, len(l.queue))
+	pos := l.placeOf(c)
+	start, _, known := l.slot(now, pos)
 	limit := b.sys.cfg.MaxWait
 	if c.MaxWait > 0 && (limit == 0 || c.MaxWait < limit) {
 		limit = c.MaxWait
@@ -341,7 +346,9 @@ func (b *bucket) enqueue(c *Call) {
 	if limit > 0 && start.Sub(now) > limit {
 		// The queue learns of calls cancelled while they waited only at
 		// its head: before refusing, count the live ones alone.
-		start, _, known = l.slot(now, l.compact())
+		l.compact()
+		pos = l.placeOf(c)
+		start, _, known = l.slot(now, pos)
 	}
 	wait, by := start.Sub(now), BoundBucket
 	if gw := b.sys.groups.reserve(c, now); gw > wait {
@@ -366,8 +373,9 @@ func (b *bucket) enqueue(c *Call) {
 	}
 	c.queuedAt = now
 	b.sys.tel.event(c, "queued", attribute.String("sluice.bucket", l.key))
-	l.queue = append(l.queue, c)
-	if l.order(len(l.queue) - 1) {
+	l.noteClass(c)
+	l.queue = slices.Insert(l.queue, pos, c)
+	if pos < len(l.queue)-1 || l.order(pos) {
 		b.restamp(l, now) // its place moved the calls behind it
 	}
 }
@@ -478,55 +486,60 @@ func (b *bucket) pump(ctx actor.Context) {
 		progress = false
 		b.adoptLearned()
 		n := len(b.lanes)
-		for i := range n {
-			l := b.lanes[(b.next+i)%n]
-			c := l.head()
-			if c == nil {
-				continue
-			}
-			ok, wait := b.ready(l, now)
-			if !ok {
-				if wait > 0 && (wake == 0 || wait < wake) {
-					wake = wait
+		// The lanes' heads by class, the highest first: granted slots go
+		// to them first.
+		hi, lo := b.headClasses()
+		for class := hi; class >= lo; class-- {
+			for i := range n {
+				l := b.lanes[(b.next+i)%n]
+				c := l.head()
+				if c == nil || c.Class != class {
+					continue
 				}
-				continue
-			}
-			if l.first && l.machine.Current() == fsm.Initial {
-				if !b.sys.firsts.take(l.template, c, l, b.self) {
-					// Another actor's first pioneer of the template took
-					// the turn since ready: its answer (a pioneeredMsg)
-					// wakes this.
-					if wake == 0 || firstPoll < wake {
-						wake = firstPoll
+				ok, wait := b.ready(l, now)
+				if !ok {
+					if wait > 0 && (wake == 0 || wait < wake) {
+						wake = wait
 					}
 					continue
 				}
-				if hash, known := b.sys.store.Alias(l.template); known && hash != "" {
-					// The turn came free with the template's answer
-					// (recorded before its turn ended): no guess to make.
-					b.endFirstTurn(ctx, l.template, c)
-					progress = true // adoptLearned, at the next round
+				if l.first && l.machine.Current() == fsm.Initial {
+					if !b.sys.firsts.take(l.template, c, l, b.self) {
+						// Another actor's first pioneer of the template took
+						// the turn since ready: its answer (a pioneeredMsg)
+						// wakes this.
+						if wake == 0 || firstPoll < wake {
+							wake = firstPoll
+						}
+						continue
+					}
+					if hash, known := b.sys.store.Alias(l.template); known && hash != "" {
+						// The turn came free with the template's answer
+						// (recorded before its turn ended): no guess to make.
+						b.endFirstTurn(ctx, l.template, c)
+						progress = true // adoptLearned, at the next round
+						continue
+					}
+				}
+				if ok, wait := b.sys.groups.take(c, now); !ok {
+					// Another actor took the declared group's last slot.
+					if wait > 0 && (wake == 0 || wait < wake) {
+						wake = wait
+					}
 					continue
 				}
-			}
-			if ok, wait := b.sys.groups.take(c, now); !ok {
-				// Another actor took the declared group's last slot.
-				if wait > 0 && (wake == 0 || wait < wake) {
-					wake = wait
+				admitted, global := b.admit(g, c, now)
+				if !admitted {
+					b.sys.groups.cancel(c, now) // it keeps its place
+					held = true
+					if c.readyAt.IsZero() {
+						c.readyAt = now
+					}
+					continue
 				}
-				continue
+				b.dispatch(ctx, l, c, g.pick(), global, now)
+				progress = true
 			}
-			admitted, global := b.admit(g, c, now)
-			if !admitted {
-				b.sys.groups.cancel(c, now) // it keeps its place
-				held = true
-				if c.readyAt.IsZero() {
-					c.readyAt = now
-				}
-				continue
-			}
-			b.dispatch(ctx, l, c, g.pick(), global, now)
-			progress = true
 		}
 		if n > 0 {
 			b.next = (b.next + 1) % n
@@ -549,6 +562,18 @@ func (b *bucket) pump(ctx actor.Context) {
 	}
 	b.markHolders()
 	b.maybeIdle(ctx)
+}
+
+// headClasses is the highest and the lowest class of the lanes' heads (hi
+// < lo: no lane has one).
+func (b *bucket) headClasses() (hi, lo admission.Class) {
+	hi, lo = admission.Bulk-1, admission.Interactive
+	for _, l := range b.lanes {
+		if c := l.head(); c != nil {
+			hi, lo = max(hi, c.Class), min(lo, c.Class)
+		}
+	}
+	return hi, lo
 }
 
 // markHolders records which queued calls the actor's granted slots are
@@ -583,6 +608,7 @@ func (b *bucket) markHolders() {
 // (once until its answer).
 func (b *bucket) askAdmission(ctx actor.Context, now time.Time) {
 	want, global, path, since, first, pioneer := 0, false, time.Duration(0), now, ^uint64(0), false
+	class := admission.Bulk
 	for _, l := range b.lanes {
 		c := l.head()
 		if c == nil {
@@ -599,6 +625,7 @@ func (b *bucket) askAdmission(ctx actor.Context, now time.Time) {
 			n = max(1, min(len(l.queue), l.room(now)))
 		}
 		want += n
+		class = max(class, l.topClass(n))
 		global = global || !c.Route.GlobalExempt
 		path = max(path, l.backlog(now))
 		pioneer = pioneer || !l.state.Known // ready while unknown: its pioneer
@@ -606,11 +633,14 @@ func (b *bucket) askAdmission(ctx actor.Context, now time.Time) {
 	if want == 0 {
 		return
 	}
-	if b.wanting && path < 2*b.wantPath+time.Second && (!pioneer || b.wantPioneer) {
-		return // asked already; only a much longer backlog (or a pioneer) is worth telling
+	if b.wanting && path < 2*b.wantPath+time.Second && (!pioneer || b.wantPioneer) && want <= b.want && class == b.wantClass {
+		// Asked already; only more ready requests (at most a window's),
+		// another class, a much longer backlog or a pioneer is worth
+		// telling.
+		return
 	}
-	b.wanting, b.wantPath, b.wantPioneer = true, path, pioneer
-	ctx.Send(b.sys.sup, &wantMsg{key: b.key, ask: admission.Ask{Want: want, Global: global, Path: path, Since: since, First: first, Pioneer: pioneer}})
+	b.wanting, b.want, b.wantPath, b.wantPioneer, b.wantClass = true, want, path, pioneer, class
+	ctx.Send(b.sys.sup, &wantMsg{key: b.key, ask: admission.Ask{Want: want, Global: global, Path: path, Since: since, First: first, Pioneer: pioneer, Class: class}})
 }
 
 // announceSoon tells the supervisor when a queue that waits for its own
@@ -633,6 +663,7 @@ func (b *bucket) announceSoon(ctx actor.Context, now time.Time) {
 		path  time.Duration
 		since time.Time
 		first = ^uint64(0)
+		class = admission.Bulk
 	)
 	for _, l := range b.lanes {
 		c := l.head()
@@ -647,6 +678,7 @@ func (b *bucket) announceSoon(ctx actor.Context, now time.Time) {
 			at = ready
 		}
 		want += min(len(l.queue), l.state.Limit)
+		class = max(class, l.topClass(l.state.Limit))
 		path = max(path, l.backlog(now.Add(wait)))
 		if since.IsZero() || c.Submitted.Before(since) || c.Submitted.Equal(since) && c.ID < first {
 			since, first = c.Submitted, c.ID
@@ -661,7 +693,7 @@ func (b *bucket) announceSoon(ctx actor.Context, now time.Time) {
 		return
 	}
 	b.soonAt = at
-	ctx.Send(b.sys.sup, &soonMsg{key: b.key, keep: admission.Keep{At: at, Want: want, Path: path, Since: since, First: first}})
+	ctx.Send(b.sys.sup, &soonMsg{key: b.key, keep: admission.Keep{At: at, Want: want, Path: path, Since: since, First: first, Class: class}})
 }
 
 // probeAwaited reports whether a lane's queue waits for the answer to its
@@ -700,6 +732,9 @@ func (b *bucket) cancelGrants() {
 // every known lane it might share: mayShare) and puts c on the wire.
 func (b *bucket) dispatch(ctx actor.Context, l *lane, c *Call, conn *transport.Conn, global bool, now time.Time) {
 	l.pop()
+	if l.served(c) {
+		b.restamp(l, now) // the share moved a call of a lower class to the head
+	}
 	l.state.Take(now)
 	if !l.state.Known {
 		b.pioneers++
@@ -1023,6 +1058,7 @@ func (b *bucket) rekey(l *lane, target string) (merged bool) {
 	// Another route of this major got there first: hand the work over once.
 	owner.state.Absorb(&l.state)
 	owner.queue = mergeQueues(owner.queue, l.queue)
+	owner.lowest = min(owner.lowest, l.lowest)
 	owner.retries = append(owner.retries, l.retries...)
 	owner.running += l.running
 	owner.serial = owner.serial || l.serial
@@ -1101,6 +1137,7 @@ func requeueFront(l *lane, c *Call, now time.Time) {
 	c.queuedAt = now
 	start, _, known := l.slot(now, 0)
 	c.stamp(start, known, l, now)
+	l.noteClass(c)
 	l.queue = append([]*Call{c}, l.queue...)
 	l.order(0)
 }
@@ -1110,6 +1147,7 @@ func (b *bucket) retryLater(l *lane, now time.Time, c *Call) {
 	c.notBefore = now.Add(b.sys.cfg.RetryBackoff.Delay(c.errAttempts, rand.Float64))
 	c.errAttempts++
 	c.stamp(c.notBefore, true, l, now)
+	l.noteClass(c)
 	l.retries = append(l.retries, c)
 }
 

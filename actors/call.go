@@ -9,6 +9,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluicehq/sluice/internal/admission"
 	"github.com/sluicehq/sluice/routes"
 )
 
@@ -41,6 +42,10 @@ type Call struct {
 	// Limits are the declared limits the call is under (sluice.Limit),
 	// each with its group. Set before submission; never changed after.
 	Limits []LimitRef
+	// Class is the call's priority class (sluice.WithPriority): a higher
+	// class goes first in its bucket's queue and in the global window's
+	// line (admission.Class). Set before submission; never changed after.
+	Class admission.Class
 
 	// Owned by the bucket actor that holds the call.
 	attempts    int         // 429 retries so far

@@ -505,7 +505,7 @@ func (s *System) globalSlots(out []RequestETA, parts []laneETA, waiting []int, n
 func waiterOf(c *Call, due int64, guess bool, target int) waiter {
 	return waiter{
 		id: c.ID, submitted: c.Submitted.UnixNano(), due: due, guess: guess, pace: c.pace.Load(), limit: int(c.limit.Load()), probe: c.reprobe.Load(), window: c.window,
-		actor: c.Route.Major, lane: forecastLane(c), target: target,
+		actor: c.Route.Major, lane: forecastLane(c), target: target, class: c.Class,
 	}
 }
 

@@ -15,8 +15,8 @@ import (
 // the calls waiting for a global window.
 //
 // The window does not serve calls in submission order. The supervisor
-// serves bucket actors, earliest virtual deadline first
-// (admission.Deadline): the submission time of the actor's earliest ready
+// serves bucket actors, the highest class first (admission.Class), then
+// earliest virtual deadline first (admission.Deadline): the submission time of the actor's earliest ready
 // call, less admission.PathWeight times how long the actor's queue still
 // needs at its bucket's pace; ties
 // go to the earliest call's id. An actor served gets a slot for each of
@@ -54,9 +54,11 @@ type waiter struct {
 	lane      string // its lane: forecastLane
 	window    Window // the global window it counts on
 	target    int    // index of the asked ETA it answers, -1: it only counts
+	class     admission.Class
 
-	key, first int64 // the virtual deadline of the grant it is forecast in, and its tie-break
-	early      int64 // the earliest it may go (Unix ns): due, or its pioneer's earliest answer
+	rank       admission.Class // the class of the grant it is forecast in: its actor's highest ready
+	key, first int64           // the virtual deadline of the grant it is forecast in, and its tie-break
+	early      int64           // the earliest it may go (Unix ns): due, or its pioneer's earliest answer
 }
 
 // slotSource is what the forecast needs of a global window.
@@ -133,6 +135,9 @@ func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt, lag time
 		return a.due < b.due || a.due == b.due && a.id < b.id
 	}}
 	ready := &waiterHeap{ws: ws, less: func(a, b *waiter) bool {
+		if a.rank != b.rank {
+			return a.rank > b.rank
+		}
 		if a.key != b.key {
 			return a.key < b.key
 		}
@@ -277,9 +282,10 @@ func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt, lag time
 			return cmp.Or(cmp.Compare(ws[a].actor, ws[b].actor), cmp.Compare(ws[a].id, ws[b].id))
 		})
 		for lo := 0; lo < len(batch); {
-			hi, since, first, long, pioneer := lo, ws[batch[lo]].submitted, int64(ws[batch[lo]].id), int64(0), false
+			hi, since, first, long, pioneer, rank := lo, ws[batch[lo]].submitted, int64(ws[batch[lo]].id), int64(0), false, admission.Bulk
 			for ; hi < len(batch) && ws[batch[hi]].actor == ws[batch[lo]].actor; hi++ {
 				w := &ws[batch[hi]]
+				rank = max(rank, w.class)
 				if w.submitted < since {
 					since, first = w.submitted, int64(w.id)
 				}
@@ -296,7 +302,7 @@ func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt, lag time
 				}
 			}
 			for _, i := range batch[lo:hi] {
-				ws[i].key, ws[i].first = key, first
+				ws[i].rank, ws[i].key, ws[i].first = rank, key, first
 				heap.Push(ready, i)
 			}
 			lo = hi

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/fsm"
+	"github.com/sluicehq/sluice/internal/admission"
 	"github.com/sluicehq/sluice/ratelimit"
 	"github.com/sluicehq/sluice/routes"
 )
@@ -48,9 +49,19 @@ type lane struct {
 	// predict waits.
 	window time.Duration
 
-	queue   []*Call // FIFO; finished calls are skipped lazily
+	queue   []*Call // by class, then FIFO (lane.placeOf); finished calls are skipped lazily
 	retries []*Call // waiting for their backoff after a 5xx or a lost connection
 	running int
+	// lowest is at most the class of every call in queue and retries
+	// (the lowest queued since both were last empty): while the head is
+	// of that class, no lower class waits and the share (share) needs no
+	// look at the queue.
+	lowest admission.Class
+	// share counts the calls sent ahead of a lower class waiting in the
+	// queue (admission.Share); promoted is the call the share moved to
+	// the head, until it is sent.
+	share    admission.Share
+	promoted *Call
 
 	// serial sends one request at a time: set for routes with hidden
 	// sublimits (channel name and topic edits) and after any shared or
@@ -262,7 +273,96 @@ func (l *lane) backlog(now time.Time) time.Duration {
 	return time.Duration(n) * window
 }
 
-// mergeQueues merges two queues in submission order (call ids).
+// placeOf is where c goes in l's queue: behind every call of its class or
+// a higher one, ahead of the lower classes' calls (a higher class goes
+// first in its bucket, FIFO within a class). A call under declared limits
+// goes at the end, for order to place it by its groups' window, and no
+// call passes one such: their groups counted them in that order.
+func (l *lane) placeOf(c *Call) int {
+	i := len(l.queue)
+	if _, placed := placeStart(c); placed {
+		return i
+	}
+	for ; i > 0; i-- {
+		p := l.queue[i-1]
+		if _, placed := placeStart(p); !p.Finished() && (placed || p.Class >= c.Class) {
+			break
+		}
+	}
+	return i
+}
+
+// noteClass keeps lowest at most c's class, c joining the queue or the
+// retries.
+func (l *lane) noteClass(c *Call) {
+	if len(l.retries) == 0 && l.head() == nil {
+		l.lowest = c.Class // both empty: start again
+		return
+	}
+	l.lowest = min(l.lowest, c.Class)
+}
+
+// served counts c, just taken from the head of the queue to be sent,
+// toward the lower classes' share (admission.Share), and reports whether
+// the share moved a call of a lower class than the new head's to the
+// head: the oldest of them, when ShareEvery-1 calls in a row went ahead
+// of a lower class.
+func (l *lane) served(c *Call) (moved bool) {
+	lower := c == l.promoted
+	l.promoted = nil
+	passed := false
+	if c.Class > l.lowest {
+		lowest := admission.Interactive
+		for _, q := range l.queue {
+			if !q.Finished() {
+				lowest = min(lowest, q.Class)
+			}
+		}
+		for _, q := range l.retries {
+			lowest = min(lowest, q.Class)
+		}
+		l.lowest, passed = lowest, lowest < c.Class
+	}
+	l.share.Served(1, lower, passed)
+	h := l.head()
+	if !passed || !l.share.Due() || h == nil {
+		return false
+	}
+	at := -1
+	for i, q := range l.queue {
+		if !q.Finished() && q.Class < h.Class && (at < 0 || q.ID < l.queue[at].ID) {
+			if _, placed := placeStart(q); !placed {
+				at = i
+			}
+		}
+	}
+	if at <= 0 {
+		return false
+	}
+	q := l.queue[at]
+	copy(l.queue[1:at+1], l.queue[:at])
+	l.queue[0], l.promoted = q, q
+	return true
+}
+
+// topClass is the highest class among the first n live calls of the
+// queue: the class an ask for them carries.
+func (l *lane) topClass(n int) admission.Class {
+	top := admission.Bulk
+	for _, c := range l.queue {
+		if n == 0 {
+			break
+		}
+		if !c.Finished() {
+			top = max(top, c.Class)
+			n--
+		}
+	}
+	return top
+}
+
+// mergeQueues merges two queues, each by class then submission order, in
+// that order (placeOf).
 func mergeQueues(a, b []*Call) []*Call {
 	if len(a) == 0 {
 		return b
@@ -272,7 +372,7 @@ func mergeQueues(a, b []*Call) []*Call {
 	}
 	out := make([]*Call, 0, len(a)+len(b))
 	for len(a) > 0 && len(b) > 0 {
-		if a[0].ID <= b[0].ID {
+		if a[0].Class > b[0].Class || a[0].Class == b[0].Class && a[0].ID <= b[0].ID {
 			out, a = append(out, a[0]), a[1:]
 		} else {
 			out, b = append(out, b[0]), b[1:]

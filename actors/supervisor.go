@@ -526,7 +526,7 @@ func (s *supervisor) admitProbe(ctx actor.Context, now time.Time) {
 	var first admission.Place
 	var global bool
 	for _, w := range s.windows {
-		if k, p, g, ok := w.q.Head(); ok && (a == nil || p.Deadline.Before(first.Deadline)) {
+		if k, p, g, ok := w.q.Head(); ok && (a == nil || p.Before(first)) {
 			a, ch, first, global = w, k, p, g
 		}
 	}

@@ -244,8 +244,9 @@ func (t *telemetry) finish(c *Call) {
 			kind string
 			d    time.Duration
 		}{{"bucket", bucketWait}, {"global", globalWait}, {"network", network}} {
-			t.waits.Record(context.Background(), kd.d.Seconds(), t.attrs.get(attrKey{kind: attrWait, a: kd.kind, b: w}, func() []attribute.KeyValue {
-				return []attribute.KeyValue{attribute.String("sluice.wait.kind", kd.kind), attribute.String("sluice.window", w)}
+			p := c.Class.String() // one of three: the label stays bounded
+			t.waits.Record(context.Background(), kd.d.Seconds(), t.attrs.get(attrKey{kind: attrWait, a: kd.kind, b: w, c: p}, func() []attribute.KeyValue {
+				return []attribute.KeyValue{attribute.String("sluice.wait.kind", kd.kind), attribute.String("sluice.window", w), attribute.String("sluice.priority", p)}
 			}))
 		}
 	}
@@ -257,6 +258,7 @@ func (t *telemetry) finish(c *Call) {
 		attribute.Float64("sluice.wait.global", globalWait.Seconds()),
 		attribute.Float64("sluice.wait.network", network.Seconds()),
 		attribute.Int64("sluice.sends", c.sends.Load()),
+		attribute.String("sluice.priority", c.Class.String()),
 	)
 	if err != nil {
 		c.span.RecordError(err)

@@ -29,6 +29,8 @@ const (
 	DefaultOverflowStatus = http.StatusServiceUnavailable
 	// DefaultMaxWaitHeader is Config.MaxWaitHeader's default.
 	DefaultMaxWaitHeader = "X-Sluice-Max-Wait"
+	// DefaultPriorityHeader is Config.PriorityHeader's default.
+	DefaultPriorityHeader = "X-Sluice-Priority"
 	// DefaultCacheSize is Config.CacheSize's default.
 	DefaultCacheSize = 10000
 	// DefaultMaxCachedBody is the largest body the cache keeps; a larger
@@ -104,6 +106,15 @@ type Config struct {
 	// once with the proxy's own 429 (see docs/proxy.md). The header is not
 	// sent upstream. Default DefaultMaxWaitHeader ("X-Sluice-Max-Wait").
 	MaxWaitHeader string
+	// PriorityHeader names the request header in which a caller gives its
+	// request's priority: "interactive", "normal" (the default, as without
+	// the header) or "bulk" (sluice.Priority; docs/priorities.md). Another
+	// value is answered 400 (reason bad_request). The header is not sent
+	// upstream. Priorities order the requests of one token: a caller can
+	// move its requests ahead of the same token's other requests, never
+	// past another token's. Default DefaultPriorityHeader
+	// ("X-Sluice-Priority").
+	PriorityHeader string
 	// MaxBody is the largest request body accepted, in bytes; a larger one
 	// is answered 413 (reason body_too_large, Discord's code 40005), before
 	// a byte of it is read when its Content-Length says so. Default
@@ -208,6 +219,10 @@ func (c Config) settings() (settings, error) {
 		c.MaxWaitHeader = DefaultMaxWaitHeader
 	}
 	c.MaxWaitHeader = http.CanonicalHeaderKey(c.MaxWaitHeader)
+	if c.PriorityHeader == "" {
+		c.PriorityHeader = DefaultPriorityHeader
+	}
+	c.PriorityHeader = http.CanonicalHeaderKey(c.PriorityHeader)
 	if c.MaxBody == 0 {
 		c.MaxBody = DefaultMaxBody
 	}

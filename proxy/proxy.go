@@ -361,6 +361,11 @@ func (p *Proxy) relay(w http.ResponseWriter, r *http.Request, start time.Time) {
 		p.refuse(w, r, nil, label, p.classify(fmt.Errorf("%s: %w", p.cfg.MaxWaitHeader, err), nil), start)
 		return
 	}
+	priority, err := sluice.ParsePriority(r.Header.Get(p.cfg.PriorityHeader))
+	if err != nil {
+		p.refuse(w, r, nil, label, p.classify(fmt.Errorf("%s: %w", p.cfg.PriorityHeader, err), nil), start)
+		return
+	}
 	key := token + "\x00" + route.Method + " " + target.EscapedPath() + "?" + target.RawQuery
 	if a, ok := p.cache.get(key, p.cfg.Clock()); ok {
 		h := w.Header()
@@ -395,7 +400,7 @@ func (p *Proxy) relay(w http.ResponseWriter, r *http.Request, start time.Time) {
 		// chunked request.
 		w.Header().Del("Connection")
 	}
-	ctx := sluice.WithMaxWait(r.Context(), maxWait)
+	ctx := sluice.WithPriority(sluice.WithMaxWait(r.Context(), maxWait), priority)
 	t, err := p.reg.acquire(ctx, token)
 	if err != nil {
 		p.refuse(w, r, nil, label, p.classify(err, nil), start)
@@ -408,7 +413,7 @@ func (p *Proxy) relay(w http.ResponseWriter, r *http.Request, start time.Time) {
 		return
 	}
 	out.URL = target
-	copyHeader(out.Header, r.Header, "Authorization", "Host", "Content-Length", p.cfg.MaxWaitHeader)
+	copyHeader(out.Header, r.Header, "Authorization", "Host", "Content-Length", p.cfg.MaxWaitHeader, p.cfg.PriorityHeader)
 	if body != nil && body.n > 0 {
 		out.Body, out.ContentLength = body.reader(), body.n
 		out.GetBody = func() (io.ReadCloser, error) { return body.reader(), nil }

@@ -97,6 +97,7 @@ type proxyFlags struct {
 	metricsListen                 string
 	redisURL, redisIPKey          string
 	maxWaitHeader                 string
+	priorityHeader                string
 	logLevel, logFormat           string
 	h2c, webhookAuth              bool
 	maxTokens, maxQueue, overflow int
@@ -156,6 +157,7 @@ func proxyFlagSet(f *proxyFlags) *flag.FlagSet {
 	fs.IntVar(&f.maxConns, "max-conns", defaultMaxConns, "client connections open at once at most; more wait in the listen backlog until one closes (0: no limit)")
 	fs.DurationVar(&f.bodyTimeout, "body-timeout", proxy.DefaultBodyTimeout, "longest a client may take to send a request's body once its headers are read; a slower one is answered 408")
 	fs.StringVar(&f.maxWaitHeader, "max-wait-header", proxy.DefaultMaxWaitHeader, "request `header` in which a caller gives the longest wait it accepts (\"2.5\" seconds or \"2500ms\"); a longer predicted wait is answered 429 at once")
+	fs.StringVar(&f.priorityHeader, "priority-header", proxy.DefaultPriorityHeader, "request `header` in which a caller gives its request's priority: interactive, normal or bulk (docs/priorities.md)")
 	fs.DurationVar(&f.cache404, "cache-404", proxy.DefaultCacheTTL()[http.StatusNotFound], "replay a 404 to the same token for the same method, path and query for this long (0: never)")
 	fs.DurationVar(&f.cache401, "cache-401", proxy.DefaultCacheTTL()[http.StatusUnauthorized], "replay a 401 likewise for this long (0: never)")
 	fs.StringVar(&f.limitsFile, "limits", "", "YAML or JSON `file` (.yaml, .yml, .json) of declared limits: limits Discord enforces without announcing them, or rules of your own, added to the default ones (one with a default's name replaces it); see docs/declared-limits.md")
@@ -266,6 +268,8 @@ func (f *proxyFlags) check() error {
 		return bad("overflow-status", "must be between 400 and 599, got %d", f.overflow)
 	case !validHeaderName(f.maxWaitHeader):
 		return bad("max-wait-header", "%q is not a header name", f.maxWaitHeader)
+	case !validHeaderName(f.priorityHeader):
+		return bad("priority-header", "%q is not a header name", f.priorityHeader)
 	case f.cache404 < 0:
 		return bad("cache-404", "must be 0s or more, got %v", f.cache404)
 	case f.cache401 < 0:
@@ -463,6 +467,7 @@ func proxyCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		MaxQueue:         f.maxQueue,
 		OverflowStatus:   f.overflow,
 		MaxWaitHeader:    f.maxWaitHeader,
+		PriorityHeader:   f.priorityHeader,
 		MaxBody:          f.maxBody,
 		MetricsElsewhere: f.metricsListen != "",
 		MaxBuffered:      f.maxBuffered,
@@ -558,6 +563,7 @@ func proxyCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		slog.Int("max_queue", f.maxQueue), slog.Int("overflow_status", f.overflow),
 		slog.Int("max_conns", f.maxConns), slog.Int64("max_body", f.maxBody), slog.Int64("max_buffered", f.maxBuffered), slog.Duration("body_timeout", f.bodyTimeout),
 		slog.String("max_wait_header", http.CanonicalHeaderKey(f.maxWaitHeader)),
+		slog.String("priority_header", http.CanonicalHeaderKey(f.priorityHeader)),
 		slog.Duration("cache_404", f.cache404), slog.Duration("cache_401", f.cache401),
 		slog.String("limits_file", f.limitsFile), slog.Int("limits", len(f.limits)), slog.Bool("no_default_limits", f.noDefaultLimits),
 		slog.Bool("webhook_auth", f.webhookAuth), slog.Duration("grace", f.grace), slog.Duration("drain_delay", f.drainDelay),
@@ -580,7 +586,7 @@ func proxyConfigError(f *proxyFlags, err error) error {
 	if errors.As(err, &ce) {
 		name := map[string]string{
 			"Upstream": "upstream", "MaxTokens": "max-tokens", "IdleTimeout": "idle-timeout", "MaxQueue": "max-queue",
-			"OverflowStatus": "overflow-status", "MaxWaitHeader": "max-wait-header", "CacheTTL": "cache-404",
+			"OverflowStatus": "overflow-status", "MaxWaitHeader": "max-wait-header", "PriorityHeader": "priority-header", "CacheTTL": "cache-404",
 			"MaxBody": "max-body", "MaxBuffered": "max-buffered", "BodyTimeout": "body-timeout",
 		}[ce.Field]
 		if name != "" {

@@ -1,0 +1,240 @@
+package sluice_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicetest"
+)
+
+func TestParsePriority(t *testing.T) {
+	for in, want := range map[string]sluice.Priority{
+		"": sluice.PriorityNormal, "normal": sluice.PriorityNormal, " Interactive ": sluice.PriorityInteractive,
+		"BULK": sluice.PriorityBulk, "interactive": sluice.PriorityInteractive,
+	} {
+		p, err := sluice.ParsePriority(in)
+		require.NoError(t, err, in)
+		assert.Equal(t, want, p, in)
+	}
+	for _, in := range []string{"urgent", "1", "-1", "bulk,interactive", "normal\x00"} {
+		_, err := sluice.ParsePriority(in)
+		assert.ErrorIs(t, err, sluice.ErrBadRequest, in)
+		assert.NotContains(t, err.Error(), in, "a client's value is not quoted")
+	}
+	for _, p := range []sluice.Priority{sluice.PriorityBulk, sluice.PriorityNormal, sluice.PriorityInteractive} {
+		back, err := sluice.ParsePriority(p.String())
+		require.NoError(t, err)
+		assert.Equal(t, p, back)
+		assert.True(t, p.Valid())
+	}
+	assert.Equal(t, "priority(5)", sluice.Priority(5).String())
+	assert.False(t, sluice.Priority(5).Valid())
+	assert.Equal(t, sluice.PriorityNormal, sluice.PriorityFrom(context.Background()))
+	assert.Equal(t, sluice.PriorityBulk, sluice.PriorityFrom(sluice.WithPriority(context.Background(), sluice.PriorityBulk)))
+}
+
+// A priority that is none of the three fails the request at once, before
+// it is sent, with a typed error; the limiter goes on.
+func TestInvalidPriorityFailsTheRequestOnly(t *testing.T) {
+	h := newHarness(t, sluicetest.Options{}, sluice.Options{})
+	ctx := sluice.WithPriority(context.Background(), sluice.Priority(9))
+	_, err := h.lim.Do(ctx, req("POST", "/channels/1/messages", `{"content":"x"}`))
+	require.ErrorIs(t, err, sluice.ErrBadRequest)
+	assert.Contains(t, err.Error(), "priority(9)")
+	resp, err := h.lim.Do(context.Background(), req("POST", "/channels/1/messages", `{"content":"y"}`))
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, 1, h.srv.Stats().Requests, "the refused request was not sent")
+}
+
+// sendOrdered sends each request with its priority, in order, and returns
+// the indexes of the requests in the order their answers came. On a bucket
+// of one request per window the next one leaves only after the previous
+// one's answer and the window's end: answer order is sending order.
+func sendOrdered(t *testing.T, lim *sluice.Limiter, reqs []*http.Request, prio []sluice.Priority) []int {
+	t.Helper()
+	var (
+		mu    sync.Mutex
+		order []int
+		wg    sync.WaitGroup
+	)
+	for i, r := range reqs {
+		f := lim.Send(sluice.WithPriority(context.Background(), prio[i]), r)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := f.Await(context.Background())
+			if assert.NoError(t, err, i) {
+				resp.Body.Close()
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return order
+}
+
+// In a bucket's queue an interactive request goes ahead of the bulk
+// requests queued before it.
+func TestPriorityInteractiveGoesAheadOfBulkInItsBucket(t *testing.T) {
+	rs := rules(1, 40*time.Millisecond, [2]string{"POST", messagesRoute})
+	h := newHarness(t, sluicetest.Options{Rules: rs}, sluice.Options{})
+	warm, err := h.lim.Do(context.Background(), req("POST", "/channels/5/messages", `{"content":"warm"}`))
+	require.NoError(t, err)
+	warm.Body.Close()
+
+	var reqs []*http.Request
+	var prio []sluice.Priority
+	for i := range 12 {
+		reqs = append(reqs, req("POST", "/channels/5/messages", fmt.Sprintf(`{"content":"bulk %d"}`, i)))
+		prio = append(prio, sluice.PriorityBulk)
+	}
+	for i := range 4 {
+		reqs = append(reqs, req("POST", "/channels/5/messages", fmt.Sprintf(`{"content":"interactive %d"}`, i)))
+		prio = append(prio, sluice.PriorityInteractive)
+	}
+	order := sendOrdered(t, h.lim, reqs, prio)
+	h.srv.AssertNoViolations(t)
+	t.Logf("answer order: %v", order)
+	// The bucket sends one request per 40 ms window: the first bulk
+	// request may have left (with the next due) before the interactive
+	// ones were queued, never more.
+	for i := 12; i < 16; i++ {
+		assert.LessOrEqual(t, slices.Index(order, i), 2+(i-12), "interactive request %d answered at %d: %v", i-12, slices.Index(order, i), order)
+	}
+	// Within a class, submission order.
+	var bulk, inter []int
+	for _, i := range order {
+		if i < 12 {
+			bulk = append(bulk, i)
+		} else {
+			inter = append(inter, i)
+		}
+	}
+	assert.True(t, slices.IsSorted(bulk), "bulk in submission order: %v", bulk)
+	assert.True(t, slices.IsSorted(inter), "interactive in submission order: %v", inter)
+}
+
+// A lower priority is not starved: while bulk requests wait, at most
+// seven interactive ones go in a row.
+func TestPriorityBulkKeepsItsShare(t *testing.T) {
+	rs := rules(1, 25*time.Millisecond, [2]string{"POST", messagesRoute})
+	h := newHarness(t, sluicetest.Options{Rules: rs}, sluice.Options{})
+	warm, err := h.lim.Do(context.Background(), req("POST", "/channels/6/messages", `{"content":"warm"}`))
+	require.NoError(t, err)
+	warm.Body.Close()
+
+	var reqs []*http.Request
+	var prio []sluice.Priority
+	for i := range 3 {
+		reqs = append(reqs, req("POST", "/channels/6/messages", fmt.Sprintf(`{"content":"bulk %d"}`, i)))
+		prio = append(prio, sluice.PriorityBulk)
+	}
+	for i := range 30 {
+		reqs = append(reqs, req("POST", "/channels/6/messages", fmt.Sprintf(`{"content":"interactive %d"}`, i)))
+		prio = append(prio, sluice.PriorityInteractive)
+	}
+	order := sendOrdered(t, h.lim, reqs, prio)
+	h.srv.AssertNoViolations(t)
+	t.Logf("answer order: %v", order)
+	run, bulkLeft, longest := 0, 3, 0
+	for _, i := range order {
+		if i < 3 {
+			bulkLeft--
+			run = 0
+			continue
+		}
+		if bulkLeft > 0 {
+			run++
+			longest = max(longest, run)
+		}
+	}
+	assert.LessOrEqual(t, longest, 7, "interactive requests in a row while bulk ones waited: %v", order)
+	last := slices.Index(order, 2)
+	assert.Less(t, last, 3*8, "the last bulk request answered at %d of %d: %v", last, len(order), order)
+	assert.Greater(t, slices.Index(order, 1), slices.Index(order, 13), "bulk requests do yield: %v", order)
+}
+
+// In the global window's line an interactive request goes ahead of the
+// bulk work of every other channel: 400 bulk messages over 40 channels
+// fill a global window of 100 per second for four seconds; interactive
+// messages on 10 other channels, sent after them, are answered among the
+// first two windows' requests. Without priorities the bulk channels'
+// longer backlogs go first (admission.PathWeight), and the interactive
+// ones wait for most of the bulk work.
+func TestPriorityInteractiveGoesAheadInTheGlobalLine(t *testing.T) {
+	rs := rules(5, time.Second, [2]string{"POST", messagesRoute})
+	rs.GlobalLimit = 100
+	h := newHarness(t, sluicetest.Options{Rules: rs}, sluice.Options{GlobalLimit: 100})
+	// Every channel's bucket is known: none needs a pioneer, which goes
+	// ahead of known buckets whatever its priority.
+	var warm []*http.Request
+	for c := range 10 {
+		warm = append(warm, req("POST", fmt.Sprintf("/channels/%d/messages", 70_000+c), `{"content":"warm"}`))
+	}
+	for c := range 40 {
+		warm = append(warm, req("POST", fmt.Sprintf("/channels/%d/messages", 71_000+c), `{"content":"warm"}`))
+	}
+	doAllWithin(t, h.lim, warm, 30*time.Second)
+
+	var (
+		mu    sync.Mutex
+		order []int // request indexes, in the order of their answers
+		wg    sync.WaitGroup
+	)
+	await := func(i int, f *sluice.Future) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := f.Await(context.Background())
+			if assert.NoError(t, err, i) {
+				resp.Body.Close()
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+		}()
+	}
+	bulk := sluice.WithPriority(context.Background(), sluice.PriorityBulk)
+	for i := range 400 {
+		await(i, h.lim.Send(bulk, req("POST", fmt.Sprintf("/channels/%d/messages", 71_000+i%40), `{"content":"bulk"}`)))
+	}
+	interactive := sluice.WithPriority(context.Background(), sluice.PriorityInteractive)
+	for c := range 10 {
+		await(400+c, h.lim.Send(interactive, req("POST", fmt.Sprintf("/channels/%d/messages", 70_000+c), `{"content":"interactive"}`)))
+	}
+	wg.Wait()
+	h.srv.AssertNoViolations(t)
+	worst := 0
+	for c := range 10 {
+		worst = max(worst, slices.Index(order, 400+c))
+	}
+	t.Logf("the last interactive request answered %d of 410", worst+1)
+	assert.Less(t, worst, 200, "an interactive request waited past two global windows of bulk work")
+}
+
+// WithPriority reaches a request sent through Do, DoBatch and the
+// RoundTripper alike: they share Send's path.
+func TestPriorityThroughEveryEntryPoint(t *testing.T) {
+	h := newHarness(t, sluicetest.Options{}, sluice.Options{})
+	ctx := sluice.WithPriority(context.Background(), sluice.Priority(-7))
+	_, err := h.lim.Do(ctx, req("GET", "/channels/1", ""))
+	assert.ErrorIs(t, err, sluice.ErrBadRequest)
+	res := h.lim.DoBatch(ctx, []*http.Request{req("GET", "/channels/1", "")})
+	assert.ErrorIs(t, res[0].Err, sluice.ErrBadRequest)
+	r, _ := http.NewRequestWithContext(ctx, "GET", h.srv.APIBase()+"/channels/1", nil)
+	_, err = (&http.Client{Transport: h.lim}).Do(r)
+	assert.True(t, errors.Is(err, sluice.ErrBadRequest), "%v", err)
+}
