@@ -329,6 +329,7 @@ func (b *bucket) enqueue(c *Call) {
 		c.Complete(nil, fmt.Errorf("%w: %d requests queued for %s", ErrQueueFull, len(l.queue), c.Route.Redacted()))
 		return
 	}
+	l.noteClass(c) // before placeOf: it may drop finished calls from the head
 	now := b.sys.now()
 	// The wait MaxWait weighs is what is certain: the bucket's windows
 	// (its pause included), the declared groups' reserved window and the
@@ -373,7 +374,6 @@ func (b *bucket) enqueue(c *Call) {
 	}
 	c.queuedAt = now
 	b.sys.tel.event(c, "queued", attribute.String("sluice.bucket", l.key))
-	l.noteClass(c)
 	l.queue = slices.Insert(l.queue, pos, c)
 	if pos < len(l.queue)-1 || l.order(pos) {
 		b.restamp(l, now) // its place moved the calls behind it
