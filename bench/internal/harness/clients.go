@@ -187,7 +187,7 @@ func Request(op Op) *http.Request {
 }
 
 func (c *sluiceClient) Do(ctx context.Context, op Op) error {
-	resp, err := c.lim.Do(ctx, Request(op))
+	resp, err := c.lim.Do(sluice.WithPriority(ctx, op.Priority), Request(op))
 	if err != nil {
 		return err
 	}

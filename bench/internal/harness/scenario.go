@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/sluicetest"
 )
 
@@ -73,6 +74,10 @@ type Op struct {
 	// Delay is when the bot issues the request, from the scenario's start;
 	// 0 for all at once.
 	Delay time.Duration
+	// Priority is the request's sluice.Priority (sluice.WithPriority).
+	// Only Sluice has priorities: the other clients send every request
+	// alike, as they would without it.
+	Priority sluice.Priority
 }
 
 // sf turns a small number into a realistic 19-digit snowflake. Libraries
