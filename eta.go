@@ -121,4 +121,6 @@ type RequestSnapshot struct {
 	Bucket string
 	// ETA is its place and expected send time.
 	ETA ETA
+	// Priority is the priority it was sent with (WithPriority).
+	Priority Priority
 }

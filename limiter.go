@@ -598,7 +598,7 @@ func (l *Limiter) Snapshot(ctx context.Context) (Snapshot, error) {
 	if len(s.Requests) > 0 {
 		out.Requests = make([]RequestSnapshot, len(s.Requests))
 		for i, r := range s.Requests {
-			out.Requests[i] = RequestSnapshot{ID: r.ID, Route: r.Route, Bucket: r.Bucket, ETA: publicETA(r.ETA)}
+			out.Requests[i] = RequestSnapshot{ID: r.ID, Route: r.Route, Bucket: r.Bucket, ETA: publicETA(r.ETA), Priority: Priority(r.Class)}
 		}
 	}
 	if l.shared != nil && err == nil {

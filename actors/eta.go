@@ -78,6 +78,7 @@ type RequestETA struct {
 	Route  string
 	Bucket string
 	ETA    ETA
+	Class  admission.Class
 }
 
 // laneETA is the part of a call's ETA its bucket actor knows.
@@ -354,7 +355,7 @@ func (s *System) finish(parts []laneETA, now time.Time, ring *ringKeys) []Reques
 	for i, p := range parts {
 		c := p.call
 		e := ETA{Stage: p.stage, Position: p.pos, Start: p.start, End: p.end, Known: p.known}
-		out[i] = RequestETA{ID: c.ID, Route: c.Route.String(), Bucket: p.bucket}
+		out[i] = RequestETA{ID: c.ID, Route: c.Route.String(), Bucket: p.bucket, Class: c.Class}
 		switch p.stage {
 		case StageDone:
 			out[i].ETA = ETA{Stage: StageDone}

@@ -200,16 +200,7 @@ func demoChild(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 
 	t := &tally{byKind: map[string]map[string]int{}, started: time.Now()}
 	var wg sync.WaitGroup
-	for _, j := range jobs {
-		f := lim.Send(loadCtx, j.req)
-		wg.Add(1)
-		go func(kind string) {
-			defer wg.Done()
-			resp, err := f.Await(context.Background())
-			t.add(kind, resp, err)
-			out.line("@P")
-		}(j.kind)
-	}
+	sendJobs(loadCtx, lim, jobs, t, &wg, func() { out.line("@P") })
 	finished := make(chan struct{})
 	go func() { wg.Wait(); close(finished) }()
 	sendStatus := func(timeout time.Duration) {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -41,8 +42,10 @@ type demoConfig struct {
 
 // job is one request of the demo's load.
 type job struct {
-	kind string
-	req  *http.Request
+	kind     string
+	req      *http.Request
+	priority sluice.Priority // sent with sluice.WithPriority
+	delay    time.Duration   // when the load sends it, from its start
 }
 
 // demo runs the simulator and a limiter in-process and drives a load
@@ -51,7 +54,7 @@ type job struct {
 func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	cfg := demoConfig{out: stdout, errOut: stderr}
-	fs.StringVar(&cfg.scenario, "scenario", "mixed", "load to drive: mixed, saturated, fanout, burst, shared, sublimit, global429, faults")
+	fs.StringVar(&cfg.scenario, "scenario", "mixed", "load to drive: mixed, saturated, fanout, burst, shared, sublimit, global429, faults, priorities")
 	fs.IntVar(&cfg.size, "size", 600, "number of requests, 1 to 100000")
 	fs.BoolVar(&cfg.trace, "trace", false, "print every actor message and state transition to stderr")
 	progress := fs.String("progress", "auto", "live view: auto (when stdout is a terminal), on, off")
@@ -132,14 +135,15 @@ func newJob(kind, method, path, body string) job {
 
 // scenarios build the load: n requests, in submission order.
 var scenarios = map[string]func(n int) []job{
-	"mixed":     mixedLoad,
-	"saturated": saturatedLoad,
-	"fanout":    fanoutLoad,
-	"burst":     burstLoad,
-	"shared":    sharedLoad,
-	"sublimit":  sublimitLoad,
-	"global429": fanoutLoad,
-	"faults":    mixedLoad,
+	"mixed":      mixedLoad,
+	"saturated":  saturatedLoad,
+	"fanout":     fanoutLoad,
+	"burst":      burstLoad,
+	"shared":     sharedLoad,
+	"sublimit":   sublimitLoad,
+	"global429":  fanoutLoad,
+	"faults":     mixedLoad,
+	"priorities": prioritiesLoad,
 }
 
 // mixedLoad is what a busy bot sends: many channels, a hot channel,
@@ -221,6 +225,78 @@ func sublimitLoad(n int) []job {
 	return jobs
 }
 
+// prioritiesLoad is bulk work and a user's interactions: nine in ten
+// requests are bulk messages over 60 channels, all at once, filling the
+// global limit; the tenth are interactive messages sent one by one over
+// the bulk work's span (at the demo's global 50/s), alternately on a
+// channel of their own and on one of the bulk work's channels.
+func prioritiesLoad(n int) []job {
+	interactive := n / 10
+	bulk := n - interactive
+	span := time.Duration(bulk) * time.Second / 50
+	jobs := make([]job, 0, n)
+	for i := range bulk {
+		j := newJob("bulk", "POST", fmt.Sprintf("/channels/%d/messages", 3000+i%60), fmt.Sprintf(`{"content":"bulk %d"}`, i))
+		j.priority = sluice.PriorityBulk
+		jobs = append(jobs, j)
+	}
+	for k := range interactive {
+		kind, channel := "interactive", 4000+k
+		if k%2 == 1 {
+			kind, channel = "interactive*", 3000+k*7%60 // on a bulk channel
+		}
+		j := newJob(kind, "POST", fmt.Sprintf("/channels/%d/messages", channel), fmt.Sprintf(`{"content":"interactive %d"}`, k))
+		j.priority = sluice.PriorityInteractive
+		j.delay = time.Duration(k+1) * span / time.Duration(interactive+1)
+		jobs = append(jobs, j)
+	}
+	return jobs
+}
+
+// sendJobs sends every job with its priority, at its delay from now (those
+// without one at once, in order), and records each outcome in t, then
+// calls done (nil: nothing). wg counts the jobs without an outcome. A job
+// whose delay has not come when ctx ends is recorded as cancelled, unsent.
+func sendJobs(ctx context.Context, lim *sluice.Limiter, jobs []job, t *tally, wg *sync.WaitGroup, done func()) {
+	start := time.Now()
+	finish := func(j job, resp *http.Response, err error) {
+		t.add(j.kind, resp, err)
+		if done != nil {
+			done()
+		}
+	}
+	await := func(j job, f *sluice.Future, sent time.Time) {
+		resp, err := f.Await(context.Background())
+		t.took(j.kind, time.Since(sent))
+		finish(j, resp, err)
+	}
+	for _, j := range jobs {
+		wg.Add(1)
+		if j.delay <= 0 {
+			sent := time.Now()
+			f := lim.Send(sluice.WithPriority(ctx, j.priority), j.req)
+			go func() {
+				defer wg.Done()
+				await(j, f, sent)
+			}()
+			continue
+		}
+		go func() {
+			defer wg.Done()
+			timer := time.NewTimer(time.Until(start.Add(j.delay)))
+			defer timer.Stop()
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				finish(j, nil, ctx.Err())
+				return
+			}
+			sent := time.Now()
+			await(j, lim.Send(sluice.WithPriority(ctx, j.priority), j.req), sent)
+		}()
+	}
+}
+
 // faultsFor adds the scenario's faults: the mixed load meets an external
 // global 429 and a dropped connection; "faults" adds 5xx and drops.
 func faultsFor(scenario string) sluicetest.Faults {
@@ -236,10 +312,22 @@ func faultsFor(scenario string) sluicetest.Faults {
 
 type tally struct {
 	mu        sync.Mutex
-	byKind    map[string]map[string]int // kind -> outcome -> count
-	done      atomic.Int64              // requests ended, cancelled ones included
-	cancelled atomic.Int64              // requests ended by the demo's interruption
+	byKind    map[string]map[string]int  // kind -> outcome -> count
+	times     map[string][]time.Duration // kind -> from send to outcome
+	done      atomic.Int64               // requests ended, cancelled ones included
+	cancelled atomic.Int64               // requests ended by the demo's interruption
 	started   time.Time
+}
+
+// took records how long a request of kind took from its send to its
+// outcome.
+func (t *tally) took(kind string, d time.Duration) {
+	t.mu.Lock()
+	if t.times == nil {
+		t.times = map[string][]time.Duration{}
+	}
+	t.times[kind] = append(t.times[kind], d)
+	t.mu.Unlock()
 }
 
 func (t *tally) add(kind string, resp *http.Response, err error) {
@@ -294,15 +382,7 @@ func runDemo(ctx context.Context, cfg demoConfig) error {
 
 	t := &tally{byKind: map[string]map[string]int{}, started: time.Now()}
 	var wg sync.WaitGroup
-	for _, j := range jobs {
-		f := lim.Send(ctx, j.req)
-		wg.Add(1)
-		go func(kind string) {
-			defer wg.Done()
-			resp, err := f.Await(context.Background())
-			t.add(kind, resp, err)
-		}(j.kind)
-	}
+	sendJobs(ctx, lim, jobs, t, &wg, nil)
 	dropped := false
 	finished := make(chan struct{})
 	go func() { wg.Wait(); close(finished) }()
@@ -406,7 +486,7 @@ func drawLive(w io.Writer, lim *sluice.Limiter, t *tally, total, prev int) int {
 		drain := ""
 		if n := len(snap.Requests); n > 0 {
 			e := snap.Requests[n-1].ETA // the last submitted
-			drain = fmt.Sprintf(", %d waiting, the last submitted goes in +%s (%s, place %d in its bucket)", n,
+			drain = fmt.Sprintf(", %d waiting%s, the last submitted goes in +%s (%s, place %d in its bucket)", n, byPriority(snap.Requests),
 				e.Wait(snap.Time).Round(10*time.Millisecond), e.Limit, e.Position)
 		}
 		fmt.Fprintf(&b, "\x1b[2K%d live buckets%s\n", len(snap.Buckets), drain)
@@ -417,6 +497,25 @@ func drawLive(w io.Writer, lim *sluice.Limiter, t *tally, total, prev int) int {
 	}
 	io.WriteString(w, b.String())
 	return lines
+}
+
+// byPriority counts the waiting requests by priority, as " (interactive
+// 2, bulk 40)", or "" when all are of the default.
+func byPriority(rs []sluice.RequestSnapshot) string {
+	counts := map[sluice.Priority]int{}
+	for _, r := range rs {
+		counts[r.Priority]++
+	}
+	if len(counts) == 0 || len(counts) == 1 && counts[sluice.PriorityNormal] > 0 {
+		return ""
+	}
+	var parts []string
+	for _, p := range []sluice.Priority{sluice.PriorityInteractive, sluice.PriorityNormal, sluice.PriorityBulk} {
+		if counts[p] > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", p, counts[p]))
+		}
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
 }
 
 func trim(s string, n int) string {
@@ -451,6 +550,25 @@ func report(w io.Writer, jobs []job, t *tally, st sluicetest.Stats, rules sluice
 		}
 		sort.Strings(parts)
 		fmt.Fprintf(w, "  %-13s %s\n", k, strings.Join(parts, ", "))
+	}
+	prioritized := false
+	for _, j := range jobs {
+		prioritized = prioritized || j.priority != sluice.PriorityNormal
+	}
+	if t.times != nil && prioritized {
+		fmt.Fprintln(w, "\nFrom send to answer, by kind (p50 / p99 / max):")
+		for _, k := range kinds {
+			ds := t.times[k]
+			if len(ds) == 0 {
+				continue
+			}
+			slices.Sort(ds)
+			q := func(p float64) time.Duration {
+				return ds[min(len(ds)-1, int(p*float64(len(ds))))].Round(time.Millisecond)
+			}
+			fmt.Fprintf(w, "  %-13s %v / %v / %v\n", k, q(0.5), q(0.99), ds[len(ds)-1].Round(time.Millisecond))
+		}
+		fmt.Fprintln(w, "  (interactive* are on the bulk work's channels: they may wait for their bucket's window too)")
 	}
 
 	exempt := 0

@@ -32,6 +32,23 @@ func TestDemoMixedReportsNoAvoidable429s(t *testing.T) {
 	}
 }
 
+// The priorities scenario: bulk work and interactions sent over the run,
+// each class's time from send to answer in the report, and the live view
+// counting the waiting requests by priority.
+func TestDemoPrioritiesReportsEachClass(t *testing.T) {
+	var out, errOut strings.Builder
+	err := run(context.Background(), []string{"demo", "-scenario", "priorities", "-size", "150", "-progress", "on"}, &out, &errOut)
+	require.NoError(t, err, out.String())
+	report := out.String()
+	assert.Contains(t, report, "Done: 150 requests")
+	assert.Contains(t, report, "Avoidable 429s (the simulator's verdict): 0")
+	assert.Regexp(t, `bulk +200 ×135`, report)
+	assert.Regexp(t, `From send to answer, by kind \(p50 / p99 / max\):\n  bulk +[0-9.]+m?s / `, report)
+	assert.Regexp(t, `\n  interactive +[0-9.]+m?s / [0-9.]+m?s / `, report)
+	assert.Regexp(t, `\n  interactive\* +[0-9.]+m?s / `, report)
+	assert.Regexp(t, `waiting \((interactive \d+, )?bulk \d+\)`, report, "the live view counts by priority")
+}
+
 func TestDemoTraceAndLiveView(t *testing.T) {
 	var out, errOut strings.Builder
 	err := run(context.Background(), []string{"demo", "-scenario", "saturated", "-size", "12", "-trace", "-progress", "on"}, &out, &errOut)
