@@ -86,25 +86,32 @@ func sendOrdered(t *testing.T, lim *sluice.Limiter, reqs []*http.Request, prio [
 	return order
 }
 
-// In a bucket's queue an interactive request goes ahead of the bulk
-// requests queued before it.
-func TestPriorityInteractiveGoesAheadOfBulkInItsBucket(t *testing.T) {
-	rs := rules(1, 40*time.Millisecond, [2]string{"POST", messagesRoute})
+// serialChannel is a harness whose message bucket sends one request per
+// window, its channel's bucket known (one request answered), and the
+// requests of a load on that channel: bulk ones, then interactive ones.
+func serialChannel(t *testing.T, window time.Duration, bulk, interactive int) (*harness, []*http.Request, []sluice.Priority) {
+	rs := rules(1, window, [2]string{"POST", messagesRoute})
 	h := newHarness(t, sluicetest.Options{Rules: rs}, sluice.Options{})
 	warm, err := h.lim.Do(context.Background(), req("POST", "/channels/5/messages", `{"content":"warm"}`))
 	require.NoError(t, err)
 	warm.Body.Close()
-
 	var reqs []*http.Request
 	var prio []sluice.Priority
-	for i := range 12 {
-		reqs = append(reqs, req("POST", "/channels/5/messages", fmt.Sprintf(`{"content":"bulk %d"}`, i)))
-		prio = append(prio, sluice.PriorityBulk)
+	for i := range bulk + interactive {
+		p, name := sluice.PriorityBulk, fmt.Sprintf("bulk %d", i)
+		if i >= bulk {
+			p, name = sluice.PriorityInteractive, fmt.Sprintf("interactive %d", i-bulk)
+		}
+		reqs = append(reqs, req("POST", "/channels/5/messages", fmt.Sprintf(`{"content":%q}`, name)))
+		prio = append(prio, p)
 	}
-	for i := range 4 {
-		reqs = append(reqs, req("POST", "/channels/5/messages", fmt.Sprintf(`{"content":"interactive %d"}`, i)))
-		prio = append(prio, sluice.PriorityInteractive)
-	}
+	return h, reqs, prio
+}
+
+// In a bucket's queue an interactive request goes ahead of the bulk
+// requests queued before it.
+func TestPriorityInteractiveGoesAheadOfBulkInItsBucket(t *testing.T) {
+	h, reqs, prio := serialChannel(t, 40*time.Millisecond, 12, 4)
 	order := sendOrdered(t, h.lim, reqs, prio)
 	h.srv.AssertNoViolations(t)
 	t.Logf("answer order: %v", order)
@@ -130,22 +137,7 @@ func TestPriorityInteractiveGoesAheadOfBulkInItsBucket(t *testing.T) {
 // A lower priority is not starved: while bulk requests wait, at most
 // seven interactive ones go in a row.
 func TestPriorityBulkKeepsItsShare(t *testing.T) {
-	rs := rules(1, 25*time.Millisecond, [2]string{"POST", messagesRoute})
-	h := newHarness(t, sluicetest.Options{Rules: rs}, sluice.Options{})
-	warm, err := h.lim.Do(context.Background(), req("POST", "/channels/6/messages", `{"content":"warm"}`))
-	require.NoError(t, err)
-	warm.Body.Close()
-
-	var reqs []*http.Request
-	var prio []sluice.Priority
-	for i := range 3 {
-		reqs = append(reqs, req("POST", "/channels/6/messages", fmt.Sprintf(`{"content":"bulk %d"}`, i)))
-		prio = append(prio, sluice.PriorityBulk)
-	}
-	for i := range 30 {
-		reqs = append(reqs, req("POST", "/channels/6/messages", fmt.Sprintf(`{"content":"interactive %d"}`, i)))
-		prio = append(prio, sluice.PriorityInteractive)
-	}
+	h, reqs, prio := serialChannel(t, 25*time.Millisecond, 3, 30)
 	order := sendOrdered(t, h.lim, reqs, prio)
 	h.srv.AssertNoViolations(t)
 	t.Logf("answer order: %v", order)
