@@ -496,49 +496,11 @@ func (b *bucket) pump(ctx actor.Context) {
 				if c == nil || c.Class != class {
 					continue
 				}
-				ok, wait := b.ready(l, now)
-				if !ok {
-					if wait > 0 && (wake == 0 || wait < wake) {
-						wake = wait
-					}
-					continue
+				went, heldBack, wait := b.try(ctx, l, c, g, now)
+				progress, held = progress || went, held || heldBack
+				if wait > 0 && (wake == 0 || wait < wake) {
+					wake = wait
 				}
-				if l.first && l.machine.Current() == fsm.Initial {
-					if !b.sys.firsts.take(l.template, c, l, b.self) {
-						// Another actor's first pioneer of the template took
-						// the turn since ready: its answer (a pioneeredMsg)
-						// wakes this.
-						if wake == 0 || firstPoll < wake {
-							wake = firstPoll
-						}
-						continue
-					}
-					if hash, known := b.sys.store.Alias(l.template); known && hash != "" {
-						// The turn came free with the template's answer
-						// (recorded before its turn ended): no guess to make.
-						b.endFirstTurn(ctx, l.template, c)
-						progress = true // adoptLearned, at the next round
-						continue
-					}
-				}
-				if ok, wait := b.sys.groups.take(c, now); !ok {
-					// Another actor took the declared group's last slot.
-					if wait > 0 && (wake == 0 || wait < wake) {
-						wake = wait
-					}
-					continue
-				}
-				admitted, global := b.admit(g, c, now)
-				if !admitted {
-					b.sys.groups.cancel(c, now) // it keeps its place
-					held = true
-					if c.readyAt.IsZero() {
-						c.readyAt = now
-					}
-					continue
-				}
-				b.dispatch(ctx, l, c, g.pick(), global, now)
-				progress = true
 			}
 		}
 		if n > 0 {
@@ -562,6 +524,44 @@ func (b *bucket) pump(ctx actor.Context) {
 	}
 	b.markHolders()
 	b.maybeIdle(ctx)
+}
+
+// try sends c, the head of l, if its bucket, its declared groups and
+// admission let it go at now. It reports whether the actor went on (went:
+// c was sent, or its first pioneer's turn ended with the template's
+// answer), whether admission held c back (held: the actor asks for
+// slots), and otherwise when to look again (wait; 0: an answer or a
+// message wakes the actor).
+func (b *bucket) try(ctx actor.Context, l *lane, c *Call, g *gate, now time.Time) (went, held bool, wait time.Duration) {
+	if ok, wait := b.ready(l, now); !ok {
+		return false, false, wait
+	}
+	if l.first && l.machine.Current() == fsm.Initial {
+		if !b.sys.firsts.take(l.template, c, l, b.self) {
+			// Another actor's first pioneer of the template took the turn
+			// since ready: its answer (a pioneeredMsg) wakes this.
+			return false, false, firstPoll
+		}
+		if hash, known := b.sys.store.Alias(l.template); known && hash != "" {
+			// The turn came free with the template's answer (recorded
+			// before its turn ended): no guess to make.
+			b.endFirstTurn(ctx, l.template, c)
+			return true, false, 0 // adoptLearned, at the next round
+		}
+	}
+	if ok, wait := b.sys.groups.take(c, now); !ok {
+		return false, false, wait // another actor took the declared group's last slot
+	}
+	admitted, global := b.admit(g, c, now)
+	if !admitted {
+		b.sys.groups.cancel(c, now) // it keeps its place
+		if c.readyAt.IsZero() {
+			c.readyAt = now
+		}
+		return false, true, 0
+	}
+	b.dispatch(ctx, l, c, g.pick(), global, now)
+	return true, false, 0
 }
 
 // headClasses is the highest and the lowest class of the lanes' heads (hi
