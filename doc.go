@@ -58,6 +58,13 @@
 // are served longest backlog first, so a hot channel is not starved by a
 // thousand cold ones. A request crosses three actor messages.
 //
+// A request sent with WithPriority goes ahead of lower priorities wherever
+// requests wait: in its bucket's queue (behind its own class and higher
+// ones) and in the supervisor's line (an actor asks with the highest class
+// it has ready). While a lower class waits it keeps one slot in eight
+// (docs/priorities.md). The rule lives in internal/admission (Class,
+// Share), which both places use.
+//
 // Windows are computed from the time an answer's headers arrived, and the
 // server clock the answers reveal (X-RateLimit-Reset minus Reset-After)
 // reopens a bucket when the server does, with a margin that grows if the
