@@ -264,3 +264,48 @@ func ExampleFuture_ETA() {
 	// goes in the window after next: true
 	// done
 }
+
+// WithPriority moves a request ahead of lower priorities wherever requests
+// wait. Here a channel's bucket sends one message per 100 ms: three bulk
+// messages queue, then a user's interaction; the interaction goes first,
+// the bulk ones after it, in their order.
+func ExampleWithPriority() {
+	srv, lim := exampleSimulator(sluicetest.RuleSet{Rules: []sluicetest.Rule{{
+		Name: "create_message", Method: "POST", Route: "/channels/{channel_id}/messages",
+		Bucket: "messages", Limit: 1, Window: sluicetest.Duration(100 * time.Millisecond),
+	}}})
+	defer srv.Close()
+	defer lim.Close(context.Background())
+
+	send := func(ctx context.Context, content string) *sluice.Future {
+		req, _ := http.NewRequest("POST", "/channels/10/messages", strings.NewReader(`{"content":"`+content+`"}`))
+		return lim.Send(ctx, req)
+	}
+	if _, err := send(context.Background(), "warm").Await(context.Background()); err != nil { // the bucket tells its limit
+		panic(err)
+	}
+	bulk := sluice.WithPriority(context.Background(), sluice.PriorityBulk)
+	futures := []*sluice.Future{send(bulk, "bulk 1"), send(bulk, "bulk 2"), send(bulk, "bulk 3"),
+		send(sluice.WithPriority(context.Background(), sluice.PriorityInteractive), "interactive")}
+
+	// One message per window: the answers come in the order they were sent.
+	answered := make(chan string, len(futures))
+	for _, f := range futures {
+		go func() {
+			resp, err := f.Await(context.Background())
+			if err != nil {
+				answered <- "error: " + err.Error()
+				return
+			}
+			answered <- echoedContent(resp)
+		}()
+	}
+	for range futures {
+		fmt.Println(<-answered)
+	}
+	// Output:
+	// interactive
+	// bulk 1
+	// bulk 2
+	// bulk 3
+}
