@@ -172,7 +172,7 @@ func TestPriorityInteractiveGoesAheadInTheGlobalLine(t *testing.T) {
 	rs.GlobalLimit = 100
 	h := newHarness(t, sluicetest.Options{Rules: rs}, sluice.Options{GlobalLimit: 100})
 	// Every channel's bucket is known: none needs a pioneer, which goes
-	// ahead of known buckets whatever its priority.
+	// ahead of the known buckets of its class (admission.PioneerFirst).
 	var warm []*http.Request
 	for c := range 10 {
 		warm = append(warm, req("POST", fmt.Sprintf("/channels/%d/messages", 70_000+c), `{"content":"warm"}`))
