@@ -46,14 +46,17 @@ func newSerialUpstream(t *testing.T, window time.Duration) *serialUpstream {
 		if now.Before(u.nextFree) {
 			u.over++
 		}
-		u.nextFree = now.Add(window)
+		// The reset, in whole milliseconds as X-RateLimit-Reset tells it:
+		// a request at that instant is on time.
+		reset := now.Add(window).Truncate(time.Millisecond)
+		u.nextFree = reset
 		u.mu.Unlock()
 		h := w.Header()
 		h.Set("Content-Type", "application/json")
 		h.Set("X-RateLimit-Limit", "1")
 		h.Set("X-RateLimit-Remaining", "0")
 		h.Set("X-RateLimit-Reset-After", strconv.FormatFloat(window.Seconds(), 'f', 3, 64))
-		h.Set("X-RateLimit-Reset", strconv.FormatFloat(float64(now.Add(window).UnixMilli())/1000, 'f', 3, 64))
+		h.Set("X-RateLimit-Reset", strconv.FormatFloat(float64(reset.UnixMilli())/1000, 'f', 3, 64))
 		h.Set("X-RateLimit-Bucket", "serial")
 		_, _ = w.Write([]byte(`{"id":"1"}`))
 	}))
