@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -31,11 +32,27 @@ import (
 //     the guard allows; one that misses its window (its own bucket held
 //     it) reserves again, keeping its place among the others.
 //
+// Classes (ReserveClass): a request of a higher class takes a place in
+// the earliest full window that holds a waiting request of a lower class,
+// which moves back one window, and that one's move may push the last of
+// its class in the next window back too, and so on to the end of the
+// chain (the schedule stays in order: each class FIFO). A request moved
+// back MaxGroupMoves times is moved no more, and nothing that reserves
+// after it passes it: a lower class gives up at most MaxGroupMoves
+// windows to higher ones, whatever keeps coming. A newcomer passes only
+// within the last maxGroupShift windows of the chain (the cost of a pass
+// is one step per window behind it).
+//
 // Invariants: every window of the schedule holds at most n reservations
 // (outstanding or taken); every reservation names a window of the
 // schedule, or one that is over (it is then missed); a request id has at
 // most one outstanding reservation; the guard's invariant (SlidingWindow)
-// holds for the sends taken.
+// holds for the sends taken; among the waiting reservations placed since
+// the last Block, of one class, a later one is never in an earlier
+// window (misses aside: a missed one is placed again, behind); no
+// reservation moved more than MaxGroupMoves times, and none placed after
+// one that did is in an earlier window than it, unless of its class or a
+// higher one that it came before.
 //
 // Every successful Take must be followed by exactly one Settle (answered)
 // or Cancel (never sent: the request keeps its reservation); every
@@ -55,6 +72,16 @@ type Group struct {
 	wins []groupWindow // the schedule, oldest first; none is over
 	out  map[uint64]*reservation
 	seq  uint64
+	// classes counts the reservations of each class (index class+1),
+	// waiting or taken: a class with none below it looks for no one to
+	// pass.
+	classes [3]int
+	// aged is, per class (index class+1), the latest window holding a
+	// reservation of that class moved MaxGroupMoves times (zero: none).
+	// A request of a higher class passes only in later windows. It may
+	// name a window whose aged reservation is gone: a newcomer then
+	// passes a little less than it could, never more.
+	aged [3]time.Time
 }
 
 type groupWindow struct {
@@ -66,7 +93,28 @@ type reservation struct {
 	start time.Time // the window's start
 	seq   uint64    // order of the first Reserve: kept across misses
 	taken bool      // Take succeeded: a guard slot is held until Settle or Cancel
+	class int8      // ReserveClass: a higher one goes first
+	moves int8      // windows given up to higher classes, at most MaxGroupMoves
 }
+
+// MaxGroupMoves is how many times a request's reservation in a Group is
+// moved back one window for requests of higher classes (ReserveClass):
+// then it keeps its window, and no request that reserves later passes
+// it. A bulk request waits at most this many windows longer than it would
+// without priorities.
+const MaxGroupMoves = 7
+
+// maxGroupShift is how many windows from the end of a group's chain a
+// request of a higher class may pass in: the cascade of moves a pass
+// makes costs one step per window behind it (in the shared store's
+// script too). The shared store's script has the same number.
+const maxGroupShift = 256
+
+// Classes of ReserveClass: the values of sluice.Priority.
+const (
+	classLowest  int8 = -1
+	classHighest int8 = 1
+)
 
 // Slot is a request's place in a Group: the window it is scheduled in and
 // how many of the group's requests are ahead of it.
@@ -103,9 +151,19 @@ func (g *Group) Limit() (n int, window time.Duration) { return g.n, g.per }
 // window is over: it then takes the first window with room, keeping its
 // place among the requests that wait.
 func (g *Group) Reserve(now time.Time, id uint64) Slot {
+	return g.ReserveClass(now, id, 0)
+}
+
+// ReserveClass is Reserve for a request of a class: -1 (bulk), 0 (normal,
+// Reserve's) or 1 (interactive), as sluice.Priority; a class outside
+// them is taken as the nearest. A request that has a reservation keeps
+// the class it reserved with. A request of a higher class goes ahead of
+// the waiting requests of lower classes, which keep their order and move
+// back at most MaxGroupMoves windows each (see Group).
+func (g *Group) ReserveClass(now time.Time, id uint64, class int8) Slot {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	r := g.reserve(now, id)
+	r := g.reserveClass(now, id, min(max(class, classLowest), classHighest))
 	return g.slot(r)
 }
 
@@ -162,7 +220,7 @@ func (g *Group) Settle(now, sentAt time.Time, id uint64) {
 	if !ok || !r.taken {
 		return
 	}
-	delete(g.out, id)
+	g.forget(id, r)
 	g.guard.Settle(now)
 	if d := now.Sub(sentAt); d > 0 {
 		g.rtt = max(d, g.rtt-g.rtt/8)
@@ -191,13 +249,19 @@ func (g *Group) Release(id uint64) {
 	if !ok || r.taken {
 		return
 	}
-	delete(g.out, id)
+	g.forget(id, r)
 	for i := range g.wins {
 		if g.wins[i].start.Equal(r.start) {
 			g.wins[i].n--
 			break
 		}
 	}
+}
+
+// forget drops id's reservation r.
+func (g *Group) forget(id uint64, r *reservation) {
+	delete(g.out, id)
+	g.classes[r.class-classLowest]--
 }
 
 // Estimate returns request id's slot at now, without reserving (false:
@@ -215,7 +279,8 @@ func (g *Group) Estimate(now time.Time, id uint64) (Slot, bool) {
 // Block holds every request of the group until until (a 429 the API gave
 // a request of the group although the schedule let it go: the limit is
 // stricter than declared, or someone else spends it). The waiting requests
-// are scheduled again from until, in their order.
+// are scheduled again from until, in their order (by window, and within
+// one by class, then arrival).
 func (g *Group) Block(until time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -228,8 +293,10 @@ func (g *Group) Block(until time.Time) {
 	}
 	sortReservations(waiting)
 	g.wins = g.wins[:0]
+	g.aged = [3]time.Time{}
 	for _, r := range waiting {
-		r.start = g.place(until)
+		r.start = g.fill(until)
+		g.noteAged(r)
 	}
 }
 
@@ -263,8 +330,15 @@ func (g *Group) Waiting() int {
 	return n
 }
 
-// reserve returns id's reservation, valid at now.
+// reserve returns id's reservation, valid at now (of class 0 if it is
+// made now).
 func (g *Group) reserve(now time.Time, id uint64) *reservation {
+	return g.reserveClass(now, id, 0)
+}
+
+// reserveClass returns id's reservation, valid at now, made of class if
+// it has none.
+func (g *Group) reserveClass(now time.Time, id uint64, class int8) *reservation {
 	g.drop(now)
 	r := g.out[id]
 	if r != nil && (r.taken || !g.missed(r, now)) {
@@ -272,10 +346,11 @@ func (g *Group) reserve(now time.Time, id uint64) *reservation {
 	}
 	if r == nil {
 		g.seq++
-		r = &reservation{seq: g.seq}
+		r = &reservation{seq: g.seq, class: class}
 		g.out[id] = r
+		g.classes[class-classLowest]++
 	}
-	r.start = g.place(now)
+	g.place(now, r)
 	return r
 }
 
@@ -284,10 +359,135 @@ func (g *Group) missed(r *reservation, now time.Time) bool {
 	return !now.Before(r.start.Add(g.per))
 }
 
-// place counts one more request in the first window with room, opening
+// place puts r, counted in no window, in the first window with room or,
+// before that, in the first full window where it passes a waiting request
+// of a lower class (pass), opening a window if neither is.
+func (g *Group) place(now time.Time, r *reservation) {
+	if g.lowerWaits(r.class) {
+		floor := g.floor(r.class)
+		var byWin map[time.Time][]*reservation
+		for i := range g.wins {
+			w := &g.wins[i]
+			if w.n < g.n {
+				break // fill takes it
+			}
+			if i < len(g.wins)-maxGroupShift || !w.start.After(floor) {
+				continue
+			}
+			if byWin == nil {
+				byWin = g.waitingByWindow()
+			}
+			if v := passed(byWin[w.start], r, false); v != nil {
+				r.start = w.start
+				g.noteAged(r)
+				g.cascade(now, v, i+1, byWin)
+				return
+			}
+		}
+	}
+	r.start = g.fill(now)
+	g.noteAged(r)
+}
+
+// lowerWaits reports whether a reservation of a class below class is
+// held.
+func (g *Group) lowerWaits(class int8) bool {
+	for c := classLowest; c < class; c++ {
+		if g.classes[c-classLowest] > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// floor is the latest window holding a reservation of a class below
+// class that was moved MaxGroupMoves times: class passes only after it.
+func (g *Group) floor(class int8) time.Time {
+	var f time.Time
+	for c := classLowest; c < class; c++ {
+		f = later(f, g.aged[c-classLowest])
+	}
+	return f
+}
+
+// noteAged records r's window in aged if r moves no more.
+func (g *Group) noteAged(r *reservation) {
+	if r.moves >= MaxGroupMoves {
+		g.aged[r.class-classLowest] = later(g.aged[r.class-classLowest], r.start)
+	}
+}
+
+// waitingByWindow returns the waiting reservations by window start.
+func (g *Group) waitingByWindow() map[time.Time][]*reservation {
+	m := make(map[time.Time][]*reservation, len(g.wins))
+	for _, o := range g.out {
+		if !o.taken {
+			m[o.start] = append(m[o.start], o)
+		}
+	}
+	return m
+}
+
+// passed returns the reservation among ws (a window's waiting ones) that
+// r takes the place of, if any: one of a lower class (or, when r is moved
+// itself, of r's class and later than r), moved fewer than MaxGroupMoves
+// times; the lowest class, the latest of it. nil: r passes no one there.
+func passed(ws []*reservation, r *reservation, moving bool) *reservation {
+	var v *reservation
+	for _, o := range ws {
+		if o == r || o.moves >= MaxGroupMoves {
+			continue
+		}
+		if !(o.class < r.class || moving && o.class == r.class && o.seq > r.seq) {
+			continue
+		}
+		if v == nil || o.class < v.class || o.class == v.class && o.seq > v.seq {
+			v = o
+		}
+	}
+	return v
+}
+
+// cascade moves v, whose place was taken in window i-1, back: into the
+// first window from i with room, or into the first where it passes
+// someone (passed), who moves on in turn; or into a new window at the
+// end. The windows' counts change only where the cascade ends.
+func (g *Group) cascade(now time.Time, v *reservation, i int, byWin map[time.Time][]*reservation) {
+	v.moves++
+	byWin[v.start] = remove(byWin[v.start], v)
+	for ; i < len(g.wins); i++ {
+		w := &g.wins[i]
+		if w.n < g.n {
+			w.n++
+			v.start = w.start
+			g.noteAged(v)
+			return
+		}
+		u := passed(byWin[w.start], v, true)
+		if u == nil {
+			continue
+		}
+		v.start = w.start
+		g.noteAged(v)
+		byWin[w.start] = append(remove(byWin[w.start], u), v)
+		v = u
+		v.moves++
+	}
+	v.start = g.fill(now)
+	g.noteAged(v)
+}
+
+func remove(rs []*reservation, r *reservation) []*reservation {
+	if i := slices.Index(rs, r); i >= 0 {
+		return slices.Delete(rs, i, i+1)
+	}
+	return rs
+}
+
+// fill counts one more request in the first window with room, opening
 // one if none has, and returns its start. A chain that ran dry opens its
 // first window when the guard has room (from notBefore at the earliest).
-func (g *Group) place(notBefore time.Time) time.Time {
+func (g *Group) fill(notBefore time.Time) time.Time {
 	for i := range g.wins {
 		if g.wins[i].n < g.n {
 			g.wins[i].n++
@@ -323,18 +523,31 @@ func (g *Group) slot(r *reservation) Slot {
 		if o.taken {
 			continue
 		}
-		if o.start.Before(r.start) || o.start.Equal(r.start) && o.seq < r.seq {
+		if o.start.Before(r.start) || o.start.Equal(r.start) && ahead(o, r) {
 			pos++
 		}
 	}
 	return Slot{Start: r.start, End: r.start.Add(g.per), Position: pos}
 }
 
-func sortReservations(rs []*reservation) {
-	// Insertion sort: Block is rare and the waiting few.
-	for i := 1; i < len(rs); i++ {
-		for j := i; j > 0 && rs[j].seq < rs[j-1].seq; j-- {
-			rs[j], rs[j-1] = rs[j-1], rs[j]
-		}
+// ahead reports whether o goes before r in line within a window: a
+// higher class, then the one that reserved first.
+func ahead(o, r *reservation) bool {
+	if o.class != r.class {
+		return o.class > r.class
 	}
+	return o.seq < r.seq
+}
+
+// sortReservations sorts rs in line: by window, then ahead.
+func sortReservations(rs []*reservation) {
+	slices.SortFunc(rs, func(a, b *reservation) int {
+		switch {
+		case a.start.Before(b.start), a.start.Equal(b.start) && ahead(a, b):
+			return -1
+		case b.start.Before(a.start), a.start.Equal(b.start) && ahead(b, a):
+			return 1
+		}
+		return 0
+	})
 }

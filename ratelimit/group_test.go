@@ -1,6 +1,8 @@
 package ratelimit
 
 import (
+	"cmp"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -256,4 +258,127 @@ func TestGroupCancelKeepsThePlace(t *testing.T) {
 	assert.False(t, g.Idle(at(2199)))
 	g.Release(2)
 	assert.True(t, g.Idle(at(2200)))
+}
+
+// A request of a higher class takes the place of the last waiting request
+// of a lower class in the earliest full window; that one moves back one
+// window, pushing the last of its class there back in turn: each class
+// stays in order, and the window counts hold.
+func TestGroupClassesPass(t *testing.T) {
+	g := NewGroup(2, time.Second)
+	for id := uint64(1); id <= 6; id++ {
+		g.ReserveClass(at(0), id, -1) // bulk: windows 0, 0, 1, 1, 2, 2
+	}
+	s := g.ReserveClass(at(0), 7, 1)
+	assert.Equal(t, at(0), s.Start, "the interaction goes in the first window")
+	assert.Equal(t, 0, s.Position, "first in line")
+	want := []time.Time{at(0), at(1000), at(1000), at(2000), at(2000), at(3000)}
+	for id := uint64(1); id <= 6; id++ {
+		s, ok := g.Estimate(at(0), id)
+		require.True(t, ok)
+		assert.Equal(t, want[id-1], s.Start, "bulk %d", id)
+		assert.Equal(t, int(id), s.Position, "bulk %d", id)
+	}
+	// A normal request passes bulk too, but not the interaction.
+	s = g.ReserveClass(at(0), 8, 0)
+	assert.Equal(t, at(0), s.Start)
+	assert.Equal(t, 1, s.Position, "behind the interaction")
+	s, _ = g.Estimate(at(0), 1)
+	assert.Equal(t, at(1000), s.Start, "bulk 1 moved back")
+	// Bulk passes no one.
+	s = g.ReserveClass(at(0), 9, -1)
+	assert.Equal(t, at(4000), s.Start)
+	assert.Equal(t, 8, s.Position)
+}
+
+// A request moved back MaxGroupMoves times keeps its window: nothing that
+// reserves after it passes it.
+func TestGroupClassesMoveAtMostMaxGroupMoves(t *testing.T) {
+	g := NewGroup(1, time.Second)
+	g.ReserveClass(at(0), 1, -1)
+	for id := uint64(2); id <= 20; id++ {
+		g.ReserveClass(at(0), id, 1)
+	}
+	s, _ := g.Estimate(at(0), 1)
+	assert.Equal(t, at(MaxGroupMoves*1000), s.Start, "moved back %d windows, then kept", MaxGroupMoves)
+	assert.Equal(t, MaxGroupMoves, s.Position)
+	s, _ = g.Estimate(at(0), 20)
+	assert.Equal(t, at(19000), s.Start, "the interactions after the seventh go behind it")
+	// Blocked, the group schedules again in line: the bulk request keeps
+	// its place among the interactions.
+	g.Block(at(100000))
+	s, _ = g.Estimate(at(0), 1)
+	assert.Equal(t, MaxGroupMoves, s.Position)
+}
+
+// Random reservations of random classes, and releases, at one instant (no
+// window is missed): every window holds at most n; each class stays in
+// order of arrival (without releases: a released place goes to the next
+// to reserve, whatever its order); no reservation moved more than MaxGroupMoves times; a
+// newcomer is never behind a waiting request of a lower class that could
+// still move (outside the windows an aged one closes).
+func TestGroupClassesModel(t *testing.T) {
+	for seed := range uint64(100) {
+		rng := rand.New(rand.NewPCG(seed, 39))
+		n := 1 + rng.IntN(4)
+		g := NewGroup(n, time.Second)
+		var live []uint64
+		moved := map[uint64]int{} // times each reservation went to a later window
+		releases := seed%2 == 0
+		for id := uint64(1); id <= 120; id++ {
+			if releases && len(live) > 0 && rng.IntN(4) == 0 {
+				i := rng.IntN(len(live))
+				g.Release(live[i])
+				live = slices.Delete(live, i, i+1)
+			}
+			class := int8(rng.IntN(3)) - 1
+			if rng.IntN(3) > 0 {
+				class = -1 // mostly bulk, as a backlog is
+			}
+			g.mu.Lock()
+			floor := g.floor(class)
+			before := map[uint64]reservation{}
+			for k, r := range g.out {
+				before[k] = *r
+			}
+			g.mu.Unlock()
+			s := g.ReserveClass(at(0), id, class)
+			live = append(live, id)
+			g.mu.Lock()
+			counts := map[time.Time]int{}
+			for _, r := range g.out {
+				counts[r.start]++
+				if r.moves > MaxGroupMoves {
+					t.Fatalf("seed %d: moved %d times", seed, r.moves)
+				}
+			}
+			for _, w := range g.wins {
+				require.LessOrEqual(t, w.n, n, "seed %d", seed)
+				require.Equal(t, w.n, counts[w.start], "seed %d: window %v", seed, w.start)
+			}
+			if !releases {
+				// Each class in order: sorted by seq, the starts never go back.
+				last := map[int8]*reservation{}
+				rs := slices.Collect(maps.Values(g.out))
+				slices.SortFunc(rs, func(a, b *reservation) int { return cmp.Compare(a.seq, b.seq) })
+				for _, r := range rs {
+					if p := last[r.class]; p != nil && r.start.Before(p.start) {
+						t.Fatalf("seed %d: class %d out of order", seed, r.class)
+					}
+					last[r.class] = r
+				}
+			}
+			for k, o := range before {
+				if r := g.out[k]; r != nil && r.start.After(o.start) {
+					if moved[k]++; moved[k] > MaxGroupMoves {
+						t.Fatalf("seed %d: %d moved back %d times", seed, k, moved[k])
+					}
+				}
+				if o.class < class && o.moves < MaxGroupMoves && o.start.After(floor) && o.start.Before(s.Start) {
+					t.Fatalf("seed %d: %d (class %d) stayed ahead of %d (class %d)", seed, k, o.class, id, class)
+				}
+			}
+			g.mu.Unlock()
+		}
+	}
 }
