@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/ratelimit"
 	"github.com/sluicehq/sluice/sluicetest"
 )
 
@@ -252,4 +253,64 @@ func TestPriorityETAReflectsTheOrder(t *testing.T) {
 		resp.Body.Close()
 	}
 	h.srv.AssertNoViolations(t)
+}
+
+// roleGroup is a harness whose role updates in a guild are under a
+// declared limit of n per window, and the requests of a load on guild 1:
+// bulk ones, then interactive ones.
+func roleGroup(t *testing.T, n int, window time.Duration, bulk, interactive int) (*harness, []*http.Request, []sluice.Priority) {
+	h := newHarness(t, sluicetest.Options{Rules: roleRules()}, sluice.Options{Limits: []sluice.Limit{
+		{Name: "member_roles", Routes: []string{"PUT " + roleRoute}, Per: "guild_id", Count: n, Window: window},
+	}})
+	var reqs []*http.Request
+	var prio []sluice.Priority
+	for i := range bulk + interactive {
+		p := sluice.PriorityBulk
+		if i >= bulk {
+			p = sluice.PriorityInteractive
+		}
+		reqs = append(reqs, req("PUT", fmt.Sprintf("/guilds/1/members/%d/roles/9", i), ""))
+		prio = append(prio, p)
+	}
+	return h, reqs, prio
+}
+
+// Under a declared limit an interactive request takes a place in the
+// first window a bulk request still waits in: a mass role update's
+// reservations do not hold a user's role update back.
+func TestPriorityInteractiveGoesAheadInADeclaredGroup(t *testing.T) {
+	h, reqs, prio := roleGroup(t, 5, 500*time.Millisecond, 12, 2) // the simulator's own limit
+	order := sendOrdered(t, h.lim, reqs, prio)
+	h.srv.AssertNoViolations(t)
+	assert.Zero(t, h.srv.Stats().RateLimited["shared"], "the declared limit held")
+	t.Logf("answer order: %v", order)
+	// The first window's bulk requests may have left before the
+	// interactive ones were reserved: the interactive ones go in the next.
+	for i := 12; i < 14; i++ {
+		assert.LessOrEqual(t, slices.Index(order, i), 6, "interactive request %d answered at %d: %v", i-12, slices.Index(order, i), order)
+	}
+}
+
+// A declared limit looser than the server's meets its 429s: the group is
+// blocked and schedules its requests again, classes and all, and every
+// request is answered.
+func TestPriorityDeclaredGroupBlockedByTheServer(t *testing.T) {
+	h, reqs, prio := roleGroup(t, 2, 150*time.Millisecond, 12, 2) // the server allows 5 per 500 ms
+	order := sendOrdered(t, h.lim, reqs, prio)
+	assert.Len(t, order, len(reqs))
+	assert.NotZero(t, h.srv.Stats().RateLimited["shared"], "the server's limit is stricter")
+}
+
+// A bulk request under a declared limit gives up at most
+// ratelimit.MaxGroupMoves windows to interactive ones, however many come.
+func TestPriorityBulkMovesBackAtMostSevenWindowsInADeclaredGroup(t *testing.T) {
+	h, reqs, prio := roleGroup(t, 1, 100*time.Millisecond, 2, 12) // the simulator allows 5 per 500 ms
+	order := sendOrdered(t, h.lim, reqs, prio)
+	h.srv.AssertNoViolations(t)
+	assert.Zero(t, h.srv.Stats().RateLimited["shared"], "the declared limit held")
+	t.Logf("answer order: %v", order)
+	// Bulk 0 may leave at once; bulk 1, due in the second window, lets
+	// seven interactive requests go ahead of it, then keeps its window.
+	assert.LessOrEqual(t, slices.Index(order, 0), ratelimit.MaxGroupMoves, "%v", order)
+	assert.Equal(t, 1+ratelimit.MaxGroupMoves, slices.Index(order, 1), "%v", order)
 }

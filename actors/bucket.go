@@ -418,8 +418,16 @@ func (b *bucket) ready(l *lane, now time.Time) (bool, time.Duration) {
 	if ok, wait := peek(l.state, now); !ok {
 		return false, wait
 	}
-	// The declared limits the head is under (Config: sluice.Limit).
-	return b.sys.groups.ready(l.head(), now)
+	// The declared limits the head is under (Config: sluice.Limit). A
+	// head whose window moved back (a higher class took its place) goes
+	// behind the calls due before it, and the new head is asked.
+	for i := 0; ; i++ {
+		ok, wait, moved := b.sys.groups.ready(l.head(), now)
+		if ok || !moved || i >= len(l.queue) || !l.order(0) {
+			return ok, wait
+		}
+		b.restamp(l, now)
+	}
 }
 
 // admit reports whether a request may go now as far as the connection, the
@@ -529,12 +537,17 @@ func (b *bucket) pump(ctx actor.Context) {
 // try sends c, the head of l, if its bucket, its declared groups and
 // admission let it go at now. It reports whether the actor went on (went:
 // c was sent, or its first pioneer's turn ended with the template's
-// answer), whether admission held c back (held: the actor asks for
-// slots), and otherwise when to look again (wait; 0: an answer or a
-// message wakes the actor).
+// answer, or c's declared window moved back and l has a new head),
+// whether admission held c back (held: the actor asks for slots), and
+// otherwise when to look again (wait; 0: an answer or a message wakes
+// the actor).
 func (b *bucket) try(ctx actor.Context, l *lane, c *Call, g *gate, now time.Time) (went, held bool, wait time.Duration) {
 	if ok, wait := b.ready(l, now); !ok {
 		return false, false, wait
+	} else if l.head() != c {
+		// c's declared window moved back (ready put it behind the calls
+		// due first): the next round takes the new head.
+		return true, false, 0
 	}
 	if l.first && l.machine.Current() == fsm.Initial {
 		if !b.sys.firsts.take(l.template, c, l, b.self) {

@@ -112,7 +112,7 @@ func (s *groupSet) reserve(c *Call, now time.Time) time.Duration {
 	}
 	var at time.Time
 	s.each(c, now, func(g *ratelimit.Group) bool {
-		at = later(at, g.Reserve(now, c.ID).Start)
+		at = later(at, g.ReserveClass(now, c.ID, int8(c.Class)).Start)
 		return true
 	})
 	c.placeAt = at
@@ -120,24 +120,34 @@ func (s *groupSet) reserve(c *Call, now time.Time) time.Duration {
 }
 
 // ready reports whether every group of c lets it go at now; otherwise wait
-// is when to look again.
-func (s *groupSet) ready(c *Call, now time.Time) (ok bool, wait time.Duration) {
+// is when to look again. moved reports that c's window is later than
+// c.placeAt said, which it now says: a request of a higher class took
+// c's place (ratelimit.Group's classes), or c missed its window. The
+// shared store tells that by refusing c (sharedPlace.refused).
+func (s *groupSet) ready(c *Call, now time.Time) (ok bool, wait time.Duration, moved bool) {
 	if len(c.Limits) == 0 {
-		return true, 0
+		return true, 0, false
 	}
 	if sh := c.shared; sh != nil {
 		// The shared store takes the guard's slot with the bucket's.
 		w := sh.wait(now)
-		return w <= 0, max(0, w)
+		return w <= 0, max(0, w), false
 	}
 	ok = true
+	var at time.Time
 	s.each(c, now, func(g *ratelimit.Group) bool {
 		if r, w := g.Ready(now, c.ID); !r {
 			ok, wait = false, max(wait, w)
+			if sl, found := g.Estimate(now, c.ID); found {
+				at = later(at, sl.Start)
+			}
 		}
 		return true
 	})
-	return ok, wait
+	if at.After(c.placeAt) {
+		c.placeAt, moved = at, true
+	}
+	return ok, wait, moved
 }
 
 // take takes c's slot in every group, or in none.
