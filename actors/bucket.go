@@ -791,7 +791,7 @@ func (b *bucket) dispatch(ctx actor.Context, l *lane, c *Call, conn *transport.C
 			Global: global || !c.Route.GlobalExempt, Local: l.state, Window: l.window, Margin: l.state.Margin(now),
 			Serial: l.serial}
 		if sh := c.shared; sh != nil {
-			sr.Groups, sr.GroupID = sh.groups, sh.id
+			sr.Groups, sr.GroupID, sr.GroupClass = sh.groups, sh.id, int8(c.Class)
 		}
 	}
 	if !b.sys.goWork(func() { b.sys.work(conn, c, self, sr) }) {

@@ -399,7 +399,7 @@ func (s *System) reserveShared(c *Call) {
 	now := s.now()
 	s.groups.recent.add(c.window, c.Limits, now)
 	sh.tracked.Store(true)
-	slots, err := sh.store.ReserveGroups(c.Ctx, now, sh.id, sh.groups)
+	slots, err := sh.store.ReserveGroups(c.Ctx, now, sh.id, int8(c.Class), sh.groups)
 	if err == nil {
 		sh.set(slots)
 	}

@@ -40,7 +40,7 @@ import (
 // back MaxGroupMoves times is moved no more, and nothing that reserves
 // after it passes it: a lower class gives up at most MaxGroupMoves
 // windows to higher ones, whatever keeps coming. A newcomer passes only
-// within the last maxGroupShift windows of the chain (the cost of a pass
+// within the last MaxGroupShift windows of the chain (the cost of a pass
 // is one step per window behind it).
 //
 // Invariants: every window of the schedule holds at most n reservations
@@ -104,11 +104,11 @@ type reservation struct {
 // without priorities.
 const MaxGroupMoves = 7
 
-// maxGroupShift is how many windows from the end of a group's chain a
-// request of a higher class may pass in: the cascade of moves a pass
-// makes costs one step per window behind it (in the shared store's
-// script too). The shared store's script has the same number.
-const maxGroupShift = 256
+// MaxGroupShift is how many windows from the end of a group's chain a
+// request of a higher class may pass in (ReserveClass): the cascade of
+// moves a pass makes costs one step per window behind it, in a shared
+// store's script too, which uses the same number.
+const MaxGroupShift = 256
 
 // Classes of ReserveClass: the values of sluice.Priority.
 const (
@@ -371,7 +371,7 @@ func (g *Group) place(now time.Time, r *reservation) {
 			if w.n < g.n {
 				break // fill takes it
 			}
-			if i < len(g.wins)-maxGroupShift || !w.start.After(floor) {
+			if i < len(g.wins)-MaxGroupShift || !w.start.After(floor) {
 				continue
 			}
 			if byWin == nil {

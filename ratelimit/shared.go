@@ -70,6 +70,10 @@ type SharedRequest struct {
 	// and with a slot free in each group's guard, taken with the others.
 	Groups  []SharedGroup
 	GroupID string
+	// GroupClass is the request's class in its groups, as ReserveGroups
+	// takes it: used when the request has no reservation yet (the store
+	// could not be reached when it was submitted).
+	GroupClass int8
 }
 
 // SharedGroup is one group of a declared limit (a Group) counted in a
@@ -96,10 +100,11 @@ type SharedGroup struct {
 // treats the request as unscheduled: Reserve still guards it, from a local
 // share when the store is down). ReleaseGroups never blocks.
 type SharedGroups interface {
-	// ReserveGroups schedules request id in each group (keeping a
-	// reservation it has, unless its window is over) and returns its slot
-	// in each, in order.
-	ReserveGroups(ctx context.Context, now time.Time, id string, groups []SharedGroup) ([]Slot, error)
+	// ReserveGroups schedules request id of class class (-1 bulk, 0
+	// normal, 1 interactive: Group.ReserveClass) in each group (keeping a
+	// reservation it has, and its class, unless its window is over) and
+	// returns its slot in each, in order.
+	ReserveGroups(ctx context.Context, now time.Time, id string, class int8, groups []SharedGroup) ([]Slot, error)
 	// EstimateGroups returns request id's slot in each group now (a
 	// window that is over is reserved again); ok is false for a group
 	// where it has no reservation.

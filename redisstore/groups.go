@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/sluicehq/sluice/ratelimit"
@@ -21,6 +22,10 @@ import (
 //	D:r  hash  request id -> "start|seq|lease" (lease "" while waiting)
 //	D:q  zset  the waiting reservations, "%012x seq|id" -> start: a
 //	           request's place is its rank (window, then order of arrival)
+//	D:b  zset  the waiting reservations of class bulk, as in D:q
+//	D:k  hash  request id -> "class|moves" for a reservation of another
+//	           class than normal, or moved back for a higher class
+//	           (ratelimit.Group's classes); none: normal, never moved
 //	D:g  zset  the guard: lease -> held until (ms); in flight until the
 //	           lease expires, then one window after the answer
 //
@@ -31,10 +36,18 @@ import (
 // its take until one window after its answer, so however the API aligns its
 // windows it never sees more than Count of the group's requests in one.
 // A request id is "<process>:<call id>", unique across processes.
+//
+// Classes follow ratelimit.Group (ReserveClass) step for step, and the
+// conformance table (conformance.Groups) checks that they do: a request of
+// a higher class takes the place of a waiting one of a lower class in the
+// earliest full window (gplace), which moves back in a cascade (gcascade);
+// D:s's a-1 and a0 hold the latest window of a bulk or normal reservation
+// moved ratelimit.MaxGroupMoves times, which nothing passes.
 
 // groupLua is the group functions every group script starts with. Numbers
 // are written with S (Lua 5.1 would print a large one in exponent form).
-const groupLua = `
+var groupLua = `
+local GMOVES, GSHIFT = ` + strconv.Itoa(ratelimit.MaxGroupMoves) + `, ` + strconv.Itoa(ratelimit.MaxGroupShift) + `
 local function S(x) return string.format('%.0f', x) end
 local function qm(seq, id) return string.format('%012x', seq) .. '|' .. id end
 -- gkey is the prefix of a group's keys, D = P:d:<group key>: the only
@@ -58,7 +71,7 @@ local function gkeep(D, per, now, ttl)
   if gl[2] then h = math.max(h, tonumber(gl[2])) end
   h = math.max(h, tonumber(redis.call('HGET', D .. ':s', 'blk') or '0'))
   local ms = h - now + ttl + per
-  for _, k in ipairs({':s', ':w', ':c', ':r', ':q', ':g'}) do
+  for _, k in ipairs({':s', ':w', ':c', ':r', ':q', ':g', ':b', ':k'}) do
     redis.call('PEXPIRE', D .. k, ms)
   end
 end
@@ -88,13 +101,47 @@ local function gdrop(D, per, ttl, now)
   local Q = D .. ':q'
   local cut = gstale(per, ttl, now)
   local stale = redis.call('ZRANGEBYSCORE', Q, '-inf', cut)
-  for _, m in ipairs(stale) do redis.call('HDEL', D .. ':r', string.sub(m, 14)) end
-  if #stale > 0 then redis.call('ZREMRANGEBYSCORE', Q, '-inf', cut) end
+  for _, m in ipairs(stale) do
+    redis.call('HDEL', D .. ':r', string.sub(m, 14))
+    redis.call('HDEL', D .. ':k', string.sub(m, 14))
+  end
+  if #stale > 0 then
+    redis.call('ZREMRANGEBYSCORE', Q, '-inf', cut)
+    redis.call('ZREMRANGEBYSCORE', D .. ':b', '-inf', cut)
+  end
 end
--- gplace counts one more reservation in the first window with room, or
+-- gclass returns id's class and moves (D:k).
+local function gclass(D, id)
+  local v = redis.call('HGET', D .. ':k', id)
+  if not v then return 0, 0 end
+  local c, m = string.match(v, '^(-?%d+)|(%d+)$')
+  return tonumber(c) or 0, tonumber(m) or 0
+end
+local function gsetclass(D, id, c, m)
+  if c == 0 and m == 0 then redis.call('HDEL', D .. ':k', id)
+  else redis.call('HSET', D .. ':k', id, c .. '|' .. m) end
+end
+-- gqadd and gqrem put a waiting reservation in line (D:q, and D:b for
+-- bulk) and take it out.
+local function gqadd(D, start, seq, id, c)
+  redis.call('ZADD', D .. ':q', start, qm(seq, id))
+  if c == -1 then redis.call('ZADD', D .. ':b', start, qm(seq, id)) end
+end
+local function gqrem(D, seq, id)
+  redis.call('ZREM', D .. ':q', qm(seq, id))
+  redis.call('ZREM', D .. ':b', qm(seq, id))
+end
+-- gaged records start as the window of a reservation of class c that
+-- moves no more (moved GMOVES times).
+local function gaged(D, c, moves, start)
+  if moves < GMOVES or c >= 1 then return end
+  local f = 'a' .. c
+  if start > tonumber(redis.call('HGET', D .. ':s', f) or '0') then redis.call('HSET', D .. ':s', f, S(start)) end
+end
+-- gfill counts one more reservation in the first window with room, or
 -- opens one: one window plus the round trip after the last, or when the
 -- guard has room if the chain ran dry. Returns its start.
-local function gplace(D, n, per, now)
+local function gfill(D, n, per, now)
   local W, C = D .. ':w', D .. ':c'
   local wins = redis.call('ZRANGE', W, 0, -1)
   for _, s in ipairs(wins) do
@@ -116,42 +163,134 @@ local function gplace(D, n, per, now)
   redis.call('HSET', C, S(start), 1)
   return start
 end
--- greserve returns id's reservation (start, seq, lease), placing it if it
--- has none or its window is over (it keeps its seq: its place among the
--- others).
-local function greserve(D, n, per, ttl, id, now)
+-- gvictim returns the waiting reservation of the window at s that one of
+-- class rc (id rid, seq rseq) takes the place of, as a table {id, seq,
+-- c, mv}, or nil: one of a lower class (or, moving, of rc and later than
+-- rseq) moved fewer than GMOVES times; the lowest class, the latest of
+-- it (ratelimit's passed).
+local function gvictim(D, s, rid, rseq, rc, moving)
+  local set = D .. ':q'
+  if rc == 0 and not moving or rc == -1 then set = D .. ':b' end -- only bulk can be passed
+  local best
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', set, S(s), S(s))) do
+    local id, seq = string.sub(m, 14), tonumber(string.sub(m, 1, 12), 16)
+    if id ~= rid then
+      local c, mv = gclass(D, id)
+      if mv < GMOVES and (c < rc or moving and c == rc and seq > rseq) and
+          (not best or c < best.c or c == best.c and seq > best.seq) then
+        best = {id = id, seq = seq, c = c, mv = mv}
+      end
+    end
+  end
+  return best
+end
+-- gmove puts waiting reservation v in the window at s.
+local function gmove(D, v, s)
+  redis.call('HSET', D .. ':r', v.id, S(s) .. '|' .. S(v.seq) .. '|')
+  gqadd(D, s, v.seq, v.id, v.c)
+  gsetclass(D, v.id, v.c, v.mv)
+  gaged(D, v.c, v.mv, s)
+end
+-- gcascade moves v, whose place was taken in window wins[i-1], back: into
+-- the first window from wins[i] with room, or into the first where it
+-- passes someone (gvictim), who moves on in turn; or into a new window at
+-- the end (ratelimit's cascade).
+local function gcascade(D, n, per, now, v, i, wins)
+  v.mv = v.mv + 1
+  while i <= #wins do
+    local s = tonumber(wins[i])
+    if tonumber(redis.call('HGET', D .. ':c', wins[i]) or '0') < n then
+      redis.call('HINCRBY', D .. ':c', wins[i], 1)
+      gmove(D, v, s)
+      return
+    end
+    local u = gvictim(D, s, v.id, v.seq, v.c, true)
+    if u then
+      gmove(D, v, s)
+      v = u
+      v.mv = v.mv + 1
+    end
+    i = i + 1
+  end
+  gmove(D, v, gfill(D, n, per, now))
+end
+-- gplace counts a reservation of class c (id, seq, moves), in no window,
+-- in the first window with room or, before that, in the first full one
+-- where it passes a waiting one of a lower class (ratelimit's place), and
+-- returns its start.
+local function gplace(D, n, per, now, id, seq, c, moves)
+  local lower = (c == 1 and redis.call('ZCARD', D .. ':q') > 0) or (c == 0 and redis.call('ZCARD', D .. ':b') > 0)
+  if lower then
+    local floor = tonumber(redis.call('HGET', D .. ':s', 'a-1') or '0')
+    if c == 1 then floor = math.max(floor, tonumber(redis.call('HGET', D .. ':s', 'a0') or '0')) end
+    local wins = redis.call('ZRANGE', D .. ':w', 0, -1)
+    for i, w in ipairs(wins) do
+      if tonumber(redis.call('HGET', D .. ':c', w) or '0') < n then break end
+      local s = tonumber(w)
+      if i > #wins - GSHIFT and s > floor then
+        local v = gvictim(D, s, id, seq, c, false)
+        if v then
+          gaged(D, c, moves, s)
+          gcascade(D, n, per, now, v, i + 1, wins)
+          return s
+        end
+      end
+    end
+  end
+  local s = gfill(D, n, per, now)
+  gaged(D, c, moves, s)
+  return s
+end
+-- greserve returns id's reservation (start, seq, lease), placing it of
+-- class c if it has none, or again if its window is over (it keeps its
+-- seq, its place among the others, and its class).
+local function greserve(D, n, per, ttl, id, now, c)
   gdrop(D, per, ttl, now)
   local R = D .. ':r'
   local rec = redis.call('HGET', R, id)
-  local seq
+  local seq, moves = 0, 0
   if rec then
     local start, sq, lease = gparse(rec)
     if lease ~= '' or now < start + per then return start, sq, lease end
-    redis.call('ZREM', D .. ':q', qm(sq, id))
+    gqrem(D, sq, id)
     seq = sq
+    c, moves = gclass(D, id)
   else
     seq = redis.call('HINCRBY', D .. ':s', 'seq', 1)
+    c = math.max(-1, math.min(1, tonumber(c) or 0))
+    gsetclass(D, id, c, 0)
   end
-  local start = gplace(D, n, per, now)
+  local start = gplace(D, n, per, now, id, seq, c, moves)
   redis.call('HSET', R, id, S(start) .. '|' .. S(seq) .. '|')
-  redis.call('ZADD', D .. ':q', start, qm(seq, id))
+  gqadd(D, start, seq, id, c)
   return start, seq, ''
 end
+-- gend forgets id's class: its reservation ended.
+local function gend(D, id) redis.call('HDEL', D .. ':k', id) end
 -- gblock holds the group until untilT (a 429 met it) and schedules every
--- waiting reservation again from then, in their order.
+-- waiting reservation again from then, in their order: by window, then
+-- class, then arrival (ratelimit's Block).
 local function gblock(D, n, per, untilT)
   local blk = tonumber(redis.call('HGET', D .. ':s', 'blk') or '0')
   if untilT <= blk then return end
   redis.call('HSET', D .. ':s', 'blk', untilT)
-  local Q, R = D .. ':q', D .. ':r'
-  local waiting = redis.call('ZRANGE', Q, 0, -1)
-  table.sort(waiting) -- by seq: the first 12 characters
-  redis.call('DEL', D .. ':w', D .. ':c', Q)
-  for _, m in ipairs(waiting) do
-    local id, seq = string.sub(m, 14), tonumber(string.sub(m, 1, 12), 16)
-    local start = gplace(D, n, per, untilT)
-    redis.call('HSET', R, id, S(start) .. '|' .. S(seq) .. '|')
-    redis.call('ZADD', Q, start, qm(seq, id))
+  local Q = D .. ':q'
+  local flat = redis.call('ZRANGE', Q, 0, -1, 'WITHSCORES')
+  local waiting = {}
+  for i = 1, #flat, 2 do
+    local id = string.sub(flat[i], 14)
+    local c, mv = gclass(D, id)
+    waiting[#waiting + 1] = {id = id, seq = tonumber(string.sub(flat[i], 1, 12), 16), s = tonumber(flat[i + 1]), c = c, mv = mv}
+  end
+  table.sort(waiting, function(a, b)
+    if a.s ~= b.s then return a.s < b.s end
+    if a.c ~= b.c then return a.c > b.c end
+    return a.seq < b.seq
+  end)
+  redis.call('DEL', D .. ':w', D .. ':c', Q, D .. ':b')
+  redis.call('HDEL', D .. ':s', 'a-1', 'a0')
+  for _, v in ipairs(waiting) do
+    gmove(D, v, gfill(D, n, per, untilT))
   end
 end
 `
@@ -161,22 +300,33 @@ end
 // answers found 0 and reserves nothing).
 //
 // ARGV: 1 request id, 2 lease ttl ms, 3 estimate only (0/1), 4 number of
-// groups, then per group: key, count, window ms. Returns, per group,
-// {start in ms from now (negative: the window is under way), position,
-// found 0/1}.
+// groups, 5 the request's class (-1, 0, 1), then per group: key, count,
+// window ms. Returns, per group, {start in ms from now (negative: the
+// window is under way), position, found 0/1}. The position counts the
+// waiting reservations in earlier windows, and in its own those of a
+// higher class or of its class and earlier (ratelimit's slot).
 var groupPlaceLua = groupLua + `
 local P, id, ttl, estimate, ng = KEYS[1], ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1', tonumber(ARGV[4])
+local class = tonumber(ARGV[5]) or 0
 local now = clockNow()
 local out = {}
 for j = 0, ng - 1 do
-  local D = gkey(P, ARGV[5 + 3 * j])
-  local n, per = tonumber(ARGV[6 + 3 * j]), tonumber(ARGV[7 + 3 * j])
+  local D = gkey(P, ARGV[6 + 3 * j])
+  local n, per = tonumber(ARGV[7 + 3 * j]), tonumber(ARGV[8 + 3 * j])
   if estimate and redis.call('HEXISTS', D .. ':r', id) == 0 then
     table.insert(out, 0); table.insert(out, 0); table.insert(out, 0)
   else
-    local start, seq, lease = greserve(D, n, per, ttl, id, now)
+    local start, seq, lease = greserve(D, n, per, ttl, id, now, class)
     local pos = 0
-    if lease == '' then pos = redis.call('ZRANK', D .. ':q', qm(seq, id)) or 0 end
+    if lease == '' then
+      pos = redis.call('ZCOUNT', D .. ':q', '-inf', '(' .. S(start))
+      local c = gclass(D, id)
+      for _, m in ipairs(redis.call('ZRANGEBYSCORE', D .. ':q', S(start), S(start))) do
+        local oid, oseq = string.sub(m, 14), tonumber(string.sub(m, 1, 12), 16)
+        local oc = gclass(D, oid)
+        if oid ~= id and (oc > c or oc == c and oseq < seq) then pos = pos + 1 end
+      end
+    end
     gkeep(D, per, now, ttl)
     table.insert(out, start - now); table.insert(out, pos); table.insert(out, 1)
   end
@@ -197,7 +347,8 @@ for j = 0, ng - 1 do
     local start, seq, lease = gparse(rec)
     if lease == '' then
       redis.call('HDEL', D .. ':r', id)
-      redis.call('ZREM', D .. ':q', qm(seq, id))
+      gqrem(D, seq, id)
+      gend(D, id)
       if redis.call('ZSCORE', D .. ':w', S(start)) then
         redis.call('HINCRBY', D .. ':c', S(start), -1)
       end
@@ -245,24 +396,24 @@ func groupArgs(args []any, gs []ratelimit.SharedGroup, withCount bool) []any {
 }
 
 // ReserveGroups implements ratelimit.SharedGroups.
-func (s *Store) ReserveGroups(ctx context.Context, now time.Time, id string, gs []ratelimit.SharedGroup) ([]ratelimit.Slot, error) {
-	out, _, err := s.placeGroups(ctx, now, id, gs, false)
+func (s *Store) ReserveGroups(ctx context.Context, now time.Time, id string, class int8, gs []ratelimit.SharedGroup) ([]ratelimit.Slot, error) {
+	out, _, err := s.placeGroups(ctx, now, id, class, gs, false)
 	return out, err
 }
 
 // EstimateGroups implements ratelimit.SharedGroups.
 func (s *Store) EstimateGroups(ctx context.Context, now time.Time, id string, gs []ratelimit.SharedGroup) ([]ratelimit.Slot, []bool, error) {
-	return s.placeGroups(ctx, now, id, gs, true)
+	return s.placeGroups(ctx, now, id, 0, gs, true)
 }
 
 // placeGroups runs groupPlaceLua.
-func (s *Store) placeGroups(parent context.Context, now time.Time, id string, gs []ratelimit.SharedGroup, estimate bool) ([]ratelimit.Slot, []bool, error) {
+func (s *Store) placeGroups(parent context.Context, now time.Time, id string, class int8, gs []ratelimit.SharedGroup, estimate bool) ([]ratelimit.Slot, []bool, error) {
 	if s.Mode() == Fallback {
 		return nil, nil, errGroupsLocal
 	}
 	ctx, cancel := context.WithTimeout(parent, s.cfg.Timeout)
 	defer cancel()
-	args := groupArgs([]any{s.groupID(id), ms(s.cfg.LeaseTTL), b2i(estimate), len(gs)}, gs, true)
+	args := groupArgs([]any{s.groupID(id), ms(s.cfg.LeaseTTL), b2i(estimate), len(gs), class}, gs, true)
 	res, err := s.sc.groupPlace.Run(ctx, s.rdb, []string{s.ns}, args...).Slice()
 	if err == nil && len(res) != 3*len(gs) {
 		err = fmt.Errorf("redisstore: group script: %d results for %d groups", len(res), len(gs))

@@ -42,7 +42,7 @@ func TestGroupReservationsAcrossProcesses(t *testing.T) {
 	now := time.Now()
 	var slots []ratelimit.Slot
 	for i := range 9 {
-		s, err := stores[i%3].ReserveGroups(ctx, now, strconv.Itoa(i), g)
+		s, err := stores[i%3].ReserveGroups(ctx, now, strconv.Itoa(i), 0, g)
 		require.NoError(t, err)
 		require.Len(t, s, 1)
 		slots = append(slots, s[0])
@@ -63,7 +63,7 @@ func TestGroupReservationsAcrossProcesses(t *testing.T) {
 	assert.WithinDuration(t, now, slots[0].Start, 50*time.Millisecond, "the first window opens at once")
 
 	// Reserving again keeps the place; an estimate tells it.
-	again, err := stores[1].ReserveGroups(ctx, now, "4", g)
+	again, err := stores[1].ReserveGroups(ctx, now, "4", 0, g)
 	require.NoError(t, err)
 	assert.WithinDuration(t, slots[4].Start, again[0].Start, 20*time.Millisecond)
 	est, found, err := stores[1].EstimateGroups(ctx, now, "4", g)
@@ -82,7 +82,7 @@ func TestGroupReservationsAcrossProcesses(t *testing.T) {
 		assert.True(c, found[0])
 		assert.Equal(c, 4, est[0].Position, "one place ahead left")
 	}, 5*time.Second, 10*time.Millisecond)
-	n, err := stores[0].ReserveGroups(ctx, now, "9", g)
+	n, err := stores[0].ReserveGroups(ctx, now, "9", 0, g)
 	require.NoError(t, err)
 	assert.WithinDuration(t, slots[3].Start, n[0].Start, 20*time.Millisecond, "the freed place in the second window")
 }
@@ -112,7 +112,7 @@ func TestGroupGuardAcrossProcesses(t *testing.T) {
 			defer wg.Done()
 			st := stores[i%3]
 			id := strconv.Itoa(i)
-			slots, err := st.ReserveGroups(ctx, time.Now(), id, []ratelimit.SharedGroup{g})
+			slots, err := st.ReserveGroups(ctx, time.Now(), id, 0, []ratelimit.SharedGroup{g})
 			if !assert.NoError(t, err) {
 				return
 			}
@@ -161,7 +161,7 @@ func TestGroupFallbackShare(t *testing.T) {
 	srv.Kill()
 	g := ratelimit.SharedGroup{Key: "member_roles|guild_id=1", Count: 10, Window: time.Second}
 	ctx := context.Background()
-	_, err := s.ReserveGroups(ctx, time.Now(), "0", []ratelimit.SharedGroup{g})
+	_, err := s.ReserveGroups(ctx, time.Now(), "0", 0, []ratelimit.SharedGroup{g})
 	require.Error(t, err, "no schedule without Redis")
 	assert.Equal(t, Fallback, s.Mode())
 
@@ -203,10 +203,10 @@ func TestGroupWindowsCountFromTheReply(t *testing.T) {
 	s := newStore(t, srv, Config{})
 	g := []ratelimit.SharedGroup{{Key: "member_roles|guild_id=1", Count: 1, Window: 300 * time.Millisecond}}
 	stale := time.Now().Add(-time.Second)
-	slots, err := s.ReserveGroups(context.Background(), stale, "1", g)
+	slots, err := s.ReserveGroups(context.Background(), stale, "1", 0, g)
 	require.NoError(t, err)
 	assert.WithinDuration(t, time.Now(), slots[0].Start, 50*time.Millisecond)
-	second, err := s.ReserveGroups(context.Background(), stale, "2", g)
+	second, err := s.ReserveGroups(context.Background(), stale, "2", 0, g)
 	require.NoError(t, err)
 	assert.GreaterOrEqual(t, second[0].Start.Sub(time.Now()), 250*time.Millisecond, "the next window, one window on")
 	est, found, err := s.EstimateGroups(context.Background(), stale, "2", g)
@@ -253,7 +253,7 @@ func TestGroupStates(t *testing.T) {
 	// Five places, in two processes: three windows.
 	for i := range 5 {
 		st := []*Store{a, b}[i%2]
-		_, err := st.ReserveGroups(ctx, time.Now(), strconv.Itoa(i), []ratelimit.SharedGroup{g})
+		_, err := st.ReserveGroups(ctx, time.Now(), strconv.Itoa(i), 0, []ratelimit.SharedGroup{g})
 		require.NoError(t, err)
 	}
 	assert.Equal(t, []ratelimit.SharedGroupState{{Waiting: 5}, {}}, states())
@@ -277,7 +277,7 @@ func TestGroupStates(t *testing.T) {
 	// A released place stops waiting (released in the background: Close
 	// waits for it).
 	rb := newStore(t, srv, Config{Namespace: ns})
-	_, err = rb.ReserveGroups(ctx, time.Now(), "r", []ratelimit.SharedGroup{other})
+	_, err = rb.ReserveGroups(ctx, time.Now(), "r", 0, []ratelimit.SharedGroup{other})
 	require.NoError(t, err)
 	assert.Equal(t, []ratelimit.SharedGroupState{{Waiting: 3, Held: 2}, {Waiting: 1}}, states())
 	rb.ReleaseGroups("r", []ratelimit.SharedGroup{other})
@@ -306,7 +306,7 @@ func TestGroupStates(t *testing.T) {
 	require.Error(t, err)
 	assert.Equal(t, errs+1, a.Stats().Errors)
 	assert.Zero(t, a.Stats().Outages, "a failed read is no outage")
-	_, err = a.ReserveGroups(ctx, time.Now(), "9", []ratelimit.SharedGroup{g})
+	_, err = a.ReserveGroups(ctx, time.Now(), "9", 0, []ratelimit.SharedGroup{g})
 	require.Error(t, err)
 	require.Equal(t, Fallback, a.Mode())
 	before := calls.n.Load()
@@ -358,7 +358,7 @@ func BenchmarkGroupReservation(b *testing.B) {
 		}
 	}
 	for _, warm := range []string{"w1", "w2"} { // loads the scripts
-		_, err := s.ReserveGroups(ctx, time.Now(), warm, g)
+		_, err := s.ReserveGroups(ctx, time.Now(), warm, 0, g)
 		require.NoError(b, err)
 		_, _, err = s.EstimateGroups(ctx, time.Now(), warm, g)
 		require.NoError(b, err)
@@ -372,7 +372,7 @@ func BenchmarkGroupReservation(b *testing.B) {
 			i++
 			id := strconv.Itoa(i)
 			before := calls.n.Load()
-			if _, err := s.ReserveGroups(ctx, time.Now(), id, g); err != nil {
+			if _, err := s.ReserveGroups(ctx, time.Now(), id, 0, g); err != nil {
 				b.Fatal(err)
 			}
 			if !all {
@@ -405,7 +405,7 @@ func BenchmarkGroupStates(b *testing.B) {
 	gs := make([]ratelimit.SharedGroup, 256)
 	for i := range gs {
 		gs[i] = ratelimit.SharedGroup{Key: "member_roles|guild_id=" + strconv.Itoa(i), Count: 10, Window: time.Hour}
-		_, err := s.ReserveGroups(ctx, time.Now(), "r"+strconv.Itoa(i), gs[i:i+1])
+		_, err := s.ReserveGroups(ctx, time.Now(), "r"+strconv.Itoa(i), 0, gs[i:i+1])
 		require.NoError(b, err)
 	}
 	_, err := s.GroupStates(ctx, gs[:1]) // loads the script

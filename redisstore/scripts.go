@@ -350,15 +350,16 @@ end
 -- with a slot of each guard free.
 local gid, ng = ARGV[19] or '', tonumber(ARGV[20] or '0')
 local groups = {}
+local gclassArg = tonumber(ARGV[26]) or 0
 for j = 0, ng - 1 do
-  local D = gkey(P, ARGV[26 + 3 * j])
-  local gn, gper = tonumber(ARGV[27 + 3 * j]), tonumber(ARGV[28 + 3 * j])
-  local gstart, gseq, glease = greserve(D, gn, gper, ttl, gid, now)
+  local D = gkey(P, ARGV[27 + 3 * j])
+  local gn, gper = tonumber(ARGV[28 + 3 * j]), tonumber(ARGV[29 + 3 * j])
+  local gstart, gseq, glease = greserve(D, gn, gper, ttl, gid, now, gclassArg)
   if glease ~= '' then
     -- taken by an attempt whose answer is not reported yet: this attempt
     -- needs a place of its own
     redis.call('HDEL', D .. ':r', gid)
-    gstart, gseq, glease = greserve(D, gn, gper, ttl, gid, now)
+    gstart, gseq, glease = greserve(D, gn, gper, ttl, gid, now, gclassArg)
   end
   local gw = math.max(gstart - now, gguard(D, gn, gper, now))
   if gw > 0 then
@@ -400,7 +401,7 @@ end
 for _, g in ipairs(groups) do
   local D, gseq, gstart, gper = g[1], g[2], g[3], g[4]
   redis.call('HSET', D .. ':r', gid, S(gstart) .. '|' .. S(gseq) .. '|' .. lease)
-  redis.call('ZREM', D .. ':q', qm(gseq, gid))
+  gqrem(D, gseq, gid)
   redis.call('ZADD', D .. ':g', now + ttl, lease)
   gkeep(D, gper, now, ttl)
 end
@@ -538,7 +539,10 @@ for j = 0, ng - 1 do
   if rec then gstart, gseq, glease = gparse(rec) end
   if counted then
     redis.call('ZADD', D .. ':g', now + gper, lease)
-    if glease == lease then redis.call('HDEL', D .. ':r', gid) end
+    if glease == lease then
+      redis.call('HDEL', D .. ':r', gid)
+      gend(D, gid)
+    end
     if rtt > 0 then
       local old = tonumber(redis.call('HGET', D .. ':s', 'rtt') or '0')
       redis.call('HSET', D .. ':s', 'rtt', math.max(rtt, old - math.floor(old / 8)))
@@ -550,7 +554,7 @@ for j = 0, ng - 1 do
     redis.call('ZREM', D .. ':g', lease)
     if glease == lease then
       redis.call('HSET', D .. ':r', gid, S(gstart) .. '|' .. S(gseq) .. '|')
-      redis.call('ZADD', D .. ':q', gstart, qm(gseq, gid))
+      gqadd(D, gstart, gseq, gid, (gclass(D, gid)))
     end
   end
   gkeep(D, gper, now, ttl)
