@@ -54,7 +54,7 @@ const (
 )
 
 func res(id int, class int8) GroupStep { return GroupStep{ID: id, Class: class} }
-func rel(id int) GroupStep            { return GroupStep{ID: id, Release: true} }
+func rel(id int) GroupStep             { return GroupStep{ID: id, Release: true} }
 
 // steps returns a reservation of each id from..to, of class.
 func steps(from, to int, class int8) []GroupStep {
@@ -68,12 +68,12 @@ func steps(from, to int, class int8) []GroupStep {
 // Groups is the group table.
 var Groups = []GroupCase{
 	{
-		Name: "an interaction takes the last bulk place of the first window; each window's last moves back one",
+		Name:  "an interaction takes the last bulk place of the first window; each window's last moves back one",
 		Count: 2, Steps: append(steps(1, 6, bulk), res(7, interactive)),
 		Want: map[int]GroupPlace{7: {0, 0}, 1: {0, 1}, 2: {1, 2}, 3: {1, 3}, 4: {2, 4}, 5: {2, 5}, 6: {3, 6}},
 	},
 	{
-		Name: "a normal request passes bulk, not an interaction",
+		Name:  "a normal request passes bulk, not an interaction",
 		Count: 2, Steps: append(steps(1, 6, bulk), res(7, interactive), res(8, normal)),
 		Want: map[int]GroupPlace{7: {0, 0}, 8: {0, 1}, 1: {1, 2}, 2: {1, 3}, 3: {2, 4}, 4: {2, 5}, 5: {3, 6}, 6: {3, 7}},
 	},
