@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -875,4 +876,64 @@ func TestSharedDeclaredGroupSnapshotWithoutRedis(t *testing.T) {
 	assert.Empty(t, snap.Limits, "the local view: nothing counted in memory")
 	require.NotNil(t, snap.Shared)
 	assert.Positive(t, snap.Shared.Errors)
+}
+
+// TestSharedPriorityInADeclaredGroup: with Redis, a declared group's
+// schedule serves classes across processes. Process A queues a mass role
+// update (bulk); process B's two interactive role updates, submitted
+// after, take places in the first windows A's bulk still waits in, and
+// are answered ahead of most of it.
+func TestSharedPriorityInADeclaredGroup(t *testing.T) {
+	rs := redistest.Start(t)
+	// A bucket of 20 per second, no hidden limit: only the declared one binds.
+	srv, err := sluicetest.NewServer(sluicetest.Options{H2C: true, Rules: rules(20, time.Second, [2]string{"PUT", roleRoute})})
+	require.NoError(t, err)
+	defer srv.Close()
+	limits := []sluice.Limit{{Name: "member_roles", Routes: []string{"PUT " + roleRoute}, Count: 2, Window: 200 * time.Millisecond,
+		Group: func(r *http.Request) string {
+			if strings.Contains(r.URL.Path, "/members/999/") {
+				return "" // outside the group: learns the bucket
+			}
+			return "guild 1"
+		}}}
+	a, b := sharedPair(t, srv, rs, sluice.Options{Limits: limits, NoDefaultLimits: true, RedisTimeout: sharedRedisTimeout()}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, lim := range []*sluice.Limiter{a, b} {
+		resp, err := lim.Do(ctx, req("PUT", "/guilds/1/members/999/roles/9", ""))
+		require.NoError(t, err)
+		resp.Body.Close()
+	}
+	var (
+		mu    sync.Mutex
+		order []int // member ids, in the order of their answers
+		wg    sync.WaitGroup
+	)
+	send := func(lim *sluice.Limiter, member int, p sluice.Priority) {
+		f := lim.Send(sluice.WithPriority(ctx, p), req("PUT", fmt.Sprintf("/guilds/1/members/%d/roles/9", member), ""))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := f.Await(ctx)
+			if assert.NoError(t, err, member) {
+				resp.Body.Close()
+			}
+			mu.Lock()
+			order = append(order, member)
+			mu.Unlock()
+		}()
+	}
+	for m := range 10 {
+		send(a, m, sluice.PriorityBulk)
+	}
+	send(b, 100, sluice.PriorityInteractive)
+	send(b, 101, sluice.PriorityInteractive)
+	wg.Wait()
+	srv.AssertNoViolations(t)
+	t.Logf("answer order: %v", order)
+	// The first window's two bulk requests may have been taken before
+	// B's were placed: B's go in the next window at the latest.
+	for _, m := range []int{100, 101} {
+		assert.LessOrEqual(t, slices.Index(order, m), 3, "interactive %d answered at %d: %v", m, slices.Index(order, m), order)
+	}
 }
