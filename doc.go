@@ -63,7 +63,9 @@
 // ones) and in the supervisor's line (an actor asks with the highest class
 // it has ready). While a lower class waits it keeps one slot in eight
 // (docs/priorities.md). The rule lives in internal/admission (Class,
-// Share), which both places use.
+// Share), which both places use. A declared limit's schedule passes lower
+// classes too, each request at most seven windows (ratelimit.Group's
+// ReserveClass, which the Redis scripts follow).
 //
 // Windows are computed from the time an answer's headers arrived, and the
 // server clock the answers reveal (X-RateLimit-Reset minus Reset-After)
