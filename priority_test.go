@@ -314,3 +314,30 @@ func TestPriorityBulkMovesBackAtMostSevenWindowsInADeclaredGroup(t *testing.T) {
 	assert.LessOrEqual(t, slices.Index(order, 0), ratelimit.MaxGroupMoves, "%v", order)
 	assert.Equal(t, 1+ratelimit.MaxGroupMoves, slices.Index(order, 1), "%v", order)
 }
+
+// In a declared group, ETAs follow the classes: an interactive request's
+// window is before the bulk requests' it passed, and the bulk request it
+// moved back has the later window in its ETA.
+func TestPriorityETAInADeclaredGroup(t *testing.T) {
+	h, reqs, prio := roleGroup(t, 2, time.Minute, 4, 1) // windows a minute apart: nothing leaves meanwhile but the first two
+	ctx := context.Background()
+	var futures []*sluice.Future
+	for i, r := range reqs[:4] {
+		futures = append(futures, h.lim.Send(sluice.WithPriority(ctx, prio[i]), r))
+	}
+	last, err := futures[3].ETA(ctx)
+	require.NoError(t, err)
+	require.Equal(t, sluice.LimitDeclared, last.Limit)
+	inter := h.lim.Send(sluice.WithPriority(ctx, prio[4]), reqs[4])
+	e, err := inter.ETA(ctx)
+	require.NoError(t, err)
+	moved, err := futures[3].ETA(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, sluice.LimitDeclared, e.Limit)
+	assert.True(t, e.Start.Before(moved.Start), "the interaction's window %v before the bulk request's %v", e.Start, moved.Start)
+	assert.True(t, moved.Start.After(last.Start.Add(30*time.Second)), "the last bulk request moved back a window: %v, was %v", moved.Start, last.Start)
+	require.NoError(t, h.lim.Close(ctx)) // the rest would wait minutes: Close answers them
+	for _, f := range append(futures, inter) {
+		<-f.Done()
+	}
+}
