@@ -83,6 +83,29 @@ func TestAdmissionForecast(t *testing.T) {
 		assert.Equal(t, ns(0), at[0], "then the longest backlog submitted first")
 		assert.Equal(t, ns(rtt+time.Second), at[2], "the other backlog a second later")
 	})
+	t.Run("a higher class first, a lower one keeps its share", func(t *testing.T) {
+		// One bulk channel submitted first, then 10 interactive ones; one
+		// slot per period: seven interactive calls, then the bulk one
+		// (admission.Share), then the rest.
+		one := fixedSlots{n: 1, per: time.Second}
+		ws := []waiter{w(0, "bulk", 0, false)}
+		ws[0].class = admission.Bulk
+		for id := uint64(1); id <= 10; id++ {
+			x := w(id, "i"+string(rune('a'+id)), 0, false)
+			x.class = admission.Interactive
+			ws = append(ws, x)
+		}
+		at := forecastAt(ws, one, now, rtt, 0, nil)
+		step := rtt + time.Second
+		assert.Equal(t, ns(time.Duration(admission.ShareEvery-1)*step), at[0], "the bulk call takes the eighth slot")
+		for id := 1; id <= 10; id++ {
+			k := id - 1
+			if id >= admission.ShareEvery {
+				k++ // behind the bulk call's slot
+			}
+			assert.Equal(t, ns(time.Duration(k)*step), at[id], "interactive %d", id)
+		}
+	})
 	t.Run("held slots go first", func(t *testing.T) {
 		ws := []waiter{w(0, "a", 0, false), w(1, "b", 0, false), w(2, "c", 0, false)}
 		at := forecastAt(ws, src, now, rtt, 1, nil)

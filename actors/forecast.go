@@ -15,7 +15,8 @@ import (
 // the calls waiting for a global window.
 //
 // The window does not serve calls in submission order. The supervisor
-// serves bucket actors, the highest class first (admission.Class), then
+// serves bucket actors, the highest class first (admission.Class, with the
+// lower classes' share: admission.Share, from none served yet), then
 // earliest virtual deadline first (admission.Deadline): the submission time of the actor's earliest ready
 // call, less admission.PathWeight times how long the actor's queue still
 // needs at its bucket's pace; ties
@@ -134,10 +135,8 @@ func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt, lag time
 	pending := &waiterHeap{ws: ws, less: func(a, b *waiter) bool {
 		return a.due < b.due || a.due == b.due && a.id < b.id
 	}}
-	ready := &waiterHeap{ws: ws, less: func(a, b *waiter) bool {
-		if a.rank != b.rank {
-			return a.rank > b.rank
-		}
+	// inLine is the order without classes: the share's (admission.Share).
+	inLine := func(a, b *waiter) bool {
 		if a.key != b.key {
 			return a.key < b.key
 		}
@@ -145,7 +144,41 @@ func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt, lag time
 			return a.first < b.first
 		}
 		return a.id < b.id
+	}
+	ready := &waiterHeap{ws: ws, less: func(a, b *waiter) bool {
+		if a.rank != b.rank {
+			return a.rank > b.rank
+		}
+		return inLine(a, b)
 	}}
+	// readyRanks counts the ready calls of each rank (index rank-Bulk); the
+	// share gives a lower rank a slot as the line does.
+	var readyRanks [len(admission.Classes)]int
+	var share admission.Share
+	popReady := func() int {
+		top := ws[ready.idx[0]].rank
+		lower := false
+		for r := admission.Bulk; r < top; r++ {
+			lower = lower || readyRanks[r-admission.Bulk] > 0
+		}
+		var i int
+		if lower && share.Due() {
+			// The first of the lower ranks in line without classes.
+			at := -1
+			for k, j := range ready.idx {
+				if ws[j].rank < top && (at < 0 || inLine(&ws[j], &ws[ready.idx[at]])) {
+					at = k
+				}
+			}
+			i = heap.Remove(ready, at).(int)
+			share.Served(1, true, false)
+		} else {
+			i = heap.Pop(ready).(int)
+			share.Served(1, false, lower)
+		}
+		readyRanks[ws[i].rank-admission.Bulk]--
+		return i
+	}
 	var wakes wakeHeap // lanes' window ends
 
 	// Each lane in submission order.
@@ -304,6 +337,7 @@ func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt, lag time
 			for _, i := range batch[lo:hi] {
 				ws[i].rank, ws[i].key, ws[i].first = rank, key, first
 				heap.Push(ready, i)
+				readyRanks[rank-admission.Bulk]++
 			}
 			lo = hi
 		}
@@ -346,7 +380,7 @@ func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt, lag time
 			continue
 		}
 		clock = t
-		i := heap.Pop(ready).(int)
+		i := popReady()
 		li := laneOf[i]
 		// sent is when the call goes: when it takes its slot, or, in a
 		// window that holds for its probe, at the probe's answer, with
