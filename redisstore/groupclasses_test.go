@@ -135,3 +135,41 @@ func TestGroupClassesRedisMatchesGroup(t *testing.T) {
 		}
 	}
 }
+
+// groupFillLua reserves ARGV[4] requests of class ARGV[5] ("f1", "f2"...)
+// in a group (ARGV 1 its key, 2 count, 3 window ms), in one script: a
+// benchmark's backlog.
+var groupFillLua = redis.NewScript(fakeClockLua + groupLua + `
+local D, n, per = gkey(KEYS[1], ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local now = clockNow()
+for i = 1, tonumber(ARGV[4]) do greserve(D, n, per, 60000, 'f' .. i, now, tonumber(ARGV[5])) end
+return 0
+`)
+
+// BenchmarkGroupPass measures a reservation in a group of 5 per window
+// whose chain holds 500 waiting requests (100 windows): an interactive
+// one over bulk work passes it in the first window, and the cascade moves
+// one request back in each of the 100 windows; a normal one over normal
+// work (no class to pass) goes at the end, as without priorities. One
+// round trip each, on a real redis-server over a unix socket.
+func BenchmarkGroupPass(b *testing.B) {
+	srv := redistest.Start(b)
+	start := time.Unix(1_700_000_000, 0)
+	s, clock := newClockedStore(b, srv, Namespace("bench-pass"), start)
+	ctx := context.Background()
+	i := 0 // a fresh group each time, across runs
+	run := func(b *testing.B, backlog, class int8) {
+		for b.Loop() {
+			b.StopTimer()
+			i++
+			g := []ratelimit.SharedGroup{{Key: "g" + strconv.Itoa(i), Count: 5, Window: time.Minute}}
+			require.NoError(b, groupFillLua.Run(ctx, s.rdb, []string{s.ns}, g[0].Key, 5, 60000, 500, backlog).Err())
+			b.StartTimer()
+			if _, err := s.ReserveGroups(ctx, clock.now(), "x", class, g); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.Run("interactive-over-bulk", func(b *testing.B) { run(b, -1, 1) })
+	b.Run("normal-over-normal", func(b *testing.B) { run(b, 0, 0) })
+}

@@ -163,26 +163,47 @@ local function gfill(D, n, per, now)
   redis.call('HSET', C, S(start), 1)
   return start
 end
+-- glatest returns the first waiting reservation of set (D:q or D:b) in
+-- the window at s, the latest first, that ok(id, seq, c, mv) accepts
+-- (true; 'stop' ends the search), as a table {id, seq, c, mv}, or nil.
+-- It reads the window 16 members at a time: usually the first one is it.
+local function glatest(set, D, s, ok)
+  local off = 0
+  while true do
+    local ms = redis.call('ZREVRANGEBYSCORE', set, S(s), S(s), 'LIMIT', off, 16)
+    for _, m in ipairs(ms) do
+      local id, seq = string.sub(m, 14), tonumber(string.sub(m, 1, 12), 16)
+      local c, mv = gclass(D, id)
+      local r = ok(id, seq, c, mv)
+      if r == 'stop' then return nil end
+      if r then return {id = id, seq = seq, c = c, mv = mv} end
+    end
+    if #ms < 16 then return nil end
+    off = off + 16
+  end
+end
 -- gvictim returns the waiting reservation of the window at s that one of
 -- class rc (id rid, seq rseq) takes the place of, as a table {id, seq,
 -- c, mv}, or nil: one of a lower class (or, moving, of rc and later than
 -- rseq) moved fewer than GMOVES times; the lowest class, the latest of
 -- it (ratelimit's passed).
 local function gvictim(D, s, rid, rseq, rc, moving)
-  local set = D .. ':q'
-  if rc == 0 and not moving or rc == -1 then set = D .. ':b' end -- only bulk can be passed
-  local best
-  for _, m in ipairs(redis.call('ZRANGEBYSCORE', set, S(s), S(s))) do
-    local id, seq = string.sub(m, 14), tonumber(string.sub(m, 1, 12), 16)
-    if id ~= rid then
-      local c, mv = gclass(D, id)
-      if mv < GMOVES and (c < rc or moving and c == rc and seq > rseq) and
-          (not best or c < best.c or c == best.c and seq > best.seq) then
-        best = {id = id, seq = seq, c = c, mv = mv}
-      end
-    end
+  if rc > -1 or moving then -- bulk, the lowest class, first
+    local v = glatest(D .. ':b', D, s, function(id, seq, c, mv)
+      if id == rid or mv >= GMOVES then return false end
+      if rc == -1 and seq < rseq then return 'stop' end -- of its own class: only later ones
+      return true
+    end)
+    if v then return v end
   end
-  return best
+  if rc == 1 or rc == 0 and moving then
+    return glatest(D .. ':q', D, s, function(id, seq, c, mv)
+      if id == rid or c ~= 0 or mv >= GMOVES then return false end
+      if rc == 0 and seq < rseq then return 'stop' end
+      return true
+    end)
+  end
+  return nil
 end
 -- gmove puts waiting reservation v in the window at s.
 local function gmove(D, v, s)

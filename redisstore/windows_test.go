@@ -49,7 +49,7 @@ func (c *fakeClock) now() time.Time { return time.Unix(0, c.unix.Load()) }
 // fake clock, set to start. (A reservation's deadline is its call's
 // timeout from Redis's clock, as the store measured it against the local
 // one: a minute, longer than any row.)
-func newClockedStore(t *testing.T, srv *redistest.Server, ns string, start time.Time) (*Store, *fakeClock) {
+func newClockedStore(t testing.TB, srv *redistest.Server, ns string, start time.Time) (*Store, *fakeClock) {
 	c := &fakeClock{t: t, rdb: srv.Client(t), ns: ns}
 	c.set(start)
 	s, err := open(srv.Client(t), Config{Namespace: ns, GlobalLimit: 50, Heartbeat: time.Hour, Timeout: time.Minute,
