@@ -38,8 +38,9 @@ import (
 // its class in the next window back too, and so on to the end of the
 // chain (the schedule stays in order: each class FIFO). A request moved
 // back MaxGroupMoves times is moved no more, and nothing that reserves
-// after it passes it: a lower class gives up at most MaxGroupMoves
-// windows to higher ones, whatever keeps coming. A newcomer passes only
+// after it passes it: a lower class is moved back at most MaxGroupMoves
+// times (a window each, unless the next holds no one it may pass),
+// whatever keeps coming. A newcomer passes only
 // within the last MaxGroupShift windows of the chain (the cost of a pass
 // is one step per window behind it).
 //
@@ -47,12 +48,12 @@ import (
 // (outstanding or taken); every reservation names a window of the
 // schedule, or one that is over (it is then missed); a request id has at
 // most one outstanding reservation; the guard's invariant (SlidingWindow)
-// holds for the sends taken; among the waiting reservations placed since
-// the last Block, of one class, a later one is never in an earlier
-// window (misses aside: a missed one is placed again, behind); no
-// reservation moved more than MaxGroupMoves times, and none placed after
-// one that did is in an earlier window than it, unless of its class or a
-// higher one that it came before.
+// holds for the sends taken; of two waiting reservations of one class,
+// the later is never in an earlier window (unless a miss or a release
+// came between: a missed one is placed again, behind; a released place
+// goes to the next to reserve); no reservation moved more than
+// MaxGroupMoves times; aged[c] is at or after the window of every
+// reservation of class c that did.
 //
 // Every successful Take must be followed by exactly one Settle (answered)
 // or Cancel (never sent: the request keeps its reservation); every
