@@ -31,7 +31,7 @@ import (
 //
 // Invariants (every script keeps them, atomically): a window of D:w holds
 // at most Count reservations (D:c); a waiting reservation is in D:r and D:q
-// with one start; at most Count leases in D:g are live at any moment a slot
+// (and D:b if it is bulk) with one start; at most Count leases in D:g are live at any moment a slot
 // is taken (Reserve takes one only below Count); a lease stays in D:g from
 // its take until one window after its answer, so however the API aligns its
 // windows it never sees more than Count of the group's requests in one.
