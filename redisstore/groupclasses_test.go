@@ -2,8 +2,10 @@ package redisstore
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -172,4 +174,31 @@ func BenchmarkGroupPass(b *testing.B) {
 	}
 	b.Run("interactive-over-bulk", func(b *testing.B) { run(b, -1, 1) })
 	b.Run("normal-over-normal", func(b *testing.B) { run(b, 0, 0) })
+}
+
+// A bulk reservation whose records are gone but for D:b (evicted keys, or
+// ended by a process that does not keep D:b) is never passed, so never
+// moved: moving it would bring an ended reservation back.
+func TestGroupPassNeverRevivesAnEndedReservation(t *testing.T) {
+	srv := redistest.Start(t)
+	r := newGroupRig(t, srv, "revive", time.Unix(1_700_000_000, 0), 1, time.Second)
+	r.reserve(1, -1)
+	r.reserve(2, -1)
+	ctx := context.Background()
+	D := r.s.ns + ":d:" + r.g[0].Key
+	id := r.s.groupID("1")
+	rec, err := r.s.rdb.HGet(ctx, D+":r", id).Result()
+	require.NoError(t, err)
+	seq, err := strconv.ParseUint(strings.Split(rec, "|")[1], 10, 64)
+	require.NoError(t, err)
+	require.NoError(t, r.s.rdb.ZRem(ctx, D+":q", fmt.Sprintf("%012x|%s", seq, id)).Err())
+	require.NoError(t, r.s.rdb.HDel(ctx, D+":r", id).Err())
+
+	s := r.reserve(3, 1)
+	assert.Equal(t, time.Second, s.Start.Sub(r.clock.now()), "the interaction passes 2 in the second window, not the gone 1 in the first")
+	_, found := r.estimate(1)
+	assert.False(t, found, "1 stays ended")
+	n, err := r.s.rdb.ZCard(ctx, D+":b").Result()
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), n, "the stale member was dropped from D:b; 2 is there")
 }

@@ -167,16 +167,25 @@ end
 -- the window at s, the latest first, that ok(id, seq, c, mv) accepts
 -- (true; 'stop' ends the search), as a table {id, seq, c, mv}, or nil.
 -- It reads the window 16 members at a time: usually the first one is it.
+-- A member of D:b that D:q no longer holds at s (its reservation ended
+-- where D:b was not kept: evicted keys, a process of an older version)
+-- is dropped, never moved: moving it would bring an ended reservation
+-- back.
 local function glatest(set, D, s, ok)
   local off = 0
   while true do
     local ms = redis.call('ZREVRANGEBYSCORE', set, S(s), S(s), 'LIMIT', off, 16)
     for _, m in ipairs(ms) do
       local id, seq = string.sub(m, 14), tonumber(string.sub(m, 1, 12), 16)
-      local c, mv = gclass(D, id)
-      local r = ok(id, seq, c, mv)
-      if r == 'stop' then return nil end
-      if r then return {id = id, seq = seq, c = c, mv = mv} end
+      if set ~= D .. ':q' and tonumber(redis.call('ZSCORE', D .. ':q', m)) ~= s then
+        redis.call('ZREM', set, m)
+        off = off - 1
+      else
+        local c, mv = gclass(D, id)
+        local r = ok(id, seq, c, mv)
+        if r == 'stop' then return nil end
+        if r then return {id = id, seq = seq, c = c, mv = mv} end
+      end
     end
     if #ms < 16 then return nil end
     off = off + 16
