@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/admission"
 )
 
 // Group is a limit the API enforces without announcing it in headers, for
@@ -76,13 +78,13 @@ type Group struct {
 	// classes counts the reservations of each class (index class+1),
 	// waiting or taken: a class with none below it looks for no one to
 	// pass.
-	classes [3]int
+	classes [classHighest - classLowest + 1]int
 	// aged is, per class (index class+1), the latest window holding a
 	// reservation of that class moved MaxGroupMoves times (zero: none).
 	// A request of a higher class passes only in later windows. It may
 	// name a window whose aged reservation is gone: a newcomer then
 	// passes a little less than it could, never more.
-	aged [3]time.Time
+	aged [classHighest - classLowest + 1]time.Time
 }
 
 type groupWindow struct {
@@ -111,10 +113,10 @@ const MaxGroupMoves = 7
 // store's script too, which uses the same number.
 const MaxGroupShift = 256
 
-// Classes of ReserveClass: the values of sluice.Priority.
+// Classes of ReserveClass: admission.Class's (sluice.Priority's) values.
 const (
-	classLowest  int8 = -1
-	classHighest int8 = 1
+	classLowest  = int8(admission.Bulk)
+	classHighest = int8(admission.Interactive)
 )
 
 // Slot is a request's place in a Group: the window it is scheduled in and
@@ -294,7 +296,7 @@ func (g *Group) Block(until time.Time) {
 	}
 	sortReservations(waiting)
 	g.wins = g.wins[:0]
-	g.aged = [3]time.Time{}
+	g.aged = [classHighest - classLowest + 1]time.Time{}
 	for _, r := range waiting {
 		r.start = g.fill(until)
 		g.noteAged(r)
