@@ -35,9 +35,12 @@ type Limiter struct {
 	shared *redisstore.Store // nil without Options.Redis
 	// ipShared counts requests sent without a token (nil without Redis).
 	ipShared *redisstore.Store
-	timeout  time.Duration   // Options.Timeout resolved (0: none)
-	base     *url.URL        // Options.BaseURL resolved
-	direct   *http.Transport // requests to other hosts (see onSite)
+	timeout  time.Duration // Options.Timeout resolved (0: none)
+	// timeoutErr is the error of a request that reached timeout: one
+	// value for them all.
+	timeoutErr error
+	base       *url.URL        // Options.BaseURL resolved
+	direct     *http.Transport // requests to other hosts (see onSite)
 	// refuse is Options.RefuseOtherHosts; auth the Authorization header
 	// Options.Token makes, removed from requests to other hosts.
 	refuse bool
@@ -84,7 +87,8 @@ func New(opts Options) (*Limiter, error) {
 		IdleConnTimeout: 30 * time.Second, TLSHandshakeTimeout: 10 * time.Second, MaxIdleConnsPerHost: 4,
 	}
 	return &Limiter{
-		sys: sys, shared: shared, ipShared: ipShared, timeout: opts.timeout(), base: cfg.BaseURL, direct: direct,
+		sys: sys, shared: shared, ipShared: ipShared, timeout: opts.timeout(), timeoutErr: &TimeoutError{Timeout: opts.timeout()},
+		base: cfg.BaseURL, direct: direct,
 		refuse: opts.RefuseOtherHosts, auth: cfg.Authorization, limits: limits,
 	}, nil
 }
@@ -210,16 +214,14 @@ func (l *Limiter) newCall(ctx context.Context, req *http.Request) (c *actors.Cal
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	var release context.CancelFunc
-	if _, ok := ctx.Deadline(); !ok && l.timeout > 0 {
-		ctx, release = context.WithTimeoutCause(ctx, l.timeout, &TimeoutError{Timeout: l.timeout})
+	var timeout time.Duration // Options.Timeout, for a context without a deadline
+	if _, ok := ctx.Deadline(); !ok {
+		timeout = l.timeout
 	}
 	now := l.sys.Now()
 	id := l.sys.NextID()
 	fail := func(r *http.Request, route routes.Route, err error) (*actors.Call, bool, error) {
-		c := actors.NewCall(id, ctx, r, route, false, now)
-		c.Release = release
-		return c, false, err
+		return actors.NewCall(id, ctx, r, route, false, now), false, err
 	}
 	// failEarly fails req before its body was read: the body is closed,
 	// as a RoundTripper must.
@@ -245,16 +247,13 @@ func (l *Limiter) newCall(ctx context.Context, req *http.Request) (c *actors.Cal
 	if !priority.Valid() {
 		return failEarly(route, fmt.Errorf("%w: %v is not a priority (WithPriority)", ErrBadRequest, priority))
 	}
-	r := req.Clone(ctx)
-	if r.Header == nil {
-		r.Header = make(http.Header) // as net/http accepts
-	}
+	r := cloneRequest(ctx, req)
 	if direct && l.isBotAuth(r.Header.Get("Authorization")) {
 		r.Header.Del("Authorization") // a bot token is for the API only
 	}
 	policy := route.Resend()
 	nonce := policy == routes.ResendWithNonce && JSONBody(r.Header.Get("Content-Type"))
-	body, err := l.buffer(ctx, req, nonce || !direct && l.limits.needsBody(route))
+	body, err := l.buffer(ctx, req, nonce || !direct && l.limits.needsBody(route), timeout)
 	if err != nil {
 		return fail(r, route, err)
 	}
@@ -285,16 +284,17 @@ func (l *Limiter) newCall(ctx context.Context, req *http.Request) (c *actors.Cal
 	c.MaxWait, _ = ctx.Value(maxWaitKey{}).(time.Duration)
 	c.Class = admission.Class(priority)
 	c.Limits = limits
-	c.Release = release
+	c.Timeout, c.TimeoutErr = timeout, l.timeoutErr
 	return c, direct, nil
 }
 
 // buffer returns req's body read into memory, or nil when there is none
 // or when it can be read again through GetBody (unless always). A body
 // whose Content-Length exceeds MaxRequestBody is refused before reading;
-// reading ends with ctx (the body is then closed to stop the reader).
+// reading ends with ctx, or after timeout when positive (the request's
+// Options.Timeout; the body is then closed to stop the reader).
 // req.Body is always closed.
-func (l *Limiter) buffer(ctx context.Context, req *http.Request, always bool) ([]byte, error) {
+func (l *Limiter) buffer(ctx context.Context, req *http.Request, always bool, timeout time.Duration) ([]byte, error) {
 	rc := req.Body
 	if rc == nil || rc == http.NoBody {
 		return nil, nil
@@ -326,6 +326,11 @@ func (l *Limiter) buffer(ctx context.Context, req *http.Request, always bool) ([
 	if req.GetBody != nil {
 		// net/http sets GetBody for in-memory bodies: reading cannot block.
 		return readAll()
+	}
+	if timeout > 0 { // Options.Timeout bounds the read too
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, timeout, l.timeoutErr)
+		defer cancel()
 	}
 	type read struct {
 		b   []byte
@@ -622,4 +627,36 @@ func (l *Limiter) Close(ctx context.Context) error {
 		l.shared.Close() // after every worker, so every request reported to it
 	}
 	return err
+}
+
+// cloneRequest is the limiter's own copy of req, on ctx: what the actors
+// own and seal (the caller keeps req). Unlike http.Request.Clone it leaves
+// the URL shared (the seal replaces it, and nothing writes it) and gives
+// the header room for the two the seal may add (Authorization,
+// User-Agent), so neither copy is made twice.
+func cloneRequest(ctx context.Context, req *http.Request) *http.Request {
+	r := req.WithContext(ctx)
+	h := make(http.Header, len(req.Header)+2)
+	n := 0
+	for _, vv := range req.Header {
+		n += len(vv)
+	}
+	values := make([]string, n) // one array for every value, as Header.Clone
+	for k, vv := range req.Header {
+		if vv == nil {
+			h[k] = nil // as Header.Clone: a nil value stays nil
+			continue
+		}
+		m := copy(values, vv)
+		h[k] = values[:m:m]
+		values = values[m:]
+	}
+	r.Header = h
+	if req.Trailer != nil {
+		r.Trailer = req.Trailer.Clone()
+	}
+	if req.TransferEncoding != nil {
+		r.TransferEncoding = append([]string(nil), req.TransferEncoding...)
+	}
+	return r
 }

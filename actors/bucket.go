@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/fsm"
 	"github.com/sluicehq/sluice/internal/admission"
+	"github.com/sluicehq/sluice/internal/attempt"
 	"github.com/sluicehq/sluice/ratelimit"
 	"github.com/sluicehq/sluice/routes"
 	"github.com/sluicehq/sluice/supervision"
@@ -110,8 +111,8 @@ func (b *bucket) traceKey(msg any) string {
 	if l := b.laneOf(msg); l != nil {
 		return l.key
 	}
-	if m, ok := msg.(*enqueueMsg); ok && len(m.calls) == 1 {
-		return b.keyFor(m.calls[0].Route)
+	if m, ok := msg.(*enqueueMsg); ok {
+		return b.keyFor(m.call.Route)
 	}
 	return b.key
 }
@@ -120,9 +121,7 @@ func (b *bucket) laneOf(msg any) *lane {
 	var c *Call
 	switch m := msg.(type) {
 	case *enqueueMsg:
-		if len(m.calls) == 1 {
-			c = m.calls[0]
-		}
+		c = m.call
 	case *resultMsg:
 		c = m.call
 	}
@@ -176,9 +175,7 @@ func (b *bucket) recoverCrash(ctx actor.Context) {
 	}
 	switch m := m.(type) {
 	case *enqueueMsg:
-		for _, c := range m.calls {
-			fail(c)
-		}
+		fail(m.call)
 	case *resultMsg:
 		fail(m.call)
 	case *grantMsg:
@@ -195,9 +192,7 @@ func (b *bucket) receive(ctx actor.Context, msg any) {
 	case *enqueueMsg:
 		b.received++
 		b.idleSent = false
-		for _, c := range m.calls {
-			b.enqueue(c)
-		}
+		b.enqueue(m.call)
 		b.pump(ctx)
 	case *resultMsg:
 		b.result(ctx, m)
@@ -275,7 +270,7 @@ func (b *bucket) receive(ctx actor.Context, msg any) {
 // known (learned by any route of the template, on any channel), else the
 // route itself.
 func (b *bucket) keyFor(r routes.Route) string {
-	if hash, ok := b.sys.store.Alias(r.Method + " " + r.Template); ok && hash != "" {
+	if hash, ok := b.sys.store.Alias(r.TemplateKey()); ok && hash != "" {
 		return routes.BucketKey(hash, r.Major)
 	}
 	return r.Key()
@@ -297,7 +292,7 @@ func (b *bucket) laneFor(r routes.Route) *lane {
 			return l
 		}
 	}
-	template := r.Method + " " + r.Template
+	template := r.TemplateKey()
 	hash, known := b.sys.store.Alias(template)
 	key := r.Key()
 	if known && hash != "" {
@@ -341,7 +336,7 @@ func (b *bucket) enqueue(c *Call) {
 	if c.MaxWait > 0 && (limit == 0 || c.MaxWait < limit) {
 		limit = c.MaxWait
 	}
-	if dl, ok := c.Ctx.Deadline(); ok && (limit == 0 || dl.Sub(now) < limit) {
+	if dl, ok := c.deadline(); ok && (limit == 0 || dl.Sub(now) < limit) {
 		limit = dl.Sub(now)
 	}
 	if limit > 0 && start.Sub(now) > limit {
@@ -373,7 +368,7 @@ func (b *bucket) enqueue(c *Call) {
 		}
 	}
 	c.queuedAt = now
-	b.sys.tel.event(c, "queued", attribute.String("sluice.bucket", l.key))
+	b.sys.tel.eventWith(c, "queued", attribute.String("sluice.bucket", l.key))
 	l.queue = slices.Insert(l.queue, pos, c)
 	if pos < len(l.queue)-1 || l.order(pos) {
 		b.restamp(l, now) // its place moved the calls behind it
@@ -785,7 +780,7 @@ func (b *bucket) dispatch(ctx actor.Context, l *lane, c *Call, conn *transport.C
 	self := b.self
 	var sr *ratelimit.SharedRequest
 	if b.win().shared != nil {
-		template := c.Route.Method + " " + c.Route.Template
+		template := c.Route.TemplateKey()
 		hash, _ := b.sys.store.Alias(template)
 		sr = &ratelimit.SharedRequest{Now: now, Route: c.Route.Key(), Template: template, Major: c.Route.Major, Hash: hash,
 			Global: global || !c.Route.GlobalExempt, Local: l.state, Window: l.window, Margin: l.state.Margin(now),
@@ -794,7 +789,7 @@ func (b *bucket) dispatch(ctx actor.Context, l *lane, c *Call, conn *transport.C
 			sr.Groups, sr.GroupID, sr.GroupClass = sh.groups, sh.id, int8(c.Class)
 		}
 	}
-	if !b.sys.goWork(func() { b.sys.work(conn, c, self, sr) }) {
+	if !b.sys.goWork(job{conn: conn, call: c, bucket: self, sr: sr}) {
 		conn.Unclaim()
 		b.release(ctx, c, now, ratelimit.Headers{}, ratelimit.ChargeNone)
 		c.Complete(nil, ErrClosed)
@@ -841,8 +836,8 @@ func (b *bucket) release(ctx actor.Context, c *Call, at time.Time, h ratelimit.H
 		observe(&l.state, at, c.sentAt, h, count)
 		b.sys.groups.settle(c, at)
 	}
-	target := ""
-	if h.Has.Bucket && h.Bucket != "" {
+	target := "" // the bucket that counted it, for the holds (built only for them)
+	if len(c.holds) > 0 && h.Has.Bucket && h.Bucket != "" {
 		target = routes.BucketKey(h.Bucket, c.Route.Major)
 	}
 	for _, k := range c.holds {
@@ -892,12 +887,11 @@ func (b *bucket) result(ctx actor.Context, m *resultMsg) {
 		b.sys.clock.Observe(m.wired, m.at, h)
 		b.sys.clock.Annotate(&h)
 	}
-	var ns *notSentError
-	notSent := m.err != nil && (transport.Classify(m.err) == transport.NotSent || errors.As(m.err, &ns))
+	notSent := m.err != nil && (transport.Classify(m.err) == transport.NotSent || errors.Is(m.err, attempt.ErrNotSent))
 	status := 0
 	if m.resp != nil {
 		status = m.resp.StatusCode
-		b.sys.tel.event(c, "headers", attribute.Int("http.response.status_code", status))
+		b.sys.tel.eventWith(c, "headers", attribute.Int("http.response.status_code", status))
 	}
 	v := m.verdict
 	// What the attempt means, by the one outcome table: what its bucket,
@@ -1123,13 +1117,12 @@ func (b *bucket) failed(l *lane, c *Call, err error, o ratelimit.Outcome) {
 	if c.Finished() {
 		return
 	}
-	var ns *notSentError
-	switch {
-	case c.Ctx.Err() != nil:
-		c.Complete(nil, ctxError(c.Ctx))
+	switch ended := c.ended(); {
+	case ended != nil:
+		c.Complete(nil, ended)
 	case errors.Is(err, ErrClosed):
 		c.Complete(nil, ErrClosed) // Close gave up waiting for the answer
-	case errors.Is(err, ErrResponseTooLarge), errors.Is(err, ErrInternal), errors.As(err, &ns):
+	case errors.Is(err, ErrResponseTooLarge), errors.Is(err, ErrInternal), errors.Is(err, attempt.ErrNotSent):
 		c.Complete(nil, err)
 	case o.Next == ratelimit.Requeue:
 		// Never reached the server: it goes again once admitted (on a new

@@ -30,9 +30,10 @@
 //
 // The hot path is three messages: submit (caller → supervisor), enqueue
 // (supervisor → bucket actor), result (worker → bucket actor). The worker
-// parses and classifies the answer once (ratelimit.ParseHeaders,
-// ratelimit.Classify) and ships the verdict with the time the headers
-// arrived; a global 429 recognised from the headers also goes to the
+// sends the attempt and reads its answer with internal/attempt (the
+// request was sealed once, at submission: System.seal), which parses and
+// classifies it once (ratelimit.ParseHeaders, ratelimit.Classify); the
+// worker ships the verdict with the time the headers arrived; a global 429 recognised from the headers also goes to the
 // supervisor at once, before the body is read. Other messages flow only
 // when something waits or changes: want/grant for admission, freed when a
 // global slot frees while others wait, idle when an actor may stop, and the

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/attempt"
 )
 
 // Sentinel errors. Each is returned (possibly wrapped) as documented.
@@ -26,7 +28,7 @@ var (
 	ErrBanned = errors.New("sluice: upstream ban (Cloudflare)")
 	// ErrResponseTooLarge is returned when a response body exceeds the
 	// configured maximum.
-	ErrResponseTooLarge = errors.New("sluice: response body too large")
+	ErrResponseTooLarge = attempt.ErrResponseTooLarge
 	// ErrQueueFull is returned when a request would exceed the bound on
 	// queued requests of its bucket or of the whole limiter.
 	ErrQueueFull = errors.New("sluice: queue full")

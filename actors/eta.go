@@ -420,8 +420,7 @@ func (s *System) globalSlots(out []RequestETA, parts []laneETA, waiting []int, n
 		return
 	}
 	var onWire map[string]bool
-	s.live.Range(func(_, v any) bool {
-		c := v.(*Call)
+	s.live.each(func(c *Call) bool {
 		if asked[c.ID] || c.Route.GlobalExempt || c.direct || c.Finished() {
 			return true
 		}

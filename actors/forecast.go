@@ -469,7 +469,7 @@ func (h *wakeHeap) Pop() any {
 // family (method, template), which is immutable, unlike the lane a bucket
 // actor keeps it in.
 func forecastLane(c *Call) string {
-	return c.Route.Major + "\x00" + c.Route.Method + " " + c.Route.Template
+	return c.Route.Major + "\x00" + c.Route.TemplateKey()
 }
 
 // sameWindow is how close two due times of a lane are for the forecast

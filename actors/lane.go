@@ -186,8 +186,7 @@ func (l *lane) head() *Call {
 		if !c.Finished() {
 			return c
 		}
-		l.queue[0] = nil
-		l.queue = l.queue[1:]
+		l.pop()
 	}
 	return nil
 }
@@ -207,8 +206,15 @@ func (l *lane) compact() int {
 	return len(out)
 }
 
+// pop drops the queue's first call. An emptied queue keeps its room: a
+// lane that holds one request at a time allocates its queue once, not
+// once a request.
 func (l *lane) pop() {
 	l.queue[0] = nil
+	if len(l.queue) == 1 {
+		l.queue = l.queue[:0]
+		return
+	}
 	l.queue = l.queue[1:]
 }
 

@@ -18,16 +18,16 @@ import (
 // (worker → bucket); everything else happens only when something waits
 // (admission), fails or changes.
 
-// submitMsg: API -> supervisor, new calls to route to the bucket actor of
-// their major parameters.
+// submitMsg: API -> supervisor, a new call to route to the bucket actor
+// of its major parameters.
 type submitMsg struct {
-	calls []*Call
+	call *Call
 }
 
 // enqueueMsg: supervisor -> bucket. Only the supervisor sends it, and it
 // counts what it sends (see idleMsg).
 type enqueueMsg struct {
-	calls []*Call
+	call *Call
 	// bind is set on the first message to a new bucket actor: the bucket
 	// it runs (see bucketCell).
 	bind *bucket

@@ -255,9 +255,7 @@ func (s *supervisor) recoverCrash(ctx actor.Context) {
 		slog.String("message", messageName(m)))
 	switch m := m.(type) {
 	case *submitMsg:
-		for _, c := range m.calls {
-			c.Complete(nil, fmt.Errorf("%w: the supervisor failed while routing %s", ErrActorCrashed, c.Route.Redacted()))
-		}
+		m.call.Complete(nil, fmt.Errorf("%w: the supervisor failed while routing %s", ErrActorCrashed, m.call.Route.Redacted()))
 	case *wantMsg:
 		// The bucket waits for an answer: let it look again.
 		if ch := s.children[m.key]; ch != nil {
@@ -280,9 +278,7 @@ func (s *supervisor) receive(ctx actor.Context) {
 		s.publish()
 		s.dial()
 	case *submitMsg:
-		for _, c := range m.calls {
-			s.submit(ctx, c)
-		}
+		s.submit(ctx, m.call)
 	case *wantMsg:
 		s.want(ctx, m)
 	case *soonMsg:
@@ -453,7 +449,7 @@ func (s *supervisor) submit(ctx actor.Context, c *Call) {
 		s.sys.buckets.Add(1)
 	}
 	ch.forwarded++
-	ctx.Send(ch.pid, &enqueueMsg{calls: []*Call{c}, bind: bind})
+	ctx.Send(ch.pid, &enqueueMsg{call: c, bind: bind})
 	s.dial() // connect on demand, and refill the pool
 }
 
@@ -652,7 +648,7 @@ func (s *supervisor) dial() {
 		return
 	}
 	s.dialing = true
-	s.sys.goWork(func() {
+	s.sys.goWork(job{f: func() {
 		var conn *transport.Conn
 		err := fmt.Errorf("%w: dialing panicked", ErrInternal)
 		defer func() {
@@ -664,7 +660,7 @@ func (s *supervisor) dial() {
 		ctx, cancel := context.WithTimeout(s.sys.hardCtx, s.sys.cfg.dialTimeout())
 		defer cancel()
 		conn, err = transport.Dial(ctx, s.sys.cfg.BaseURL, s.sys.cfg.Transport)
-	})
+	}})
 }
 
 // failed counts a failed connection (a dial, or one that died young;
@@ -721,13 +717,13 @@ func (s *supervisor) dialed(ctx actor.Context, m *dialedMsg) {
 	s.publish()
 	s.dial() // the next connection of the pool, if it is due
 	conn := m.conn
-	s.sys.goWork(func() {
+	s.sys.goWork(job{f: func() {
 		select {
 		case <-conn.Done():
 			s.sys.root.Send(s.self, &connDownMsg{conn: conn, err: conn.Err()})
 		case <-s.sys.hardCtx.Done():
 		}
-	})
+	}})
 	s.admit(ctx)
 }
 

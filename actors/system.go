@@ -1,15 +1,12 @@
 package actors
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptrace"
 	"net/url"
 	"slices"
 	"strings"
@@ -23,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/fsm"
+	"github.com/sluicehq/sluice/internal/attempt"
 	"github.com/sluicehq/sluice/ratelimit"
 	"github.com/sluicehq/sluice/supervision"
 	"github.com/sluicehq/sluice/transport"
@@ -159,14 +157,11 @@ type System struct {
 
 	workers sync.WaitGroup // goroutines: requests, dials, watchers
 	workMu  sync.Mutex     // guards noWork against workers.Add
-	workCh  chan func()    // idle workers receive work here (unbuffered)
+	workCh  chan job       // idle workers receive work here (unbuffered)
 	noWork  bool           // set by Close: goWork starts nothing more
 	calls   sync.WaitGroup // submitted calls without an outcome
-	// live holds every submitted call without an outcome (id -> *Call).
-	// protoactor drops user messages still in a mailbox when an actor
-	// stops, so Close answers whatever is left here once every actor has
-	// stopped: every call gets exactly one outcome.
-	live    sync.Map
+	// live holds every submitted call without an outcome (liveCalls).
+	live    liveCalls
 	closed  atomic.Bool
 	subMu   sync.RWMutex // orders Submit's calls.Add before Close's calls.Wait
 	ids     atomic.Uint64
@@ -184,7 +179,13 @@ type System struct {
 	supState atomic.Int64 // the supervisor's fsm.SupervisorState
 	tel      *telemetry   // nil: no OpenTelemetry
 	auth     authLatch    // a 401 to the configured token: later calls fail fast
-	buffered atomic.Int64 // response bytes being read now (MaxBufferedBytes)
+	// exch sends one attempt and reads its answer, body within reader's
+	// bounds (MaxResponseBytes, MaxBufferedBytes).
+	exch   attempt.Exchange
+	reader attempt.Reader
+	// authValue and agentValue are the Authorization and User-Agent
+	// header values seal gives every request (made once).
+	authValue, agentValue []string
 	// lastAnswer is when any connection last delivered an answer (limiter
 	// clock, Unix nanoseconds): a connection that dies before answering
 	// counts as a failed one only while the API answers nothing at all.
@@ -283,8 +284,11 @@ func Start(cfg Config) (*System, error) {
 		return nil, fmt.Errorf("sluice: metrics: %w", err)
 	}
 	s.tel = tel
+	s.reader = attempt.Reader{MaxBytes: cfg.MaxResponseBytes, MaxBuffered: cfg.MaxBufferedBytes}
+	s.exch = attempt.Exchange{Clock: s.now, Body: &s.reader}
+	s.authValue, s.agentValue = []string{cfg.Authorization}, []string{cfg.UserAgent}
 	s.hardCtx, s.hardCancel = context.WithCancel(context.Background())
-	s.workCh = make(chan func())
+	s.workCh = make(chan job)
 	s.stopped = make(chan struct{})
 	s.bucketProps = actor.PropsFromProducer(func() actor.Actor { return &bucketCell{sys: s} },
 		actor.WithMailbox(bucketMailbox),
@@ -316,12 +320,16 @@ func (s *System) Submit(c *Call) {
 	if !ok {
 		return
 	}
+	if err := s.seal(c); err != nil {
+		c.Complete(nil, err)
+		return
+	}
 	if err := s.admit(c, n); err != nil {
 		c.Complete(nil, err)
 		return
 	}
 	s.reserveShared(c)
-	s.root.Send(s.sup, &submitMsg{calls: []*Call{c}})
+	s.root.Send(s.sup, &submitMsg{call: c})
 }
 
 // register counts c as submitted (Close waits for its outcome) and returns
@@ -339,21 +347,25 @@ func (s *System) register(c *Call) (int64, bool) {
 	s.calls.Add(1)
 	s.subMu.RUnlock()
 	n := s.pending.Add(1)
-	s.live.Store(c.ID, c)
+	s.live.add(c)
 	s.tel.start(c)
-	c.arm(func() {
-		if len(c.Limits) > 0 {
-			s.groups.release(c, s.now())
-		}
-		if c.authProbe.Load() {
-			s.auth.probeEnded()
-		}
-		s.tel.finish(c)
-		s.live.Delete(c.ID)
-		s.pending.Add(-1)
-		s.calls.Done()
-	})
+	c.arm(s)
 	return n, true
+}
+
+// finished is the bookkeeping of a registered call's outcome, once
+// (Call.Complete runs it before a waiter sees the outcome).
+func (s *System) finished(c *Call) {
+	if len(c.Limits) > 0 {
+		s.groups.release(c, s.now())
+	}
+	if c.authProbe.Load() {
+		s.auth.probeEnded()
+	}
+	s.tel.finish(c)
+	s.live.remove(c.ID)
+	s.pending.Add(-1)
+	s.calls.Done()
 }
 
 // SubmitDirect sends c on rt, outside the rate limits and the actors: for
@@ -373,42 +385,19 @@ func (s *System) SubmitDirect(c *Call, rt http.RoundTripper) {
 				c.Complete(nil, fmt.Errorf("%w: %v", ErrInternal, r))
 			}
 		}()
-		ctx, end := s.attemptContext(c)
-		defer end()
-		fail := func(err error) {
-			if ctx.Err() != nil {
-				err = s.attemptEnded(ctx, c)
-			}
-			c.Complete(nil, err)
+		ctx, cancel := s.attemptContext(c)
+		defer s.endAttempt(c, cancel)
+		a, err := s.exch.Do(ctx, rt, c.Req)
+		switch {
+		case err == nil:
+		case !a.Answered && ctx.Err() != nil:
+			err = s.attemptEnded(ctx, c)
+		case a.Answered && !errors.Is(err, ErrResponseTooLarge) && ctx.Err() != nil:
+			err = ctxError(ctx)
 		}
-		req := c.Req.Clone(ctx)
-		if c.Req.GetBody != nil {
-			b, err := c.Req.GetBody()
-			if err != nil {
-				fail(err)
-				return
-			}
-			req.Body = b
-		}
-		resp, err := rt.RoundTrip(req)
-		if err != nil {
-			fail(err)
-			return
-		}
-		body, err := s.readBody(resp)
-		resp.Body.Close()
-		if err != nil {
-			if !errors.Is(err, ErrResponseTooLarge) && ctx.Err() != nil {
-				err = ctxError(ctx)
-			}
-			c.Complete(nil, err)
-			return
-		}
-		resp.Body = io.NopCloser(bytes.NewReader(body))
-		resp.ContentLength = int64(len(body))
-		c.Complete(resp, nil)
+		c.Complete(a.Resp, err)
 	}
-	if !s.goWork(run) {
+	if !s.goWork(job{f: run}) {
 		c.Complete(nil, ErrClosed)
 	}
 }
@@ -438,9 +427,38 @@ func (s *System) botAuthenticated(c *Call) bool {
 	return s.sentWithToken(c) && !c.Route.PerToken
 }
 
-// sentWithToken reports whether prepare adds the configured token to c.
-func (s *System) sentWithToken(c *Call) bool {
-	return s.cfg.Authorization != "" && c.window == BotWindow && c.Req.Header.Get("Authorization") == ""
+// sentWithToken reports whether c is sent with the configured token (seal
+// adds it): decided by classify, before the seal.
+func (s *System) sentWithToken(c *Call) bool { return c.withToken }
+
+// seal makes c.Req the request every attempt sends (attempt.Exchange
+// copies it with the attempt's context and a fresh body): its URL on the
+// base (attempt.Resolve), the configured token when c is sent with it,
+// the default User-Agent, and the trace context of c's span. It runs once,
+// after register (the span) and before any actor sees c; nothing writes
+// c.Req afterwards.
+func (s *System) seal(c *Call) error {
+	req := c.Req
+	u, err := attempt.Resolve(s.cfg.BaseURL, req.URL)
+	if err != nil {
+		return fmt.Errorf("sluice: %w", err)
+	}
+	req.URL, req.Host = u, u.Host
+	if req.Header == nil {
+		req.Header = make(http.Header)
+	}
+	// The two values are slices made once for every request: the
+	// transport only reads them.
+	if c.withToken {
+		req.Header["Authorization"] = s.authValue
+	}
+	if s.cfg.UserAgent != "" && req.Header.Get("User-Agent") == "" {
+		req.Header["User-Agent"] = s.agentValue
+	}
+	if c.span != nil {
+		inject(c.Ctx, propagation.HeaderCarrier(req.Header))
+	}
+	return nil
 }
 
 // budget returns a *BudgetError while the invalid-request budget is
@@ -566,8 +584,8 @@ func (s *System) close(ctx context.Context) error {
 		// Stopping the supervisor stops its children; both fail whatever
 		// they still hold with ErrClosed.
 		_ = s.root.PoisonFuture(s.sup).Wait()
-		s.live.Range(func(_, v any) bool {
-			v.(*Call).Complete(nil, ErrClosed)
+		s.live.each(func(c *Call) bool {
+			c.Complete(nil, ErrClosed)
 			return true
 		})
 		<-allDone
@@ -582,35 +600,54 @@ func (s *System) close(ctx context.Context) error {
 // their stacks grown for the HTTP/2 and TLS write path.
 const workerIdle = 30 * time.Second
 
-// goWork runs f on a worker goroutine that Close waits for: an idle one if
+// job is a worker's work: f, or else one attempt (System.work) with its
+// arguments, which travel by value (a closure over them cost an
+// allocation a request).
+type job struct {
+	f      func()
+	conn   *transport.Conn
+	call   *Call
+	bucket *actor.PID
+	sr     *ratelimit.SharedRequest
+}
+
+func (j job) run(s *System) {
+	if j.f != nil {
+		j.f()
+		return
+	}
+	s.work(j.conn, j.call, j.bucket, j.sr)
+}
+
+// goWork runs j on a worker goroutine that Close waits for: an idle one if
 // there is one, else a new one. It returns false once Close has begun.
-func (s *System) goWork(f func()) bool {
+func (s *System) goWork(j job) bool {
 	s.workMu.Lock()
 	defer s.workMu.Unlock()
 	if s.noWork {
 		return false
 	}
 	select {
-	case s.workCh <- f: // an idle worker took it
+	case s.workCh <- j: // an idle worker took it
 		return true
 	default:
 	}
 	s.workers.Add(1)
-	go s.worker(f)
+	go s.worker(j)
 	return true
 }
 
-// worker runs f, then whatever work comes while it is idle for less than
+// worker runs j, then whatever work comes while it is idle for less than
 // workerIdle, until Close.
-func (s *System) worker(f func()) {
+func (s *System) worker(j job) {
 	defer s.workers.Done()
 	idle := time.NewTimer(workerIdle)
 	defer idle.Stop()
 	for {
-		s.runGuarded(f)
+		s.runGuarded(j)
 		idle.Reset(workerIdle)
 		select {
-		case f = <-s.workCh:
+		case j = <-s.workCh:
 		case <-idle.C:
 			return
 		case <-s.hardCtx.Done():
@@ -619,16 +656,16 @@ func (s *System) worker(f func()) {
 	}
 }
 
-// runGuarded runs f and stops a panic there from reaching the process:
+// runGuarded runs j and stops a panic there from reaching the process:
 // each job recovers what concerns its own call or connection (see work,
 // supervisor.dial); this is the last line, which logs.
-func (s *System) runGuarded(f func()) {
+func (s *System) runGuarded(j job) {
 	defer func() {
 		if r := recover(); r != nil {
 			s.log.Error("sluice: recovered a panic on a worker goroutine", slog.Any("panic", r))
 		}
 	}()
-	f()
+	j.run(s)
 }
 
 // SharedWake tells the bucket actor of major that an answer its requests
@@ -734,16 +771,8 @@ func (s *System) work(conn *transport.Conn, c *Call, bucket *actor.PID, sr *rate
 			report(&resultMsg{call: c, at: s.now(), err: fmt.Errorf("%w: %v", ErrInternal, r)})
 		}
 	}()
-	ctx, end := s.attemptContext(c)
-	defer end()
-	// fail types an error of the attempt: the caller's context speaks for
-	// itself; Close and the attempt timeout are named by their cause.
-	fail := func(err error) error {
-		if ctx.Err() != nil && c.Ctx.Err() == nil {
-			return s.attemptEnded(ctx, c)
-		}
-		return connectionError(ctx, err)
-	}
+	ctx, cancel := s.attemptContext(c)
+	defer s.endAttempt(c, cancel)
 
 	if sr != nil {
 		// The shared count (other processes on the token) admits it too,
@@ -754,118 +783,117 @@ func (s *System) work(conn *transport.Conn, c *Call, bucket *actor.PID, sr *rate
 			sh.taken.Store(grant.OK && !grant.Local)
 		}
 		if !grant.OK {
-			report(&resultMsg{call: c, at: s.now(), deferred: &grant, wakeSeq: seq})
+			refused := grant // a copy: grant stays on the stack
+			report(&resultMsg{call: c, at: s.now(), deferred: &refused, wakeSeq: seq})
 			return
 		}
 		shared = &ratelimit.SharedAnswer{Template: sr.Template, Major: sr.Major}
 	}
-	// wire is when the request's headers were written to the connection:
-	// the local time nearest its arrival at the server, which the server
-	// clock's samples need (ratelimit.ServerClock). c.sentAt, when the
-	// actor handed it over, can be far earlier under load (this
-	// goroutine's start, the body, the connection's write lock), and a
-	// sample taken from it would have later requests counted early.
-	base := s.now()
-	var wire atomic.Int64 // since base, +1 so that 0 means "not written"
-	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteHeaders: func() {
-		wire.Store(int64(s.now().Sub(base)) + 1)
-	}})
-	req, err := s.prepare(ctx, c)
-	if err != nil {
-		if shared != nil {
-			shared.Now = s.now()
-		}
-		report(&resultMsg{call: c, at: s.now(), err: &notSentError{err}})
-		return
-	}
-	handed := s.now()
 	claimed = false
 	conn.Unclaim()
-	resp, err := conn.RoundTrip(req)
-	at := s.now()
-	wired := handed
-	if d := wire.Load(); d > 0 {
-		wired = base.Add(time.Duration(d - 1))
-	}
+	// The wire time (Answer.Wired) is when the request's headers were
+	// written to the connection: the local time nearest its arrival at
+	// the server, which the server clock's samples need
+	// (ratelimit.ServerClock). c.sentAt, when the actor handed it over,
+	// can be far earlier under load.
+	a, err := s.exch.Do(ctx, conn, c.Req)
+	m := &resultMsg{call: c, at: a.At, wired: a.Wired, headers: a.Headers, verdict: a.Verdict, resp: a.Resp}
+	notSent := errors.Is(err, attempt.ErrNotSent)
 	if shared != nil {
-		shared.Now, shared.Sent, shared.RoundTrip = at, true, at.Sub(c.sentAt)
+		shared.Now = a.At
+		if !notSent {
+			shared.Sent, shared.RoundTrip = true, a.At.Sub(c.sentAt)
+			shared.Status, shared.Headers = a.Status, a.Headers
+		}
 	}
-	if err != nil {
+	switch {
+	case notSent:
+		m.wired, m.err = time.Time{}, err
+	case !a.Answered:
 		if shared != nil && transport.Classify(err) == transport.NotSent {
 			shared.Sent = false
 		}
-		report(&resultMsg{call: c, at: at, err: fail(err)})
-		return
-	}
-	s.lastAnswer.Store(at.UnixNano())
-	m := &resultMsg{call: c, at: at, wired: wired}
-	h, herr := ratelimit.ParseHeaders(resp.Header, at)
-	if herr != nil {
-		s.log.Warn("sluice: malformed rate-limit headers", slog.String("route", c.Route.Redacted()), slog.String("error", herr.Error()))
-	}
-	m.headers = h
-	if shared != nil {
-		shared.Status, shared.Headers = resp.StatusCode, h
-	}
-	body, err := s.readBody(resp)
-	resp.Body.Close()
-	if err != nil {
-		if !errors.Is(err, ErrResponseTooLarge) {
-			err = fail(err)
+		m.err = s.attemptError(ctx, c, err)
+	default:
+		s.lastAnswer.Store(a.At.UnixNano())
+		if a.HeaderErr != nil {
+			s.log.Warn("sluice: malformed rate-limit headers", slog.String("route", c.Route.Redacted()), slog.String("error", a.HeaderErr.Error()))
 		}
-		m.err = err
-		report(m)
-		return
+		if err != nil {
+			if !errors.Is(err, ErrResponseTooLarge) {
+				err = s.attemptError(ctx, c, err)
+			}
+			m.err = err
+			break
+		}
+		if shared != nil {
+			shared.Verdict = a.Verdict
+			s.clock.Annotate(&shared.Headers) // the window's end by the server's clock
+		}
+		if ratelimit.Judge(ratelimit.Attempt{Sent: true, Status: a.Status, Headers: a.Headers, Verdict: a.Verdict}).Pause == ratelimit.PauseGlobal {
+			// Pause every request at once: the shared window refuses
+			// reservations from now on, before any actor hears of it.
+			until := a.At.Add(a.Verdict.Wait)
+			win.limiter.Block(until)
+			toShared() // and every other process's, before anything here moves
+			s.root.Send(s.sup, &globalHitMsg{window: c.window, until: until})
+		}
 	}
-	m.verdict = ratelimit.Classify(resp.StatusCode, h, body)
-	if shared != nil {
-		shared.Status, shared.Headers, shared.Verdict = resp.StatusCode, h, m.verdict
-		s.clock.Annotate(&shared.Headers) // the window's end by the server's clock
-	}
-	if ratelimit.Judge(ratelimit.Attempt{Sent: true, Status: resp.StatusCode, Headers: h, Verdict: m.verdict}).Pause == ratelimit.PauseGlobal {
-		// Pause every request at once: the shared window refuses
-		// reservations from now on, before any actor hears of it.
-		until := at.Add(m.verdict.Wait)
-		win.limiter.Block(until)
-		toShared() // and every other process's, before anything here moves
-		s.root.Send(s.sup, &globalHitMsg{window: c.window, until: until})
-	}
-	resp.Body = io.NopCloser(bytes.NewReader(body))
-	resp.ContentLength = int64(len(body))
-	m.resp = resp
 	report(m)
 }
 
+// attemptError types an error of an attempt on ctx (attemptContext): the
+// caller's context speaks for itself; Close and the attempt timeout are
+// named by their cause; a dead connection is a ConnectionDiedError.
+func (s *System) attemptError(ctx context.Context, c *Call, err error) error {
+	if ctx.Err() != nil && c.Ctx.Err() == nil {
+		return s.attemptEnded(ctx, c)
+	}
+	return connectionError(ctx, err)
+}
+
 // attemptContext is the context of one attempt of c: it ends with the
-// caller's context, after AttemptTimeout (cause ErrAttemptTimeout), and
+// caller's context, after AttemptTimeout (cause ErrAttemptTimeout) or at
+// the end of c's Timeout if that comes first (cause c.TimeoutErr), and
 // when Close gives up waiting (stopAttempts; the attempt's error is then
-// ErrClosed). end releases it. One context layer, kept on the call rather
-// than hooked on Close's context: three layers cost 8 allocations a request.
-func (s *System) attemptContext(c *Call) (ctx context.Context, end func()) {
-	var cancel context.CancelFunc
-	if d := s.cfg.AttemptTimeout; d > 0 {
+// ErrClosed). endAttempt releases it. One context layer, kept on the call
+// rather than hooked on Close's context: three layers cost 8 allocations a
+// request.
+func (s *System) attemptContext(c *Call) (ctx context.Context, cancel context.CancelFunc) {
+	d := s.cfg.AttemptTimeout
+	switch {
+	case c.Timeout > 0 && (d <= 0 || time.Until(c.timeoutAt) < d):
+		ctx, cancel = context.WithDeadlineCause(c.Ctx, c.timeoutAt, c.TimeoutErr)
+	case d > 0:
 		ctx, cancel = context.WithTimeoutCause(c.Ctx, d, ErrAttemptTimeout)
-	} else {
+	default:
 		ctx, cancel = context.WithCancel(c.Ctx)
 	}
-	c.attempt.Store(&cancel)
+	c.attempt.Store(cancel)
 	if s.hardCtx.Err() != nil {
 		cancel() // Close gave up before the attempt was on record
 	}
-	return ctx, func() {
-		c.attempt.Store(nil)
-		cancel()
-	}
+	return ctx, cancel
+}
+
+// noAttempt is Call.attempt once its attempt ended (an atomic.Value keeps
+// one type).
+var noAttempt context.CancelFunc = func() {}
+
+// endAttempt releases the attempt context attemptContext made for c.
+func (s *System) endAttempt(c *Call, cancel context.CancelFunc) {
+	c.attempt.Store(noAttempt)
+	cancel()
 }
 
 // attemptEnded types the end of an attempt's context ctx: the caller's
-// (its cause), the attempt timeout (ErrAttemptTimeout) or Close
-// (ErrClosed).
+// (its cause), the call's Timeout (TimeoutErr), the attempt timeout
+// (ErrAttemptTimeout) or Close (ErrClosed).
 func (s *System) attemptEnded(ctx context.Context, c *Call) error {
-	if c.Ctx.Err() != nil {
-		return ctxError(c.Ctx)
+	if ended := c.ended(); ended != nil {
+		return ended
 	}
-	if cause := context.Cause(ctx); errors.Is(cause, ErrAttemptTimeout) {
+	if cause := context.Cause(ctx); errors.Is(cause, ErrAttemptTimeout) || (c.TimeoutErr != nil && cause == c.TimeoutErr) {
 		return cause
 	}
 	if s.hardCtx.Err() != nil {
@@ -878,129 +906,12 @@ func (s *System) attemptEnded(ctx context.Context, c *Call) error {
 // (hardCtx is done first, so an attempt recorded after this pass cancels
 // itself).
 func (s *System) stopAttempts() {
-	s.live.Range(func(_, v any) bool {
-		if cancel := v.(*Call).attempt.Load(); cancel != nil {
-			(*cancel)()
+	s.live.each(func(c *Call) bool {
+		if cancel, ok := c.attempt.Load().(context.CancelFunc); ok {
+			cancel()
 		}
 		return true
 	})
-}
-
-// readBody reads resp's body within MaxResponseBytes, refusing at once an
-// answer whose Content-Length declares more, and within the bytes all
-// requests may buffer at once (MaxBufferedBytes), which it holds only while
-// reading: the body then belongs to the caller.
-func (s *System) readBody(resp *http.Response) ([]byte, error) {
-	limit := s.cfg.MaxResponseBytes
-	if limit <= 0 {
-		limit = 64 << 20
-	}
-	if resp.ContentLength > limit {
-		return nil, fmt.Errorf("%w: Content-Length %d is over %d bytes", ErrResponseTooLarge, resp.ContentLength, limit)
-	}
-	var held int64
-	defer func() { s.buffered.Add(-held) }()
-	take := func(n int64) error {
-		if total := s.cfg.MaxBufferedBytes; total > 0 && s.buffered.Add(n) > total {
-			s.buffered.Add(-n)
-			return fmt.Errorf("%w: more than %d bytes buffered across requests", ErrResponseTooLarge, total)
-		}
-		held += n
-		return nil
-	}
-	const chunk = 512 // as io.ReadAll: small answers stay small; the buffer doubles
-	size := int64(chunk)
-	if resp.ContentLength >= 0 {
-		size = resp.ContentLength + 1 // +1 sees a body longer than declared
-	}
-	if err := take(size); err != nil {
-		return nil, err
-	}
-	buf := make([]byte, 0, size)
-	for {
-		if len(buf) == cap(buf) {
-			grow := int64(max(cap(buf), chunk))
-			if int64(cap(buf))+grow > limit+1 {
-				grow = limit + 1 - int64(cap(buf))
-			}
-			if grow <= 0 {
-				return nil, fmt.Errorf("%w: more than %d bytes", ErrResponseTooLarge, limit)
-			}
-			if err := take(grow); err != nil {
-				return nil, err
-			}
-			buf = slices.Grow(buf, int(grow))
-		}
-		n, err := resp.Body.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if int64(len(buf)) > limit {
-			return nil, fmt.Errorf("%w: more than %d bytes", ErrResponseTooLarge, limit)
-		}
-		if err == io.EOF {
-			return buf, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-	}
-}
-
-// notSentError marks a request that failed before anything reached the
-// wire (its body could not be rebuilt): it is not resent.
-type notSentError struct{ err error }
-
-func (e *notSentError) Error() string { return e.err.Error() }
-func (e *notSentError) Unwrap() error { return e.err }
-
-// prepare builds the request for one attempt: the target URL on the base,
-// a fresh body, and the default headers. A relative path is put below the
-// base path, unless it already starts with it ("/api/v10/…"). An absolute
-// URL on the base's host keeps its path; one on Discord's host
-// (https://discord.com/api/v9/…) keeps its path below the base's mount
-// point (see mountPath), so a base of https://proxy/discord/api/v10 sends
-// it to https://proxy/discord/api/v9/…. The path's escaping (%2F in an
-// emoji or a name) is kept as given.
-func (s *System) prepare(ctx context.Context, c *Call) (*http.Request, error) {
-	req := c.Req.Clone(ctx)
-	u := *s.cfg.BaseURL
-	escaped := c.Req.URL.EscapedPath()
-	switch base := s.cfg.BaseURL.EscapedPath(); {
-	case c.Req.URL.Host == "":
-		if base != "" && base != "/" && (escaped == base || strings.HasPrefix(escaped, strings.TrimSuffix(base, "/")+"/")) {
-			base = ""
-		}
-		escaped = joinPath(base, escaped)
-	case !strings.EqualFold(c.Req.URL.Host, s.cfg.BaseURL.Host):
-		escaped = joinPath(mountPath(base), escaped)
-	}
-	p, err := url.PathUnescape(escaped)
-	if err != nil {
-		return nil, fmt.Errorf("sluice: request path: %w", err)
-	}
-	u.Path, u.RawPath = p, escaped
-	u.RawQuery = c.Req.URL.RawQuery
-	req.URL = &u
-	req.Host = u.Host
-	if req.Header == nil {
-		req.Header = make(http.Header)
-	}
-	if c.Req.GetBody != nil {
-		b, err := c.Req.GetBody()
-		if err != nil {
-			return nil, fmt.Errorf("sluice: request body: %w", err)
-		}
-		req.Body = b
-	}
-	if s.sentWithToken(c) {
-		req.Header.Set("Authorization", s.cfg.Authorization)
-	}
-	if req.Header.Get("User-Agent") == "" && s.cfg.UserAgent != "" {
-		req.Header.Set("User-Agent", s.cfg.UserAgent)
-	}
-	if c.span != nil {
-		inject(ctx, propagation.HeaderCarrier(req.Header))
-	}
-	return req, nil
 }
 
 // connectionError types an error that came from the connection dying,
@@ -1016,45 +927,6 @@ func connectionError(ctx context.Context, err error) error {
 		return &transport.ConnectionDiedError{Reason: err, Sent: true}
 	}
 	return err
-}
-
-// mountPath is the part of a base path before Discord's own ("/api" and
-// an optional "/vN"): where the API is mounted on the base's host. It is
-// "/discord" for "/discord/api/v10", and "" for "/api/v10". A base path
-// without an "/api" ending is all mount point.
-func mountPath(base string) string {
-	base = strings.TrimSuffix(base, "/")
-	i := strings.LastIndex(base, "/api")
-	if i < 0 {
-		return base
-	}
-	rest := base[i+len("/api"):]
-	if rest == "" || (len(rest) > 2 && rest[:2] == "/v" && allDigits(rest[2:])) {
-		return base[:i]
-	}
-	return base
-}
-
-func allDigits(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return s != ""
-}
-
-func joinPath(base, p string) string {
-	if base == "" || base == "/" {
-		return p
-	}
-	if len(base) > 0 && base[len(base)-1] == '/' {
-		base = base[:len(base)-1]
-	}
-	if p == "" || p[0] != '/' {
-		p = "/" + p
-	}
-	return base + p
 }
 
 // Load is a reading of the system taken without an actor message: the

@@ -182,9 +182,18 @@ func (t *telemetry) start(c *Call) {
 }
 
 // event adds a step to the request's span.
-func (t *telemetry) event(c *Call, name string, attrs ...attribute.KeyValue) {
+func (t *telemetry) event(c *Call, name string) {
 	if c.span != nil {
-		c.span.AddEvent(name, trace.WithAttributes(attrs...))
+		c.span.AddEvent(name)
+	}
+}
+
+// eventWith adds a step with one attribute to the request's span. The
+// attribute is taken by value, so a call without a span allocates
+// nothing (a variadic list would be built on the heap for every request).
+func (t *telemetry) eventWith(c *Call, name string, kv attribute.KeyValue) {
+	if c.span != nil {
+		c.span.AddEvent(name, trace.WithAttributes(kv))
 	}
 }
 

@@ -64,20 +64,10 @@ func (s *System) emitFrom(t tracer, e TraceEvent) {
 // messageInfo is implemented by messages that concern one request.
 type messageInfo interface{ traceCall() *Call }
 
-func (m *submitMsg) traceCall() *Call {
-	if len(m.calls) == 1 {
-		return m.calls[0]
-	}
-	return nil
-}
-func (m *enqueueMsg) traceCall() *Call {
-	if len(m.calls) == 1 {
-		return m.calls[0]
-	}
-	return nil
-}
-func (m *resultMsg) traceCall() *Call { return m.call }
-func (m *etaMsg) traceCall() *Call    { return m.call }
+func (m *submitMsg) traceCall() *Call  { return m.call }
+func (m *enqueueMsg) traceCall() *Call { return m.call }
+func (m *resultMsg) traceCall() *Call  { return m.call }
+func (m *etaMsg) traceCall() *Call     { return m.call }
 
 // flow describes one message type: its name in traces, who sends it to
 // whom, and what it means. It is the single source for the trace's message

@@ -67,6 +67,7 @@ func (s *System) windowOf(c *Call) Window {
 // parameters so its buckets are kept apart from the token's.
 func (s *System) classify(c *Call) {
 	c.window = s.windowOf(c)
+	c.withToken = s.cfg.Authorization != "" && c.window == BotWindow && c.Req != nil && c.Req.Header.Get("Authorization") == ""
 	if c.window == IPWindow {
 		if c.Route.Major == "" {
 			c.Route.Major = ipMajorPrefix

@@ -71,7 +71,7 @@ func BaseVersion(base string) string {
 //     "/", longer than [MaxPathLength], with a raw control character or
 //     space, a malformed escape, or nothing after the prefix.
 func CanonicalPath(rawPath string) (Path, error) {
-	segs, version, err := canonicalSegments(rawPath)
+	segs, version, err := canonicalSegments(rawPath, 0)
 	if err != nil {
 		return Path{}, err
 	}
@@ -80,7 +80,10 @@ func CanonicalPath(rawPath string) (Path, error) {
 
 // canonicalSegments is CanonicalPath's work: the canonical segments below
 // the prefix and the version.
-func canonicalSegments(rawPath string) (segs []string, version string, err error) {
+//
+// The slice has room for spare times as many strings again past its
+// length, for the caller's own use (Parse: one allocation for all).
+func canonicalSegments(rawPath string, spare int) (segs []string, version string, err error) {
 	switch {
 	case rawPath == "":
 		return nil, "", pathError("empty path")
@@ -93,7 +96,7 @@ func canonicalSegments(rawPath string) (segs []string, version string, err error
 	if i := strings.IndexAny(p, "?#"); i >= 0 {
 		p = p[:i]
 	}
-	segs = make([]string, 0, strings.Count(p, "/"))
+	segs = make([]string, 0, (1+spare)*strings.Count(p, "/"))
 	for s := range strings.SplitSeq(p, "/") {
 		if s == "" {
 			continue

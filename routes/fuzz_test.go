@@ -151,3 +151,28 @@ func majorWithoutHash(major string) string {
 	}
 	return major
 }
+
+// FuzzJoinedIn checks that joinedIn, which takes a route's redacted path
+// out of the raw path when it reads so, always returns what slashJoin
+// builds: "/" and the segments joined by "/".
+func FuzzJoinedIn(f *testing.F) {
+	f.Add("/api/v10/channels/1/messages?x=1", "channels/1/messages")
+	f.Add("/channels//1/messages/", "channels/1/messages")
+	f.Add("/webhooks/1/tok", "webhooks/1/{webhook_token}")
+	f.Add("/a/bc", "b/c")
+	f.Add("", "a")
+	f.Fuzz(func(t *testing.T, raw, joined string) {
+		var segs []string
+		for s := range strings.SplitSeq(joined, "/") {
+			if s != "" {
+				segs = append(segs, s)
+			}
+		}
+		if len(segs) == 0 {
+			return
+		}
+		if got, want := joinedIn(raw, segs), slashJoin("", segs); got != want {
+			t.Fatalf("joinedIn(%q, %q) = %q, want %q", raw, segs, got, want)
+		}
+	})
+}

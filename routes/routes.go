@@ -91,6 +91,19 @@ type Route struct {
 
 	redacted string
 	label    string
+	// methodTemplate is Method + " " + Template as Parse built them, with
+	// Template a part of it: TemplateKey without an allocation.
+	methodTemplate string
+}
+
+// TemplateKey returns Method + " " + Template: what a route's template is
+// known by (Discord reveals a bucket's hash per template). A route from
+// Parse returns it without allocating.
+func (r Route) TemplateKey() string {
+	if mt := r.methodTemplate; len(mt) == len(r.Method)+1+len(r.Template) && mt[:len(r.Method)] == r.Method && mt[len(r.Method)+1:] == r.Template {
+		return mt
+	}
+	return r.Method + " " + r.Template
 }
 
 // Key returns the bucket key used before Discord has revealed the route's
@@ -140,16 +153,17 @@ func Parse(method, rawPath string) (Route, error) {
 	if err != nil {
 		return Route{}, err
 	}
-	segs, _, err := canonicalSegments(rawPath)
+	segs, _, err := canonicalSegments(rawPath, 3)
 	if err != nil {
 		return Route{}, err
 	}
 
 	// Decoded forms, used for matching; the raw forms are what a template
 	// keeps for literal segments.
-	// One backing array for the decoded, template and redacted segments.
+	// The decoded, template and redacted segments live in the room
+	// canonicalSegments left past segs (at least 3 per segment kept).
 	n := len(segs)
-	buf := make([]string, 3*n)
+	buf := segs[n : 4*n : 4*n]
 	dec := buf[:n:n]
 	for i, s := range segs {
 		dec[i] = s
@@ -204,8 +218,9 @@ func Parse(method, rawPath string) (Route, error) {
 	}
 	p.walk(start)
 
-	r.Template = slashJoin(p.tmpl)
-	r.redacted = slashJoin(p.red)
+	r.methodTemplate = slashJoin(m, p.tmpl)
+	r.Template = r.methodTemplate[len(m)+1:]
+	r.redacted = joinedIn(rawPath, p.red)
 	r.label = r.Template
 	if p.unknown || len(segs) > maxLabelSegments {
 		r.label = OtherLabel
@@ -214,14 +229,48 @@ func Parse(method, rawPath string) (Route, error) {
 	return r, nil
 }
 
-// slashJoin returns "/" followed by segs joined by "/", in one allocation.
-func slashJoin(segs []string) string {
+// joinedIn returns "/" followed by segs joined by "/": the end of rawPath
+// (before its query) when it reads so, as it does unless a segment was
+// redacted or rewritten, or slashes doubled; otherwise a new string.
+func joinedIn(rawPath string, segs []string) string {
+	p := rawPath
+	if i := strings.IndexAny(p, "?#"); i >= 0 {
+		p = p[:i]
+	}
+	p = strings.TrimRight(p, "/")
 	n := len(segs)
+	for _, s := range segs {
+		n += len(s)
+	}
+	if len(p) >= n {
+		cand, at := p[len(p)-n:], 0
+		for _, s := range segs {
+			if cand[at] != '/' || cand[at+1:at+1+len(s)] != s {
+				return slashJoin("", segs)
+			}
+			at += 1 + len(s)
+		}
+		return cand
+	}
+	return slashJoin("", segs)
+}
+
+// slashJoin returns "/" followed by segs joined by "/", after method and a
+// space unless method is "", in one allocation.
+func slashJoin(method string, segs []string) string {
+	n := len(segs)
+	if method != "" {
+		n += len(method) + 1
+	}
 	for _, s := range segs {
 		n += len(s)
 	}
 	var b strings.Builder
 	b.Grow(n)
+	if method != "" {
+		b.WriteString(method)
+		b.WriteByte(' ')
+	}
 	for _, s := range segs {
 		b.WriteByte('/')
 		b.WriteString(s)
