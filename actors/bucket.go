@@ -34,6 +34,10 @@ type bucket struct {
 	key      string // the major parameters: the key the supervisor knows it by
 	perToken bool
 	window   Window // the global window all its requests count on (the key tells)
+	idleSent bool   // an idleMsg is out (the supervisor may stop the actor)
+	// firstOut is set while one of pioneers (below) is a first pioneer (a
+	// template never answered), which goes alone.
+	firstOut bool
 
 	// lanes are the buckets of this major, unknown routes included (few:
 	// one per route family used on a channel). Served round-robin from
@@ -46,27 +50,27 @@ type bucket struct {
 	// reserved for this actor, spent before any other and cancelled when
 	// nothing can use them; probe is set from the grant of the ban
 	// breaker's probe until that one request is sent.
+	// (The small fields are together: a struct's padding is memory per
+	// live bucket.)
 	grants      int
-	holders     []*Call // the queued calls the grants are for (Call.holding)
+	holders     []*Call       // the queued calls the grants are for (Call.holding)
+	want        int           // the requests asked for, while wanting
+	wantPath    time.Duration // the backlog last told with want
+	soonAt      time.Time     // the reopening last told with soonMsg
 	wanting     bool
-	want        int             // the requests asked for, while wanting
-	wantClass   admission.Class // and their class
-	wantPath    time.Duration   // the backlog last told with want
+	wantClass   admission.Class // the class of want
 	wantPioneer bool            // and whether it was for a pioneer
-	soonAt      time.Time       // the reopening last told with soonMsg
 	probe       bool
 
-	// pioneers counts requests of lanes whose limit is unknown on the wire;
-	// firstOut is set while one of them is a first pioneer (a template never
-	// answered), which goes alone.
+	// pioneers counts requests of lanes whose limit is unknown on the wire
+	// (firstOut, above).
 	pioneers int
-	firstOut bool
 
-	received uint64 // enqueueMsgs from the supervisor
-	lastWake uint64 // seq of the last sharedWakeMsg
-	draining error  // set on Close
-	idleSent bool
-	timers   timers
+	received   uint64 // enqueueMsgs from the supervisor
+	lastWake   uint64 // seq of the last sharedWakeMsg
+	draining   error  // set on Close
+	timers     timers
+	timerSlots [bucketTimers]timerSlot // timers' slots: a bucket's kinds only
 
 	// current is the message being handled; it is cleared when the handler
 	// returns normally, so after a panic it names the message that failed.
@@ -86,7 +90,7 @@ func newBucket(sys *System, key string, perToken bool, window Window) *bucket {
 // bucketCell, before b's first message.
 func (b *bucket) attach(ctx actor.Context) {
 	b.self = ctx.Self()
-	b.timers = timers{sys: b.sys, pid: b.self}
+	b.timers = timers{sys: b.sys, pid: b.self, slots: b.timerSlots[:]}
 }
 
 // win is the global window of the bucket's requests.

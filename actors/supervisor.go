@@ -76,6 +76,8 @@ type supervisor struct {
 	current any // the message being handled; still set after a panic (see Receive)
 	timers  timers
 	names   namer // bucket actors' names
+	// timerSlots are timers' slots: every kind.
+	timerSlots [numTimers]timerSlot
 }
 
 // pooled is a live connection and when it came up.
@@ -274,7 +276,7 @@ func (s *supervisor) receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		s.self = ctx.Self()
-		s.timers = timers{sys: s.sys, pid: s.self}
+		s.timers = timers{sys: s.sys, pid: s.self, slots: s.timerSlots[:]}
 		s.publish()
 		s.dial()
 	case *submitMsg:

@@ -13,51 +13,66 @@ import (
 // message carrying the generation).
 type timerKind int
 
+// A bucket actor's kinds come first: it keeps slots for them only
+// (bucketTimers), the supervisor for all (numTimers).
 const (
-	timerRedial   timerKind = iota
-	timerGlobal             // the bot window's pause (supervisor); see windowAdmission
-	timerGlobalIP           // the IP window's pause
-	timerRetry              // a retry (bucket); the bot window's next slot (supervisor)
-	timerRetryIP            // the IP window's next slot
-	timerWake
-	timerIdle
+	timerRetry    timerKind = iota // a retry (bucket); the bot window's next slot (supervisor)
+	timerWake                      // a bucket's next send
+	timerIdle                      // a bucket's end of life
+	timerRedial                    // the supervisor's next dial
+	timerGlobal                    // the bot window's pause (supervisor); see windowAdmission
+	timerGlobalIP                  // the IP window's pause
+	timerRetryIP                   // the IP window's next slot
 	numTimers
 )
 
-// timers belong to one actor and are used only from its Receive.
+// bucketTimers is the number of a bucket actor's kinds: the first three.
+const bucketTimers = timerIdle + 1
+
+// timerSlot is one kind's latest timer and its generation.
+type timerSlot struct {
+	gen uint64
+	t   *time.Timer
+}
+
+// timers belong to one actor and are used only from its Receive. slots
+// has one slot per kind the actor uses, indexed by kind: an array in the
+// actor's own struct, so that a live bucket pays for its three kinds
+// only.
 type timers struct {
-	sys  *System
-	pid  *actor.PID
-	gens [numTimers]uint64
-	t    [numTimers]*time.Timer
+	sys   *System
+	pid   *actor.PID
+	slots []timerSlot
 }
 
 // after arms the timer of kind to deliver mk(gen) to the actor in d,
 // replacing any earlier one of that kind.
 func (t *timers) after(kind timerKind, d time.Duration, mk func(gen uint64) any) {
-	t.gens[kind]++
-	gen := t.gens[kind]
-	if t.t[kind] != nil {
-		t.t[kind].Stop()
+	s := &t.slots[kind]
+	s.gen++
+	gen := s.gen
+	if s.t != nil {
+		s.t.Stop()
 	}
 	if d < 0 {
 		d = 0
 	}
 	sys, pid := t.sys, t.pid
-	t.t[kind] = time.AfterFunc(d, func() { sys.root.Send(pid, mk(gen)) })
+	s.t = time.AfterFunc(d, func() { sys.root.Send(pid, mk(gen)) })
 }
 
 // current reports whether gen is the latest arming of kind.
-func (t *timers) current(kind timerKind, gen uint64) bool { return t.gens[kind] == gen }
+func (t *timers) current(kind timerKind, gen uint64) bool { return t.slots[kind].gen == gen }
 
 // stopAll stops every timer; used on Stopping.
 func (t *timers) stopAll() {
-	for i, tm := range t.t {
-		if tm != nil {
-			tm.Stop()
-			t.t[i] = nil
+	for i := range t.slots {
+		s := &t.slots[i]
+		if s.t != nil {
+			s.t.Stop()
+			s.t = nil
 		}
-		t.gens[i]++
+		s.gen++
 	}
 }
 
