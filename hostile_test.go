@@ -193,6 +193,47 @@ func TestDefaultDeadline(t *testing.T) {
 	assert.GreaterOrEqual(t, time.Since(start), 400*time.Millisecond)
 }
 
+// TestDefaultDeadlineWhileQueued: Options.Timeout also ends a request
+// that never left its queue (it waits behind its bucket's pioneer, which
+// hangs on the wire under its own, later deadline) and one whose
+// streaming body never ends, each with its *TimeoutError; the limiter then
+// closes with nothing left.
+func TestDefaultDeadlineWhileQueued(t *testing.T) {
+	arrived := make(chan struct{}, 4)
+	srv := tlsServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-r.Context().Done()
+	}))
+	lim := limiterFor(t, srv, sluice.Options{Timeout: 300 * time.Millisecond, AttemptTimeout: -1})
+	// The pioneer has a deadline of its own (so no default), far off.
+	pioneerCtx, stopPioneer := context.WithTimeout(context.Background(), time.Minute)
+	defer stopPioneer()
+	pioneer := lim.Send(pioneerCtx, req("GET", "/channels/1/messages", ""))
+	<-arrived // the pioneer is on the wire: the bucket's limit is unknown
+	queued := lim.Send(context.Background(), req("GET", "/channels/1/messages", ""))
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	streaming, err := http.NewRequest("POST", "/channels/2/messages", pr) // no GetBody
+	require.NoError(t, err)
+	body := lim.Send(context.Background(), streaming)
+	for name, f := range map[string]*sluice.Future{"queued": queued, "body still read": body} {
+		_, err := f.Await(context.Background())
+		var te *sluice.TimeoutError
+		assert.ErrorAs(t, err, &te, name)
+		assert.ErrorIs(t, err, sluice.ErrTimeout, name)
+	}
+	select {
+	case <-pioneer.Done():
+		t.Error("the pioneer ended: its own deadline holds")
+	default:
+	}
+	assert.Len(t, arrived, 0, "the queued request was never sent")
+	stopPioneer()
+	_, err = pioneer.Await(context.Background())
+	assert.ErrorIs(t, err, context.Canceled)
+	require.NoError(t, lim.Close(context.Background()))
+}
+
 // TestCloseAndSnapshotHonourTheirContext: a second Close waits for the
 // first or for its own ctx; a request Close cancels fails with ErrClosed;
 // Snapshot after Close returns ErrClosed at once.

@@ -215,8 +215,9 @@ func (l *Limiter) newCall(ctx context.Context, req *http.Request) (c *actors.Cal
 		ctx = context.Background()
 	}
 	var timeout time.Duration // Options.Timeout, for a context without a deadline
-	if _, ok := ctx.Deadline(); !ok {
-		timeout = l.timeout
+	var began time.Time
+	if _, ok := ctx.Deadline(); !ok && l.timeout > 0 {
+		timeout, began = l.timeout, time.Now()
 	}
 	now := l.sys.Now()
 	id := l.sys.NextID()
@@ -284,7 +285,13 @@ func (l *Limiter) newCall(ctx context.Context, req *http.Request) (c *actors.Cal
 	c.MaxWait, _ = ctx.Value(maxWaitKey{}).(time.Duration)
 	c.Class = admission.Class(priority)
 	c.Limits = limits
-	c.Timeout, c.TimeoutErr = timeout, l.timeoutErr
+	if timeout > 0 {
+		// The deadline counts from Send: the time the body took is spent.
+		if timeout -= time.Since(began); timeout <= 0 {
+			return c, direct, l.timeoutErr
+		}
+		c.Timeout, c.TimeoutErr = timeout, l.timeoutErr
+	}
 	return c, direct, nil
 }
 

@@ -797,7 +797,10 @@ func (s *System) work(conn *transport.Conn, c *Call, bucket *actor.PID, sr *rate
 	// (ratelimit.ServerClock). c.sentAt, when the actor handed it over,
 	// can be far earlier under load.
 	a, err := s.exch.Do(ctx, conn, c.Req)
-	m := &resultMsg{call: c, at: a.At, wired: a.Wired, headers: a.Headers, verdict: a.Verdict, resp: a.Resp}
+	m := &resultMsg{call: c, at: a.At, headers: a.Headers, verdict: a.Verdict, resp: a.Resp}
+	if a.Answered {
+		m.wired = a.Wired // the server clock's sample needs an answer
+	}
 	notSent := errors.Is(err, attempt.ErrNotSent)
 	if shared != nil {
 		shared.Now = a.At
@@ -808,7 +811,7 @@ func (s *System) work(conn *transport.Conn, c *Call, bucket *actor.PID, sr *rate
 	}
 	switch {
 	case notSent:
-		m.wired, m.err = time.Time{}, err
+		m.err = err
 	case !a.Answered:
 		if shared != nil && transport.Classify(err) == transport.NotSent {
 			shared.Sent = false
