@@ -22,7 +22,11 @@ import (
 type Call struct {
 	// ID is unique per limiter, in submission order.
 	ID uint64
-	// Req is the request, with a replayable body (GetBody set).
+	// Req is the request, with a replayable body (GetBody set): the
+	// limiter's own copy, which System.Submit seals (its URL on the base,
+	// the token, the User-Agent) before any actor sees it; every attempt
+	// sends a shallow copy of it (attempt.Exchange). Nothing writes it
+	// after the seal.
 	Req *http.Request
 	// Ctx is the caller's context: honoured while queued and in flight.
 	Ctx context.Context
