@@ -281,7 +281,8 @@ func (l *lane) backlog(now time.Time) time.Duration {
 
 // placeOf is where c goes in l's queue: behind every call of its class or
 // a higher one, ahead of the lower classes' calls (a higher class goes
-// first in its bucket, FIFO within a class). A call under declared limits
+// first in its bucket, FIFO within a class), but never ahead of the call
+// the share promoted to the head (served). A call under declared limits
 // goes at the end, for order to place it by its groups' window, and no
 // call passes one such: their groups counted them in that order.
 func (l *lane) placeOf(c *Call) int {
@@ -289,7 +290,11 @@ func (l *lane) placeOf(c *Call) int {
 	if _, placed := placeStart(c); placed {
 		return i
 	}
-	for ; i > 0; i-- {
+	stop := 0 // the call the share promoted keeps the head
+	if i > 0 && l.queue[0] == l.promoted {
+		stop = 1
+	}
+	for ; i > stop; i-- {
 		p := l.queue[i-1]
 		if _, placed := placeStart(p); !p.Finished() && (placed || p.Class >= c.Class) {
 			break
@@ -309,10 +314,10 @@ func (l *lane) noteClass(c *Call) {
 }
 
 // served counts c, just taken from the head of the queue to be sent,
-// toward the lower classes' share (admission.Share), and reports whether
-// the share moved a call of a lower class than the new head's to the
-// head: the oldest of them, when ShareEvery-1 calls in a row went ahead
-// of a lower class.
+// toward the lower classes' share (admission.Share). When ShareEvery-1
+// calls in a row went ahead of a lower class, the oldest waiting call of
+// a class below c's goes next: it is promoted to the head (or kept there)
+// and served reports whether it moved.
 func (l *lane) served(c *Call) (moved bool) {
 	lower := c == l.promoted
 	l.promoted = nil
@@ -330,25 +335,27 @@ func (l *lane) served(c *Call) (moved bool) {
 		l.lowest, passed = lowest, lowest < c.Class
 	}
 	l.share.Served(1, lower, passed)
-	h := l.head()
-	if !passed || !l.share.Due() || h == nil {
+	if !passed || !l.share.Due() || l.head() == nil {
 		return false
 	}
+	// The oldest call of a class c passed goes next (placeOf puts no
+	// newcomer ahead of it): moved to the head, or kept there if it is
+	// the head already.
 	at := -1
 	for i, q := range l.queue {
-		if !q.Finished() && q.Class < h.Class && (at < 0 || q.ID < l.queue[at].ID) {
+		if !q.Finished() && q.Class < c.Class && (at < 0 || q.ID < l.queue[at].ID) {
 			if _, placed := placeStart(q); !placed {
 				at = i
 			}
 		}
 	}
-	if at <= 0 {
+	if at < 0 {
 		return false
 	}
 	q := l.queue[at]
 	copy(l.queue[1:at+1], l.queue[:at])
 	l.queue[0], l.promoted = q, q
-	return true
+	return at > 0
 }
 
 // topClass is the highest class among the first n live calls of the

@@ -90,3 +90,45 @@ func TestLaneOneClassKeepsFIFO(t *testing.T) {
 		assert.Equal(t, want, c.ID)
 	}
 }
+
+// Interactive calls that keep arriving, one before each send, never keep
+// the bulk ones waiting past their share: the oldest bulk call goes at
+// least once in admission.ShareEvery sends, also when it is the head
+// already when its share comes due.
+func TestLaneShareHoldsWhileHigherClassesKeepArriving(t *testing.T) {
+	l := &lane{}
+	for id := uint64(1); id <= 5; id++ {
+		join(l, classCall(id, admission.Bulk))
+	}
+	var sent []uint64
+	next := uint64(100)
+	for range 40 {
+		join(l, classCall(next, admission.Interactive))
+		next++
+		c := l.head()
+		require.NotNil(t, c)
+		l.pop()
+		l.served(c)
+		sent = append(sent, c.ID)
+	}
+	run := 0
+	for _, id := range sent {
+		if id >= 100 {
+			run++
+			require.Less(t, run, admission.ShareEvery, "interactive calls in a row while bulk waited: %v", sent)
+		} else {
+			run = 0
+		}
+	}
+	assert.Equal(t, []uint64{1, 2, 3, 4, 5}, lowIDs(sent), "the bulk calls go, in their order: %v", sent)
+}
+
+func lowIDs(sent []uint64) []uint64 {
+	var out []uint64
+	for _, id := range sent {
+		if id < 100 {
+			out = append(out, id)
+		}
+	}
+	return out
+}
