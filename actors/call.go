@@ -124,7 +124,7 @@ type Call struct {
 	// context layer (which cost about ten allocations a request). Set
 	// before submission.
 	Timeout    time.Duration
-	TimeoutErr error
+	TimeoutErr error                      // nil: context.DeadlineExceeded
 	timeoutAt  time.Time                  // when Timeout ends (wall clock); set by arm
 	timer      atomic.Pointer[time.Timer] // Timeout's timer, stopped with the outcome
 
@@ -150,6 +150,9 @@ func (c *Call) arm(s *System) {
 		c.stopCtx.Store(context.AfterFunc(c.Ctx, func() { c.Complete(nil, ctxError(c.Ctx)) }))
 	}
 	if c.Timeout > 0 {
+		if c.TimeoutErr == nil {
+			c.TimeoutErr = context.DeadlineExceeded
+		}
 		c.timeoutAt = time.Now().Add(c.Timeout)
 		// The timer finds the call by its id: a stopped timer can stay in
 		// the runtime's heap for a while, and through a closure over c it

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
+	"github.com/sluicehq/sluice/internal/admission"
 	"github.com/sluicehq/sluice/ratelimit"
 )
 
@@ -41,4 +42,31 @@ func TestSharedPlaceRefused(t *testing.T) {
 	sh = &sharedPlace{groups: []ratelimit.SharedGroup{{Key: "g", Count: 1, Window: win}}, names: []string{"member_roles"}}
 	assert.False(t, sh.refused(now, time.Second), "no place known: the lane waits")
 	assert.Equal(t, now.Add(time.Second), sh.place.Load().slot.Start)
+}
+
+// A retried call (its attempt settled, so its reservation ended) reserves
+// again with its own class: a bulk call does not pass the bulk calls that
+// reserved after its first attempt, as a normal one would.
+func TestDeclaredRetryKeepsItsClass(t *testing.T) {
+	var s groupSet
+	lim := []LimitRef{{Limit: &DeclaredLimit{Name: "roles", Count: 1, Window: time.Second}, Group: "guild_id=9"}}
+	t0 := time.Unix(1000, 0)
+	a, b := classCall(1, admission.Bulk), classCall(2, admission.Bulk)
+	a.Limits, b.Limits = lim, lim
+	s.reserve(a, t0)
+	s.reserve(b, t0)
+	before, _, ok := s.estimate(b, t0)
+	assert.True(t, ok)
+	ready, _, _ := s.ready(a, t0)
+	assert.True(t, ready)
+	taken, _ := s.take(a, t0)
+	assert.True(t, taken)
+	a.sentAt = t0
+	s.settle(a, t0.Add(10*time.Millisecond)) // answered: a 5xx, to be retried
+	t1 := t0.Add(20 * time.Millisecond)
+	s.ready(a, t1) // the retry reserves again
+	after, _, _ := s.estimate(b, t1)
+	assert.Equal(t, before.Start, after.Start, "b keeps its window")
+	sa, _, _ := s.estimate(a, t1)
+	assert.True(t, sa.Start.After(after.Start), "the retried bulk call goes after b")
 }

@@ -193,8 +193,8 @@ func (l *lane) head() *Call {
 
 // compact drops the finished calls from the whole queue (cancelled by
 // their callers while they waited: head drops them only once they reach
-// it) and returns how many calls it holds.
-func (l *lane) compact() int {
+// it).
+func (l *lane) compact() {
 	out := l.queue[:0]
 	for _, c := range l.queue {
 		if !c.Finished() {
@@ -203,7 +203,6 @@ func (l *lane) compact() int {
 	}
 	clear(l.queue[len(out):])
 	l.queue = out
-	return len(out)
 }
 
 // pop drops the queue's first call. An emptied queue keeps its room: a

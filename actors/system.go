@@ -347,9 +347,15 @@ func (s *System) register(c *Call) (int64, bool) {
 	s.calls.Add(1)
 	s.subMu.RUnlock()
 	n := s.pending.Add(1)
-	s.live.add(c)
 	s.tel.start(c)
 	c.arm(s)
+	// In live only once armed: Close completes what it finds there, and
+	// the outcome's bookkeeping (System.finished) needs the owner. A call
+	// that ended meanwhile (its context was over) is not left there.
+	s.live.add(c)
+	if c.Finished() {
+		s.live.remove(c.ID)
+	}
 	return n, true
 }
 
@@ -388,12 +394,8 @@ func (s *System) SubmitDirect(c *Call, rt http.RoundTripper) {
 		ctx, cancel := s.attemptContext(c)
 		defer s.endAttempt(c, cancel)
 		a, err := s.exch.Do(ctx, rt, c.Req)
-		switch {
-		case err == nil:
-		case !a.Answered && ctx.Err() != nil:
-			err = s.attemptEnded(ctx, c)
-		case a.Answered && !errors.Is(err, ErrResponseTooLarge) && ctx.Err() != nil:
-			err = ctxError(ctx)
+		if err != nil && !errors.Is(err, ErrResponseTooLarge) && ctx.Err() != nil {
+			err = s.attemptEnded(ctx, c) // the caller's context, the Timeout, or Close (ErrClosed)
 		}
 		c.Complete(a.Resp, err)
 	}
@@ -753,8 +755,18 @@ func (s *System) work(conn *transport.Conn, c *Call, bucket *actor.PID, sr *rate
 			shared = nil
 		}
 	}
+	// The attempt's context ends before the result is sent: once the
+	// bucket actor has it, a retry may store its own (Call.attempt).
+	var cancel context.CancelFunc
+	endAttempt := func() {
+		if cancel != nil {
+			s.endAttempt(c, cancel)
+			cancel = nil
+		}
+	}
 	report := func(m *resultMsg) {
 		reported = true
+		endAttempt()
 		// A pioneer's answer reaches the shared store first: the bucket
 		// actor pipelines as soon as it learns the bucket, and the store
 		// must know it by then. Other answers only correct it: off the
@@ -771,8 +783,9 @@ func (s *System) work(conn *transport.Conn, c *Call, bucket *actor.PID, sr *rate
 			report(&resultMsg{call: c, at: s.now(), err: fmt.Errorf("%w: %v", ErrInternal, r)})
 		}
 	}()
-	ctx, cancel := s.attemptContext(c)
-	defer s.endAttempt(c, cancel)
+	var ctx context.Context
+	ctx, cancel = s.attemptContext(c)
+	defer endAttempt()
 
 	if sr != nil {
 		// The shared count (other processes on the token) admits it too,
