@@ -103,8 +103,10 @@ type reservation struct {
 // MaxGroupMoves is how many times a request's reservation in a Group is
 // moved back one window for requests of higher classes (ReserveClass):
 // then it keeps its window, and no request that reserves later passes
-// it. A bulk request waits at most this many windows longer than it would
-// without priorities.
+// it. Each move takes it to the next window where it has a place: the
+// first with room, or one where it passes a request of its own class that
+// reserved after it; so a move may skip full windows, and a request waits
+// at most this many moves, not windows, longer than without priorities.
 const MaxGroupMoves = 7
 
 // MaxGroupShift is how many windows from the end of a group's chain a

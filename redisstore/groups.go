@@ -20,12 +20,15 @@ import (
 //	D:w  zset  the schedule's windows: start -> start (ms)
 //	D:c  hash  start -> reservations in that window, waiting or taken
 //	D:r  hash  request id -> "start|seq|lease" (lease "" while waiting)
-//	D:q  zset  the waiting reservations, "%012x seq|id" -> start: a
-//	           request's place is its rank (window, then order of arrival)
+//	D:q  zset  the waiting reservations, "%012x seq|id" -> start: by
+//	           window, then order of arrival (a request's place within its
+//	           window also counts its class, as ratelimit.Group's does)
 //	D:b  zset  the waiting reservations of class bulk, as in D:q
 //	D:k  hash  request id -> "class|moves" for a reservation of another
 //	           class than normal, or moved back for a higher class
-//	           (ratelimit.Group's classes); none: normal, never moved
+//	           (ratelimit.Group's classes), waiting or taken; none:
+//	           normal, never moved (also when the key was lost: the class
+//	           rules relax, never the count)
 //	D:g  zset  the guard: lease -> held until (ms); in flight until the
 //	           lease expires, then one window after the answer
 //

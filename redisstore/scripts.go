@@ -70,7 +70,8 @@ import (
 // view of the bucket's window ended, ms (0: under way, or unknown), 24
 // how long a process may go unheard before its share is kept out, ms,
 // 25 Redis evicts keys lately (0/1: absence is loss, see evicting.go),
-// then per group: key, count, window ms (groups.go).
+// 26 the request's class in its declared groups (-1, 0, 1), then from 27
+// per group: key, count, window ms (groups.go).
 //
 // A reservation that runs after its caller's deadline, or whose lease was
 // given back already (the tombstone P:x:<lease>, see reportLua), takes
