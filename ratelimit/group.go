@@ -46,10 +46,19 @@ import (
 // within the last MaxGroupShift windows of the chain (the cost of a pass
 // is one step per window behind it).
 //
+// Cost: each window keeps its waiting reservations by class, each class
+// in order of arrival, so a pass looks at one reservation per window
+// (the latest of a class: past the last window holding one of its class
+// that moves no more, every one of that class can still move), and a
+// request's place in line is counted per window, not per reservation:
+// a reservation, a pass and a slot cost O(windows), whatever the backlog.
+//
 // Invariants: every window of the schedule holds at most n reservations
 // (outstanding or taken); every reservation names a window of the
-// schedule, or one that is over (it is then missed); a request id has at
-// most one outstanding reservation; the guard's invariant (SlidingWindow)
+// schedule, or one that is over (it is then missed); every waiting one
+// is in the wait list of the window it names, or, that window over,
+// counted in strays; a request id has at most one outstanding
+// reservation; the guard's invariant (SlidingWindow)
 // holds for the sends taken; of two waiting reservations of one class,
 // the later is never in an earlier window (unless a miss or a release
 // came between: a missed one is placed again, behind; a released place
@@ -85,11 +94,85 @@ type Group struct {
 	// name a window whose aged reservation is gone: a newcomer then
 	// passes a little less than it could, never more.
 	aged [classHighest - classLowest + 1]time.Time
+	// strays counts the waiting reservations whose window is over (they
+	// are missed, and placed again when next asked about): each is ahead
+	// of every reservation that has a window.
+	strays int
 }
 
 type groupWindow struct {
 	start time.Time
 	n     int // reservations in it, outstanding or taken
+	// wait holds its waiting reservations (not taken) by class (index
+	// class+1), each in order of seq.
+	wait [classHighest - classLowest + 1][]*reservation
+}
+
+// add puts waiting reservation r in w's line.
+func (w *groupWindow) add(r *reservation) {
+	ws := w.wait[r.class-classLowest]
+	i, _ := slices.BinarySearchFunc(ws, r.seq, bySeq)
+	w.wait[r.class-classLowest] = slices.Insert(ws, i, r)
+}
+
+// del takes r out of w's line.
+func (w *groupWindow) del(r *reservation) {
+	ws := w.wait[r.class-classLowest]
+	if i, ok := slices.BinarySearchFunc(ws, r.seq, bySeq); ok {
+		w.wait[r.class-classLowest] = slices.Delete(ws, i, i+1)
+	}
+}
+
+func bySeq(r *reservation, seq uint64) int {
+	switch {
+	case r.seq < seq:
+		return -1
+	case r.seq > seq:
+		return 1
+	}
+	return 0
+}
+
+// waiting returns how many reservations wait in w.
+func (w *groupWindow) waiting() int {
+	n := 0
+	for _, ws := range w.wait {
+		n += len(ws)
+	}
+	return n
+}
+
+// ahead returns how many of w's waiting reservations go before r (ahead):
+// those of a higher class, and those of r's class that reserved first.
+func (w *groupWindow) ahead(r *reservation) int {
+	n := 0
+	for c := r.class + 1; c <= classHighest; c++ {
+		n += len(w.wait[c-classLowest])
+	}
+	i, _ := slices.BinarySearchFunc(w.wait[r.class-classLowest], r.seq, bySeq)
+	return n + i
+}
+
+// passed returns the waiting reservation of w that r takes the place of,
+// if any: one of a lower class (or, when r is moved itself, of r's class
+// and later than r), moved fewer than MaxGroupMoves times; the lowest
+// class, the latest of it. nil: r passes no one there. Past the windows
+// aged names, the latest of a class can move: this looks at one.
+func (w *groupWindow) passed(r *reservation, moving bool) *reservation {
+	for c := classLowest; c < r.class || moving && c == r.class; c++ {
+		ws := w.wait[c-classLowest]
+		for j := len(ws) - 1; j >= 0; j-- {
+			o := ws[j]
+			if o == r || o.moves >= MaxGroupMoves {
+				continue
+			}
+			if c == r.class && o.seq < r.seq {
+				return nil
+			}
+			return o
+		}
+	}
+	return nil
 }
 
 type reservation struct {
@@ -198,8 +281,38 @@ func (g *Group) Take(now time.Time, id uint64) (ok bool, wait time.Duration) {
 	if ok, wait := g.guard.Reserve(now); !ok {
 		return false, wait
 	}
+	g.unwait(r)
 	r.taken = true
 	return true, 0
+}
+
+// unwait takes waiting reservation r out of line: out of its window's,
+// or out of strays.
+func (g *Group) unwait(r *reservation) {
+	if i := g.window(r.start); i >= 0 {
+		g.wins[i].del(r)
+	} else {
+		g.strays--
+	}
+}
+
+// enwait puts reservation r, waiting again, in line: in its window's, or
+// in strays if that is over.
+func (g *Group) enwait(r *reservation) {
+	if i := g.window(r.start); i >= 0 {
+		g.wins[i].add(r)
+	} else {
+		g.strays++
+	}
+}
+
+// window returns the index of the window starting at start, or -1.
+func (g *Group) window(start time.Time) int {
+	i, ok := slices.BinarySearchFunc(g.wins, start, func(w groupWindow, t time.Time) int { return w.start.Compare(t) })
+	if !ok {
+		return -1
+	}
+	return i
 }
 
 func (g *Group) ready(now time.Time, r *reservation) (bool, time.Duration) {
@@ -240,6 +353,7 @@ func (g *Group) Cancel(now time.Time, id uint64) {
 	defer g.mu.Unlock()
 	if r, ok := g.out[id]; ok && r.taken {
 		r.taken = false
+		g.enwait(r)
 		g.guard.Cancel(now)
 	}
 }
@@ -255,11 +369,9 @@ func (g *Group) Release(id uint64) {
 		return
 	}
 	g.forget(id, r)
-	for i := range g.wins {
-		if g.wins[i].start.Equal(r.start) {
-			g.wins[i].n--
-			break
-		}
+	g.unwait(r)
+	if i := g.window(r.start); i >= 0 {
+		g.wins[i].n--
 	}
 }
 
@@ -297,11 +409,12 @@ func (g *Group) Block(until time.Time) {
 		}
 	}
 	sortReservations(waiting)
+	clear(g.wins)
 	g.wins = g.wins[:0]
 	g.aged = [classHighest - classLowest + 1]time.Time{}
+	g.strays = 0
 	for _, r := range waiting {
-		r.start = g.fill(until)
-		g.noteAged(r)
+		g.put(g.fill(until), r)
 	}
 }
 
@@ -354,6 +467,8 @@ func (g *Group) reserveClass(now time.Time, id uint64, class int8) *reservation 
 		r = &reservation{seq: g.seq, class: class}
 		g.out[id] = r
 		g.classes[class-classLowest]++
+	} else {
+		g.strays-- // missed: its window is over (drop)
 	}
 	g.place(now, r)
 	return r
@@ -370,7 +485,6 @@ func (g *Group) missed(r *reservation, now time.Time) bool {
 func (g *Group) place(now time.Time, r *reservation) {
 	if g.lowerWaits(r.class) {
 		floor := g.floor(r.class)
-		var byWin map[time.Time][]*reservation
 		for i := range g.wins {
 			w := &g.wins[i]
 			if w.n < g.n {
@@ -379,18 +493,21 @@ func (g *Group) place(now time.Time, r *reservation) {
 			if i < len(g.wins)-MaxGroupShift || !w.start.After(floor) {
 				continue
 			}
-			if byWin == nil {
-				byWin = g.waitingByWindow()
-			}
-			if v := passed(byWin[w.start], r, false); v != nil {
-				r.start = w.start
-				g.noteAged(r)
-				g.cascade(now, v, i+1, byWin)
+			if v := w.passed(r, false); v != nil {
+				w.del(v)
+				g.put(i, r)
+				g.cascade(now, v, i+1)
 				return
 			}
 		}
 	}
-	r.start = g.fill(now)
+	g.put(g.fill(now), r)
+}
+
+// put puts waiting reservation r, counted already, in window i.
+func (g *Group) put(i int, r *reservation) {
+	r.start = g.wins[i].start
+	g.wins[i].add(r)
 	g.noteAged(r)
 }
 
@@ -422,81 +539,40 @@ func (g *Group) noteAged(r *reservation) {
 	}
 }
 
-// waitingByWindow returns the waiting reservations by window start.
-func (g *Group) waitingByWindow() map[time.Time][]*reservation {
-	m := make(map[time.Time][]*reservation, len(g.wins))
-	for _, o := range g.out {
-		if !o.taken {
-			m[o.start] = append(m[o.start], o)
-		}
-	}
-	return m
-}
-
-// passed returns the reservation among ws (a window's waiting ones) that
-// r takes the place of, if any: one of a lower class (or, when r is moved
-// itself, of r's class and later than r), moved fewer than MaxGroupMoves
-// times; the lowest class, the latest of it. nil: r passes no one there.
-func passed(ws []*reservation, r *reservation, moving bool) *reservation {
-	var v *reservation
-	for _, o := range ws {
-		if o == r || o.moves >= MaxGroupMoves {
-			continue
-		}
-		if !(o.class < r.class || moving && o.class == r.class && o.seq > r.seq) {
-			continue
-		}
-		if v == nil || o.class < v.class || o.class == v.class && o.seq > v.seq {
-			v = o
-		}
-	}
-	return v
-}
-
-// cascade moves v, whose place was taken in window i-1, back: into the
-// first window from i with room, or into the first where it passes
-// someone (passed), who moves on in turn; or into a new window at the
-// end. The windows' counts change only where the cascade ends.
-func (g *Group) cascade(now time.Time, v *reservation, i int, byWin map[time.Time][]*reservation) {
+// cascade moves v, whose place was taken in window i-1 (and who is out
+// of its line), back: into the first window from i with room, or into the
+// first where it passes someone (passed), who moves on in turn; or into a
+// new window at the end. The windows' counts change only where the
+// cascade ends.
+func (g *Group) cascade(now time.Time, v *reservation, i int) {
 	v.moves++
-	byWin[v.start] = remove(byWin[v.start], v)
 	for ; i < len(g.wins); i++ {
 		w := &g.wins[i]
 		if w.n < g.n {
 			w.n++
-			v.start = w.start
-			g.noteAged(v)
+			g.put(i, v)
 			return
 		}
-		u := passed(byWin[w.start], v, true)
+		u := w.passed(v, true)
 		if u == nil {
 			continue
 		}
-		v.start = w.start
-		g.noteAged(v)
-		byWin[w.start] = append(remove(byWin[w.start], u), v)
+		w.del(u)
+		g.put(i, v)
 		v = u
 		v.moves++
 	}
-	v.start = g.fill(now)
-	g.noteAged(v)
-}
-
-func remove(rs []*reservation, r *reservation) []*reservation {
-	if i := slices.Index(rs, r); i >= 0 {
-		return slices.Delete(rs, i, i+1)
-	}
-	return rs
+	g.put(g.fill(now), v)
 }
 
 // fill counts one more request in the first window with room, opening
-// one if none has, and returns its start. A chain that ran dry opens its
+// one if none has, and returns its index. A chain that ran dry opens its
 // first window when the guard has room (from notBefore at the earliest).
-func (g *Group) fill(notBefore time.Time) time.Time {
+func (g *Group) fill(notBefore time.Time) int {
 	for i := range g.wins {
 		if g.wins[i].n < g.n {
 			g.wins[i].n++
-			return g.wins[i].start
+			return i
 		}
 	}
 	start := notBefore
@@ -506,31 +582,39 @@ func (g *Group) fill(notBefore time.Time) time.Time {
 		start = notBefore.Add(wait)
 	}
 	g.wins = append(g.wins, groupWindow{start: start, n: 1})
-	return start
+	return len(g.wins) - 1
 }
 
 // drop forgets the windows that are over at now; their reservations still
-// outstanding are missed and reserve again when next asked about.
+// waiting are missed (strays) and reserve again when next asked about.
 func (g *Group) drop(now time.Time) {
 	i := 0
 	for i < len(g.wins) && !now.Before(g.wins[i].start.Add(g.per)) {
+		g.strays += g.wins[i].waiting()
 		i++
 	}
 	if i > 0 {
-		g.wins = append(g.wins[:0], g.wins[i:]...)
+		k := copy(g.wins, g.wins[i:])
+		clear(g.wins[k:])
+		g.wins = g.wins[:k]
 	}
 }
 
-// slot describes r; the position counts the reservations ahead of it.
+// slot describes r; the position counts the reservations ahead of it:
+// the strays, those waiting in earlier windows, and those ahead in its
+// own.
 func (g *Group) slot(r *reservation) Slot {
-	pos := 0
-	for _, o := range g.out {
-		if o.taken {
+	pos := g.strays
+	for i := range g.wins {
+		w := &g.wins[i]
+		if w.start.Before(r.start) {
+			pos += w.waiting()
 			continue
 		}
-		if o.start.Before(r.start) || o.start.Equal(r.start) && ahead(o, r) {
-			pos++
+		if w.start.Equal(r.start) {
+			pos += w.ahead(r)
 		}
+		break
 	}
 	return Slot{Start: r.start, End: r.start.Add(g.per), Position: pos}
 }

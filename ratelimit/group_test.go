@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"cmp"
+	"fmt"
 	"maps"
 	"math/rand/v2"
 	"slices"
@@ -214,6 +215,8 @@ func testGroupInvariant(t *testing.T, seed uint64) {
 		for _, w := range g.wins {
 			require.LessOrEqual(t, w.n, n, "seed %d: a window holds more than n", seed)
 		}
+		g.drop(now)
+		checkGroupIndex(t, g, fmt.Sprintf("seed %d", seed))
 		g.mu.Unlock()
 	}
 	for _, f := range flying {
@@ -238,10 +241,17 @@ func TestGroupCancelKeepsThePlace(t *testing.T) {
 	ok, _ = g.Take(at(0), 1)
 	assert.True(t, ok, "taking twice is one take")
 	assert.Equal(t, 1, g.Waiting(), "a taken request no longer waits")
+	s, _ := g.Estimate(at(0), 2)
+	assert.Equal(t, 0, s.Position, "a taken request is not in line")
 	g.Cancel(at(0), 1)
-	s, ok := g.Estimate(at(0), 1)
+	s, ok = g.Estimate(at(0), 1)
 	require.True(t, ok)
 	assert.Equal(t, Slot{Start: at(0), End: at(1000), Position: 0}, s)
+	s, _ = g.Estimate(at(0), 2)
+	assert.Equal(t, 1, s.Position, "back in line, ahead of 2")
+	g.mu.Lock()
+	checkGroupIndex(t, g, "after Cancel")
+	g.mu.Unlock()
 	ok, _ = g.Ready(at(0), 1)
 	assert.True(t, ok, "the guard's slot is free again")
 
@@ -356,6 +366,7 @@ func TestGroupClassesModel(t *testing.T) {
 				require.LessOrEqual(t, w.n, n, "seed %d", seed)
 				require.Equal(t, w.n, counts[w.start], "seed %d: window %v", seed, w.start)
 			}
+			checkGroupIndex(t, g, fmt.Sprintf("seed %d, request %d", seed, id))
 			if !releases {
 				// Each class in order: sorted by seq, the starts never go back.
 				last := map[int8]*reservation{}
@@ -381,4 +392,60 @@ func TestGroupClassesModel(t *testing.T) {
 			g.mu.Unlock()
 		}
 	}
+}
+
+// checkGroupIndex checks, under g's lock, what the windows' lines must
+// hold: every waiting reservation is in the line of the window it names,
+// in order of seq within its class, or, that window over, counted in
+// strays; and each waiting one's slot position is the count of waiting
+// ones ahead of it (in an earlier window or a stray, or ahead in its
+// own), counted one by one.
+func checkGroupIndex(t *testing.T, g *Group, what string) {
+	t.Helper()
+	inLine := map[*reservation]bool{}
+	for _, w := range g.wins {
+		for c, ws := range w.wait {
+			for j, r := range ws {
+				require.False(t, r.taken, "%s: a taken reservation in line", what)
+				require.Equal(t, int8(c)+classLowest, r.class, "%s: in another class's line", what)
+				require.True(t, r.start.Equal(w.start), "%s: in another window's line", what)
+				if j > 0 {
+					require.Less(t, ws[j-1].seq, r.seq, "%s: a line out of order", what)
+				}
+				require.False(t, inLine[r], "%s: in line twice", what)
+				inLine[r] = true
+			}
+		}
+	}
+	strays := 0
+	for _, r := range g.out {
+		if !r.taken && !inLine[r] {
+			require.Equal(t, -1, g.window(r.start), "%s: a waiting reservation out of its window's line", what)
+			strays++
+		}
+	}
+	require.Equal(t, strays, g.strays, "%s: strays", what)
+	require.Len(t, inLine, len(g.out)-countTaken(g)-strays, "%s: a reservation in line is not in out", what)
+	for _, r := range g.out {
+		if r.taken || !inLine[r] {
+			continue
+		}
+		pos := 0
+		for _, o := range g.out {
+			if !o.taken && (o.start.Before(r.start) || o.start.Equal(r.start) && ahead(o, r)) {
+				pos++
+			}
+		}
+		require.Equal(t, pos, g.slot(r).Position, "%s: position", what)
+	}
+}
+
+func countTaken(g *Group) int {
+	n := 0
+	for _, r := range g.out {
+		if r.taken {
+			n++
+		}
+	}
+	return n
 }
