@@ -78,6 +78,9 @@ func TestGroupsRedis(t *testing.T) {
 					r.reserve(s.ID, s.Class)
 				}
 			}
+			states, err := r.s.GroupStates(context.Background(), r.g)
+			require.NoError(t, err)
+			require.Equal(t, len(c.Want), states[0].Waiting, "waiting requests")
 			for id, want := range c.Want {
 				s, ok := r.estimate(id)
 				require.True(t, ok, "request %d", id)
@@ -138,47 +141,73 @@ func TestGroupClassesRedisMatchesGroup(t *testing.T) {
 	}
 }
 
-// groupFillLua reserves ARGV[4] requests of class ARGV[5] ("f1", "f2"...)
-// in a group (ARGV 1 its key, 2 count, 3 window ms), in one script: a
-// benchmark's backlog.
+// groupFillLua reserves ARGV[4] requests of class ARGV[5] (ids ARGV[6]
+// .. "1", "2"...) in a group (ARGV 1 its key, 2 count, 3 window ms), in
+// one script: a benchmark's backlog.
 var groupFillLua = redis.NewScript(fakeClockLua + groupLua + `
 local D, n, per = gkey(KEYS[1], ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local now = clockNow()
-for i = 1, tonumber(ARGV[4]) do greserve(D, n, per, 60000, 'f' .. i, now, tonumber(ARGV[5])) end
+local now, c = clockNow(), tonumber(ARGV[5])
+for i = 1, tonumber(ARGV[4]) do greserve(D, n, per, 60000, ARGV[6] .. i, now, c) end
 return 0
 `)
 
-// BenchmarkGroupPass measures a reservation in a group of 5 per window
-// whose chain holds 500 waiting requests (100 windows): an interactive
-// one over bulk work passes it in the first window, and the cascade moves
-// one request back in each of the 100 windows; a normal one over normal
-// work (no class to pass) goes at the end, as without priorities. One
-// round trip each, on a real redis-server over a unix socket.
+// BenchmarkGroupPass measures one reservation (or estimate) in a group
+// whose chain holds a backlog, on a real redis-server over a unix socket:
+// one round trip each, the backlog made afresh before each.
+//
+//   - interactive-over-bulk: 5 per window, 500 bulk requests (100
+//     windows): the interaction passes in the first window, and the
+//     cascade moves one request back in each of the 100 windows;
+//   - normal-over-normal: the same chain of normal requests: no class to
+//     pass, it goes at the end, as without priorities;
+//   - interactive-over-interactive: 100 per window, 10,000 interactions
+//     (100 windows): no lower class waits;
+//   - interactive-over-interactive-then-bulk: the same, and one bulk
+//     request in a window of its own at the end, which the newcomer passes;
+//   - estimate-in-a-large-window: 10,000 per window, 10,000 normal
+//     requests in one window: the last one's place (its position counts
+//     the 9,999 ahead).
 func BenchmarkGroupPass(b *testing.B) {
 	srv := redistest.Start(b)
 	start := time.Unix(1_700_000_000, 0)
 	s, clock := newClockedStore(b, srv, Namespace("bench-pass"), start)
 	ctx := context.Background()
+	type fill struct {
+		n     int
+		class int8
+	}
 	i := 0 // a fresh group each time, across runs
-	run := func(b *testing.B, backlog, class int8) {
+	run := func(b *testing.B, count int, fills []fill, class int8, estimate bool) {
 		for b.Loop() {
 			b.StopTimer()
 			i++
-			g := []ratelimit.SharedGroup{{Key: "g" + strconv.Itoa(i), Count: 5, Window: time.Minute}}
-			require.NoError(b, groupFillLua.Run(ctx, s.rdb, []string{s.ns}, g[0].Key, 5, 60000, 500, backlog).Err())
+			g := []ratelimit.SharedGroup{{Key: "g" + strconv.Itoa(i), Count: count, Window: time.Minute}}
+			last := ""
+			for j, f := range fills {
+				prefix := "f" + strconv.Itoa(j) + "-"
+				require.NoError(b, groupFillLua.Run(ctx, s.rdb, []string{s.ns}, g[0].Key, count, 60000, f.n, f.class, s.groupID(prefix)).Err())
+				last = prefix + strconv.Itoa(f.n)
+			}
 			b.StartTimer()
-			if _, err := s.ReserveGroups(ctx, clock.now(), "x", class, g); err != nil {
+			if estimate {
+				if _, found, err := s.EstimateGroups(ctx, clock.now(), last, g); err != nil || !found[0] {
+					b.Fatal(err, found)
+				}
+			} else if _, err := s.ReserveGroups(ctx, clock.now(), "x", class, g); err != nil {
 				b.Fatal(err)
 			}
 		}
 	}
-	b.Run("interactive-over-bulk", func(b *testing.B) { run(b, -1, 1) })
-	b.Run("normal-over-normal", func(b *testing.B) { run(b, 0, 0) })
+	b.Run("interactive-over-bulk", func(b *testing.B) { run(b, 5, []fill{{500, -1}}, 1, false) })
+	b.Run("normal-over-normal", func(b *testing.B) { run(b, 5, []fill{{500, 0}}, 0, false) })
+	b.Run("interactive-over-interactive", func(b *testing.B) { run(b, 100, []fill{{10_000, 1}}, 1, false) })
+	b.Run("interactive-over-interactive-then-bulk", func(b *testing.B) { run(b, 100, []fill{{10_000, 1}, {1, -1}}, 1, false) })
+	b.Run("estimate-in-a-large-window", func(b *testing.B) { run(b, 10_000, []fill{{10_000, 0}}, 0, true) })
 }
 
-// A bulk reservation whose records are gone but for D:b (evicted keys, or
-// ended by a process that does not keep D:b) is never passed, so never
-// moved: moving it would bring an ended reservation back.
+// A bulk reservation whose record is gone but for its member of D:b
+// (evicted keys) is never passed, so never moved: moving it would bring an
+// ended reservation back.
 func TestGroupPassNeverRevivesAnEndedReservation(t *testing.T) {
 	srv := redistest.Start(t)
 	r := newGroupRig(t, srv, "revive", time.Unix(1_700_000_000, 0), 1, time.Second)
@@ -191,8 +220,9 @@ func TestGroupPassNeverRevivesAnEndedReservation(t *testing.T) {
 	require.NoError(t, err)
 	seq, err := strconv.ParseUint(strings.Split(rec, "|")[1], 10, 64)
 	require.NoError(t, err)
-	require.NoError(t, r.s.rdb.ZRem(ctx, D+":q", fmt.Sprintf("%012x|%s", seq, id)).Err())
 	require.NoError(t, r.s.rdb.HDel(ctx, D+":r", id).Err())
+	member := fmt.Sprintf("%012x|%s", seq, id)
+	require.NoError(t, r.s.rdb.ZScore(ctx, D+":b", member).Err(), "its member is still in D:b")
 
 	s := r.reserve(3, 1)
 	assert.Equal(t, time.Second, s.Start.Sub(r.clock.now()), "the interaction passes 2 in the second window, not the gone 1 in the first")
@@ -201,4 +231,27 @@ func TestGroupPassNeverRevivesAnEndedReservation(t *testing.T) {
 	n, err := r.s.rdb.ZCard(ctx, D+":b").Result()
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), n, "the stale member was dropped from D:b; 2 is there")
+}
+
+// A bulk request moved back seven times keeps its window when the record
+// of where such requests are (D:s's a-1) is lost: its record says how
+// often it moved, and a pass that meets it moves it no more (the class
+// rules never relax with lost state; the newcomer goes later instead).
+func TestGroupAgedKeepsItsWindowWhenTheFloorIsLost(t *testing.T) {
+	srv := redistest.Start(t)
+	r := newGroupRig(t, srv, "aged-lost", time.Unix(1_700_000_000, 0), 1, time.Second)
+	r.reserve(1, -1)
+	for id := 2; id <= 8; id++ {
+		r.reserve(id, 1)
+	}
+	s, _ := r.estimate(1)
+	require.Equal(t, 7*time.Second, s.Start.Sub(r.clock.now()), "moved back seven windows")
+	ctx := context.Background()
+	D := r.s.ns + ":d:" + r.g[0].Key
+	require.NoError(t, r.s.rdb.HDel(ctx, D+":s", "a-1").Err())
+
+	s = r.reserve(9, 1)
+	assert.Equal(t, 8*time.Second, s.Start.Sub(r.clock.now()), "the interaction goes behind it")
+	s, _ = r.estimate(1)
+	assert.Equal(t, 7*time.Second, s.Start.Sub(r.clock.now()), "1 keeps its window")
 }

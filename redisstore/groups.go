@@ -16,29 +16,29 @@ import (
 //
 //	D:s  hash  seq (reservations so far), rtt (ms: the longest recent round
 //	           trip, decaying by an eighth per answer; windows are spaced
-//	           window + rtt), blk (held until, ms: a 429 met the group)
+//	           window + rtt), blk (held until, ms: a 429 met the group),
+//	           a-1 and a0 (below)
 //	D:w  zset  the schedule's windows: start -> start (ms)
 //	D:c  hash  start -> reservations in that window, waiting or taken
-//	D:r  hash  request id -> "start|seq|lease" (lease "" while waiting)
-//	D:q  zset  the waiting reservations, "%012x seq|id" -> start: by
-//	           window, then order of arrival (a request's place within its
-//	           window also counts its class, as ratelimit.Group's does)
-//	D:b  zset  the waiting reservations of class bulk, as in D:q
-//	D:k  hash  request id -> "class|moves" for a reservation of another
-//	           class than normal, or moved back for a higher class
-//	           (ratelimit.Group's classes), waiting or taken; none:
-//	           normal, never moved (also when the key was lost: the class
-//	           rules relax, never the count)
+//	D:o  zset  the windows with room (fewer than Count): start -> start
+//	D:r  hash  request id -> "start|seq|lease|class|moves" (lease "" while
+//	           waiting; class -1, 0, 1; moves: times moved back for a
+//	           higher class): the reservation itself
+//	D:b  zset  the waiting reservations of class bulk, "%012x seq|id" ->
+//	           start: by window, then order of arrival
+//	D:n  zset  the same, of class normal
+//	D:i  zset  the same, of class interactive
 //	D:g  zset  the guard: lease -> held until (ms); in flight until the
 //	           lease expires, then one window after the answer
 //
 // Invariants (every script keeps them, atomically): a window of D:w holds
-// at most Count reservations (D:c); a waiting reservation is in D:r and D:q
-// (and D:b if it is bulk) with one start; at most Count leases in D:g are live at any moment a slot
-// is taken (Reserve takes one only below Count); a lease stays in D:g from
-// its take until one window after its answer, so however the API aligns its
-// windows it never sees more than Count of the group's requests in one.
-// A request id is "<process>:<call id>", unique across processes.
+// at most Count reservations (D:c); a waiting reservation is in D:r and in
+// its class's set (D:b, D:n or D:i) with one start; at most Count leases
+// in D:g are live at any moment a slot is taken (Reserve takes one only
+// below Count); a lease stays in D:g from its take until one window after
+// its answer, so however the API aligns its windows it never sees more
+// than Count of the group's requests in one. A request id is
+// "<process>:<call id>", unique across processes.
 //
 // Classes follow ratelimit.Group (ReserveClass) step for step, and the
 // conformance table (conformance.Groups) checks that they do: a request of
@@ -46,13 +46,30 @@ import (
 // earliest full window (gplace), which moves back in a cascade (gcascade);
 // D:s's a-1 and a0 hold the latest window of a bulk or normal reservation
 // moved ratelimit.MaxGroupMoves times, which nothing passes.
+//
+// Cost, as ratelimit.Group's: a class's set read from its end at a
+// window's start gives the latest of that class there (past the window
+// a-1 or a0 names, it can move), so a pass reads one member per window;
+// a place in line is a few counts and a rank. A reservation, a pass and
+// an estimate cost O(windows × log(waiting)) commands, whatever the
+// backlog. Where D:s was lost (a-1, a0 gone) a set's latest members may
+// be ones that move no more: a pass reads at most GPAGE of them per
+// window and passes no one there beyond (less than it could, never
+// more).
+//
+// State lost is never taken as freedom: a set member whose record is gone
+// or names another window is dropped, never moved (moving it would bring
+// an ended reservation back); a record whose class or moves are unreadable
+// moves no more.
 
 // groupLua is the group functions every group script starts with. Numbers
 // are written with S (Lua 5.1 would print a large one in exponent form).
 var groupLua = `
-local GMOVES, GSHIFT = ` + strconv.Itoa(ratelimit.MaxGroupMoves) + `, ` + strconv.Itoa(ratelimit.MaxGroupShift) + `
+local GMOVES, GSHIFT, GPAGE = ` + strconv.Itoa(ratelimit.MaxGroupMoves) + `, ` + strconv.Itoa(ratelimit.MaxGroupShift) + `, 16
 local function S(x) return string.format('%.0f', x) end
 local function qm(seq, id) return string.format('%012x', seq) .. '|' .. id end
+-- GSETS names each class's set of waiting reservations (D:b, D:n, D:i).
+local GSETS = {[-1] = ':b', [0] = ':n', [1] = ':i'}
 -- gkey is the prefix of a group's keys, D = P:d:<group key>: the only
 -- place that names them (every script takes its groups' keys through it).
 local function gkey(P, key) return P .. ':d:' .. key end
@@ -60,9 +77,21 @@ local function gkey(P, key) return P .. ':d:' .. key end
 -- start makes it stale: missed for longer than a lease lives, its process
 -- is gone (gdrop forgets it; a snapshot no longer counts it).
 local function gstale(per, ttl, now) return now - per - ttl end
+-- grec writes a reservation's record (D:r), gparse reads it: start,
+-- seq, lease, class, moves. A record without a readable class or moves
+-- (written by an older version, or damaged) is normal and moves no more.
+local function grec(start, seq, lease, c, mv)
+  return S(start) .. '|' .. S(seq) .. '|' .. lease .. '|' .. c .. '|' .. mv
+end
 local function gparse(rec)
-  local a, b, c = string.match(rec, '^(%d+)|(%d+)|(.*)$')
-  return tonumber(a), tonumber(b), c
+  local a, b, l, c, m = string.match(rec, '^(%d+)|(%d+)|([^|]*)|(-?%d)|(%d+)$')
+  if a then
+    c = tonumber(c)
+    if c < -1 or c > 1 then c, m = 0, GMOVES end
+    return tonumber(a), tonumber(b), l, c, tonumber(m)
+  end
+  a, b, l = string.match(rec, '^(%d+)|(%d+)|([^|]*)')
+  return tonumber(a), tonumber(b), l, 0, GMOVES
 end
 -- gkeep keeps the group's keys while it has a window, a lease or a block
 -- to come, and ttl + window after.
@@ -74,7 +103,7 @@ local function gkeep(D, per, now, ttl)
   if gl[2] then h = math.max(h, tonumber(gl[2])) end
   h = math.max(h, tonumber(redis.call('HGET', D .. ':s', 'blk') or '0'))
   local ms = h - now + ttl + per
-  for _, k in ipairs({':s', ':w', ':c', ':r', ':q', ':g', ':b', ':k'}) do
+  for _, k in ipairs({':s', ':w', ':c', ':o', ':r', ':b', ':n', ':i', ':g'}) do
     redis.call('PEXPIRE', D .. k, ms)
   end
 end
@@ -100,39 +129,32 @@ local function gdrop(D, per, ttl, now)
   local W = D .. ':w'
   local over = redis.call('ZRANGEBYSCORE', W, '-inf', now - per)
   for _, s in ipairs(over) do redis.call('HDEL', D .. ':c', s) end
-  if #over > 0 then redis.call('ZREMRANGEBYSCORE', W, '-inf', now - per) end
-  local Q = D .. ':q'
+  if #over > 0 then
+    redis.call('ZREMRANGEBYSCORE', W, '-inf', now - per)
+    redis.call('ZREMRANGEBYSCORE', D .. ':o', '-inf', now - per)
+  end
   local cut = gstale(per, ttl, now)
-  local stale = redis.call('ZRANGEBYSCORE', Q, '-inf', cut)
-  for _, m in ipairs(stale) do
-    redis.call('HDEL', D .. ':r', string.sub(m, 14))
-    redis.call('HDEL', D .. ':k', string.sub(m, 14))
-  end
-  if #stale > 0 then
-    redis.call('ZREMRANGEBYSCORE', Q, '-inf', cut)
-    redis.call('ZREMRANGEBYSCORE', D .. ':b', '-inf', cut)
+  for _, k in pairs(GSETS) do
+    local stale = redis.call('ZRANGEBYSCORE', D .. k, '-inf', cut)
+    for _, m in ipairs(stale) do redis.call('HDEL', D .. ':r', string.sub(m, 14)) end
+    if #stale > 0 then redis.call('ZREMRANGEBYSCORE', D .. k, '-inf', cut) end
   end
 end
--- gclass returns id's class and moves (D:k).
-local function gclass(D, id)
-  local v = redis.call('HGET', D .. ':k', id)
-  if not v then return 0, 0 end
-  local c, m = string.match(v, '^(-?%d+)|(%d+)$')
-  return tonumber(c) or 0, tonumber(m) or 0
+-- gwaiting counts the waiting reservations whose window starts in
+-- [lo, hi] (Redis score bounds).
+local function gwaiting(D, lo, hi)
+  local n = 0
+  for _, k in pairs(GSETS) do n = n + redis.call('ZCOUNT', D .. k, lo, hi) end
+  return n
 end
-local function gsetclass(D, id, c, m)
-  if c == 0 and m == 0 then redis.call('HDEL', D .. ':k', id)
-  else redis.call('HSET', D .. ':k', id, c .. '|' .. m) end
-end
--- gqadd and gqrem put a waiting reservation in line (D:q, and D:b for
--- bulk) and take it out.
+-- gqadd and gqrem put a waiting reservation of class c in line (its
+-- class's set) and take it out (of every set: a member left in another
+-- class's set would be stale).
 local function gqadd(D, start, seq, id, c)
-  redis.call('ZADD', D .. ':q', start, qm(seq, id))
-  if c == -1 then redis.call('ZADD', D .. ':b', start, qm(seq, id)) end
+  redis.call('ZADD', D .. GSETS[c], start, qm(seq, id))
 end
 local function gqrem(D, seq, id)
-  redis.call('ZREM', D .. ':q', qm(seq, id))
-  redis.call('ZREM', D .. ':b', qm(seq, id))
+  for _, k in pairs(GSETS) do redis.call('ZREM', D .. k, qm(seq, id)) end
 end
 -- gaged records start as the window of a reservation of class c that
 -- moves no more (moved GMOVES times).
@@ -141,58 +163,77 @@ local function gaged(D, c, moves, start)
   local f = 'a' .. c
   if start > tonumber(redis.call('HGET', D .. ':s', f) or '0') then redis.call('HSET', D .. ':s', f, S(start)) end
 end
+-- gcount adds d to the count of the window at w (its D:c field) and
+-- keeps D:o: the window is in it while it has room (below n).
+local function gcount(D, n, w, d)
+  if redis.call('HINCRBY', D .. ':c', w, d) < n then
+    redis.call('ZADD', D .. ':o', w, w)
+  else
+    redis.call('ZREM', D .. ':o', w)
+  end
+end
+-- gopen returns the first window with room (its D:w member), or nil. A
+-- member of D:o that is no window, or a full one, is dropped; a window
+-- with room missing from D:o (evicted) is not found, and the next
+-- reservation opens a window at the end: later than it could, never over
+-- a window's count.
+local function gopen(D, n)
+  while true do
+    local o = redis.call('ZRANGE', D .. ':o', 0, 0)[1]
+    if not o then return nil end
+    if redis.call('ZSCORE', D .. ':w', o) and tonumber(redis.call('HGET', D .. ':c', o) or '0') < n then return o end
+    redis.call('ZREM', D .. ':o', o)
+  end
+end
 -- gfill counts one more reservation in the first window with room, or
 -- opens one: one window plus the round trip after the last, or when the
 -- guard has room if the chain ran dry. Returns its start.
 local function gfill(D, n, per, now)
-  local W, C = D .. ':w', D .. ':c'
-  local wins = redis.call('ZRANGE', W, 0, -1)
-  for _, s in ipairs(wins) do
-    if tonumber(redis.call('HGET', C, s) or '0') < n then
-      redis.call('HINCRBY', C, s, 1)
-      return tonumber(s)
-    end
+  local o = gopen(D, n)
+  if o then
+    gcount(D, n, o, 1)
+    return tonumber(o)
   end
+  local W = D .. ':w'
+  local last = redis.call('ZRANGE', W, -1, -1)[1]
   local st = redis.call('HMGET', D .. ':s', 'rtt', 'blk')
   local rtt, blk = tonumber(st[1]) or 0, tonumber(st[2]) or 0
   local start = math.max(now, blk)
-  if #wins > 0 then
-    start = math.max(start, tonumber(wins[#wins]) + per + rtt)
+  if last then
+    start = math.max(start, tonumber(last) + per + rtt)
   else
     local w = gguard(D, n, per, now)
     if w > 0 then start = math.max(start, now + w) end
   end
   redis.call('ZADD', W, start, S(start))
-  redis.call('HSET', C, S(start), 1)
+  redis.call('HDEL', D .. ':c', S(start))
+  gcount(D, n, S(start), 1)
   return start
 end
--- glatest returns the first waiting reservation of set (D:q or D:b) in
--- the window at s, the latest first, that ok(id, seq, c, mv) accepts
--- (true; 'stop' ends the search), as a table {id, seq, c, mv}, or nil.
--- It reads the window 16 members at a time: usually the first one is it.
--- A member of D:b that D:q no longer holds at s (its reservation ended
--- where D:b was not kept: evicted keys, a process of an older version)
--- is dropped, never moved: moving it would bring an ended reservation
--- back.
-local function glatest(set, D, s, ok)
-  local off = 0
-  while true do
-    local ms = redis.call('ZREVRANGEBYSCORE', set, S(s), S(s), 'LIMIT', off, 16)
-    for _, m in ipairs(ms) do
-      local id, seq = string.sub(m, 14), tonumber(string.sub(m, 1, 12), 16)
-      if set ~= D .. ':q' and tonumber(redis.call('ZSCORE', D .. ':q', m)) ~= s then
-        redis.call('ZREM', set, m)
-        off = off - 1
-      else
-        local c, mv = gclass(D, id)
-        local r = ok(id, seq, c, mv)
-        if r == 'stop' then return nil end
-        if r then return {id = id, seq = seq, c = c, mv = mv} end
-      end
+-- glatest returns the latest waiting reservation of class c in the window
+-- at s that can move (moved fewer than GMOVES times) and is not rid, as a
+-- table {id, seq, c, mv}; nil if there is none, or if it is of the mover's
+-- class and not later than rseq (same: c is the mover's class). It reads
+-- at most GPAGE members: past the windows a-1 and a0 name the first one is
+-- it. A member whose record is gone, or names another window, class or a
+-- lease (its reservation ended or moved where the set was not kept:
+-- evicted keys) is dropped, never moved: moving it would bring an ended
+-- reservation back.
+local function glatest(D, c, s, rid, rseq, same)
+  local set = D .. GSETS[c]
+  for _, m in ipairs(redis.call('ZREVRANGEBYSCORE', set, S(s), S(s), 'LIMIT', 0, GPAGE)) do
+    local id, seq = string.sub(m, 14), tonumber(string.sub(m, 1, 12), 16)
+    local rec = redis.call('HGET', D .. ':r', id)
+    local start, rs, lease, rc, mv
+    if rec then start, rs, lease, rc, mv = gparse(rec) end
+    if not rec or start ~= s or rs ~= seq or lease ~= '' or rc ~= c then
+      redis.call('ZREM', set, m)
+    elseif id ~= rid and mv < GMOVES then
+      if same and seq < rseq then return nil end
+      return {id = id, seq = seq, c = c, mv = mv}
     end
-    if #ms < 16 then return nil end
-    off = off + 16
   end
+  return nil
 end
 -- gvictim returns the waiting reservation of the window at s that one of
 -- class rc (id rid, seq rseq) takes the place of, as a table {id, seq,
@@ -200,28 +241,17 @@ end
 -- rseq) moved fewer than GMOVES times; the lowest class, the latest of
 -- it (ratelimit's passed).
 local function gvictim(D, s, rid, rseq, rc, moving)
-  if rc > -1 or moving then -- bulk, the lowest class, first
-    local v = glatest(D .. ':b', D, s, function(id, seq, c, mv)
-      if id == rid or mv >= GMOVES then return false end
-      if rc == -1 and seq < rseq then return 'stop' end -- of its own class: only later ones
-      return true
-    end)
+  for c = -1, rc do
+    if c == rc and not moving then break end
+    local v = glatest(D, c, s, rid, rseq, c == rc)
     if v then return v end
-  end
-  if rc == 1 or rc == 0 and moving then
-    return glatest(D .. ':q', D, s, function(id, seq, c, mv)
-      if id == rid or c ~= 0 or mv >= GMOVES then return false end
-      if rc == 0 and seq < rseq then return 'stop' end
-      return true
-    end)
   end
   return nil
 end
 -- gmove puts waiting reservation v in the window at s.
 local function gmove(D, v, s)
-  redis.call('HSET', D .. ':r', v.id, S(s) .. '|' .. S(v.seq) .. '|')
+  redis.call('HSET', D .. ':r', v.id, grec(s, v.seq, '', v.c, v.mv))
   gqadd(D, s, v.seq, v.id, v.c)
-  gsetclass(D, v.id, v.c, v.mv)
   gaged(D, v.c, v.mv, s)
 end
 -- gcascade moves v, whose place was taken in window wins[i-1], back: into
@@ -233,7 +263,7 @@ local function gcascade(D, n, per, now, v, i, wins)
   while i <= #wins do
     local s = tonumber(wins[i])
     if tonumber(redis.call('HGET', D .. ':c', wins[i]) or '0') < n then
-      redis.call('HINCRBY', D .. ':c', wins[i], 1)
+      gcount(D, n, wins[i], 1)
       gmove(D, v, s)
       return
     end
@@ -252,14 +282,16 @@ end
 -- where it passes a waiting one of a lower class (ratelimit's place), and
 -- returns its start.
 local function gplace(D, n, per, now, id, seq, c, moves)
-  local lower = (c == 1 and redis.call('ZCARD', D .. ':q') > 0) or (c == 0 and redis.call('ZCARD', D .. ':b') > 0)
+  local lower = false
+  for k = -1, c - 1 do lower = lower or redis.call('ZCARD', D .. GSETS[k]) > 0 end
   if lower then
     local floor = tonumber(redis.call('HGET', D .. ':s', 'a-1') or '0')
     if c == 1 then floor = math.max(floor, tonumber(redis.call('HGET', D .. ':s', 'a0') or '0')) end
     local wins = redis.call('ZRANGE', D .. ':w', 0, -1)
+    local open = tonumber(gopen(D, n) or '+inf')
     for i, w in ipairs(wins) do
-      if tonumber(redis.call('HGET', D .. ':c', w) or '0') < n then break end
       local s = tonumber(w)
+      if s >= open then break end -- gfill takes it
       if i > #wins - GSHIFT and s > floor then
         local v = gvictim(D, s, id, seq, c, false)
         if v then
@@ -274,32 +306,28 @@ local function gplace(D, n, per, now, id, seq, c, moves)
   gaged(D, c, moves, s)
   return s
 end
--- greserve returns id's reservation (start, seq, lease), placing it of
--- class c if it has none, or again if its window is over (it keeps its
--- seq, its place among the others, and its class).
+-- greserve returns id's reservation (start, seq, lease, class, moves),
+-- placing it of class c if it has none, or again if its window is over
+-- (it keeps its seq, its place among the others, and its class).
 local function greserve(D, n, per, ttl, id, now, c)
   gdrop(D, per, ttl, now)
   local R = D .. ':r'
   local rec = redis.call('HGET', R, id)
   local seq, moves = 0, 0
   if rec then
-    local start, sq, lease = gparse(rec)
-    if lease ~= '' or now < start + per then return start, sq, lease end
+    local start, sq, lease, rc, mv = gparse(rec)
+    if lease ~= '' or now < start + per then return start, sq, lease, rc, mv end
     gqrem(D, sq, id)
-    seq = sq
-    c, moves = gclass(D, id)
+    seq, c, moves = sq, rc, mv
   else
     seq = redis.call('HINCRBY', D .. ':s', 'seq', 1)
-    c = math.max(-1, math.min(1, tonumber(c) or 0))
-    gsetclass(D, id, c, 0)
+    c = math.max(-1, math.min(1, math.floor(tonumber(c) or 0)))
   end
   local start = gplace(D, n, per, now, id, seq, c, moves)
-  redis.call('HSET', R, id, S(start) .. '|' .. S(seq) .. '|')
+  redis.call('HSET', R, id, grec(start, seq, '', c, moves))
   gqadd(D, start, seq, id, c)
-  return start, seq, ''
+  return start, seq, '', c, moves
 end
--- gend forgets id's class: its reservation ended.
-local function gend(D, id) redis.call('HDEL', D .. ':k', id) end
 -- gblock holds the group until untilT (a 429 met it) and schedules every
 -- waiting reservation again from then, in their order: by window, then
 -- class, then arrival (ratelimit's Block).
@@ -307,20 +335,26 @@ local function gblock(D, n, per, untilT)
   local blk = tonumber(redis.call('HGET', D .. ':s', 'blk') or '0')
   if untilT <= blk then return end
   redis.call('HSET', D .. ':s', 'blk', untilT)
-  local Q = D .. ':q'
-  local flat = redis.call('ZRANGE', Q, 0, -1, 'WITHSCORES')
   local waiting = {}
-  for i = 1, #flat, 2 do
-    local id = string.sub(flat[i], 14)
-    local c, mv = gclass(D, id)
-    waiting[#waiting + 1] = {id = id, seq = tonumber(string.sub(flat[i], 1, 12), 16), s = tonumber(flat[i + 1]), c = c, mv = mv}
+  for c, k in pairs(GSETS) do
+    local flat = redis.call('ZRANGE', D .. k, 0, -1, 'WITHSCORES')
+    for i = 1, #flat, 2 do
+      local id = string.sub(flat[i], 14)
+      local rec = redis.call('HGET', D .. ':r', id)
+      if rec then
+        local _, _, lease, rc, mv = gparse(rec)
+        if lease == '' and rc == c then
+          waiting[#waiting + 1] = {id = id, seq = tonumber(string.sub(flat[i], 1, 12), 16), s = tonumber(flat[i + 1]), c = c, mv = mv}
+        end
+      end
+    end
   end
   table.sort(waiting, function(a, b)
     if a.s ~= b.s then return a.s < b.s end
     if a.c ~= b.c then return a.c > b.c end
     return a.seq < b.seq
   end)
-  redis.call('DEL', D .. ':w', D .. ':c', Q, D .. ':b')
+  redis.call('DEL', D .. ':w', D .. ':c', D .. ':o', D .. ':b', D .. ':n', D .. ':i')
   redis.call('HDEL', D .. ':s', 'a-1', 'a0')
   for _, v in ipairs(waiting) do
     gmove(D, v, gfill(D, n, per, untilT))
@@ -349,16 +383,16 @@ for j = 0, ng - 1 do
   if estimate and redis.call('HEXISTS', D .. ':r', id) == 0 then
     table.insert(out, 0); table.insert(out, 0); table.insert(out, 0)
   else
-    local start, seq, lease = greserve(D, n, per, ttl, id, now, class)
+    local start, seq, lease, c = greserve(D, n, per, ttl, id, now, class)
     local pos = 0
     if lease == '' then
-      pos = redis.call('ZCOUNT', D .. ':q', '-inf', '(' .. S(start))
-      local c = gclass(D, id)
-      for _, m in ipairs(redis.call('ZRANGEBYSCORE', D .. ':q', S(start), S(start))) do
-        local oid, oseq = string.sub(m, 14), tonumber(string.sub(m, 1, 12), 16)
-        local oc = gclass(D, oid)
-        if oid ~= id and (oc > c or oc == c and oseq < seq) then pos = pos + 1 end
-      end
+      -- those in earlier windows, of a higher class in its own, and of its
+      -- class there before it (its rank among its class's)
+      pos = gwaiting(D, '-inf', '(' .. S(start))
+      for k = c + 1, 1 do pos = pos + redis.call('ZCOUNT', D .. GSETS[k], S(start), S(start)) end
+      local own = D .. GSETS[c]
+      local rank = redis.call('ZRANK', own, qm(seq, id))
+      if rank then pos = pos + rank - redis.call('ZCOUNT', own, '-inf', '(' .. S(start)) end
     end
     gkeep(D, per, now, ttl)
     table.insert(out, start - now); table.insert(out, pos); table.insert(out, 1)
@@ -381,9 +415,8 @@ for j = 0, ng - 1 do
     if lease == '' then
       redis.call('HDEL', D .. ':r', id)
       gqrem(D, seq, id)
-      gend(D, id)
       if redis.call('ZSCORE', D .. ':w', S(start)) then
-        redis.call('HINCRBY', D .. ':c', S(start), -1)
+        gcount(D, math.huge, S(start), -1)
       end
     end
   end
@@ -392,7 +425,7 @@ return 0
 `
 
 // groupStateLua reads groups' states without changing them: per
-// group, the waiting reservations (D:q, those gdrop would keep) and the
+// group, the waiting reservations (those gdrop would keep) and the
 // guard's slots held (gheld).
 //
 // ARGV: 1 lease ttl ms, 2 number of groups, then per group: key, count,
@@ -404,7 +437,7 @@ local out = {}
 for j = 0, ng - 1 do
   local D = gkey(P, ARGV[3 + 3 * j])
   local per = tonumber(ARGV[5 + 3 * j])
-  table.insert(out, redis.call('ZCOUNT', D .. ':q', '(' .. S(gstale(per, ttl, now)), '+inf'))
+  table.insert(out, gwaiting(D, '(' .. S(gstale(per, ttl, now)), '+inf'))
   table.insert(out, gheld(D, now))
 end
 return out

@@ -426,3 +426,35 @@ func BenchmarkGroupStates(b *testing.B) {
 		})
 	}
 }
+
+// A request in two groups that the second holds back has reserved in the
+// first already: the first group's keys, made by that reservation, expire
+// like every group's (they were left without a TTL).
+func TestGroupKeysExpireWhenALaterGroupHolds(t *testing.T) {
+	srv := redistest.Start(t)
+	ns := Namespace("tok-two-groups")
+	s := newStore(t, srv, Config{Namespace: ns})
+	ctx := context.Background()
+	first := ratelimit.SharedGroup{Key: "renames|channel_id=1", Count: 5, Window: time.Second}
+	second := ratelimit.SharedGroup{Key: "dms|", Count: 1, Window: time.Minute}
+	_, err := s.ReserveGroups(ctx, time.Now(), "a", 0, []ratelimit.SharedGroup{second}) // the second's only place in its first window
+	require.NoError(t, err)
+
+	r := groupRequest(1, "b", first)
+	r.Groups = []ratelimit.SharedGroup{first, second}
+	g := s.Reserve(ctx, r)
+	require.False(t, g.OK)
+	assert.Equal(t, "declared", g.Scope)
+	assert.Greater(t, g.Wait, 50*time.Second, "b waits for the second group's next window")
+
+	rdb := srv.Client(t)
+	D := ns + ":d:" + first.Key
+	keys, err := rdb.Keys(ctx, D+":*").Result()
+	require.NoError(t, err)
+	require.NotEmpty(t, keys, "b reserved in the first group")
+	for _, k := range keys {
+		ttl, err := rdb.PTTL(ctx, k).Result()
+		require.NoError(t, err)
+		assert.Positive(t, ttl, "%s expires", k)
+	}
+}

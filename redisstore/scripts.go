@@ -355,19 +355,21 @@ local gclassArg = tonumber(ARGV[26]) or 0
 for j = 0, ng - 1 do
   local D = gkey(P, ARGV[27 + 3 * j])
   local gn, gper = tonumber(ARGV[28 + 3 * j]), tonumber(ARGV[29 + 3 * j])
-  local gstart, gseq, glease = greserve(D, gn, gper, ttl, gid, now, gclassArg)
+  local gstart, gseq, glease, gc, gmv = greserve(D, gn, gper, ttl, gid, now, gclassArg)
   if glease ~= '' then
     -- taken by an attempt whose answer is not reported yet: this attempt
     -- needs a place of its own
     redis.call('HDEL', D .. ':r', gid)
-    gstart, gseq, glease = greserve(D, gn, gper, ttl, gid, now, gclassArg)
+    gstart, gseq, glease, gc, gmv = greserve(D, gn, gper, ttl, gid, now, gclassArg)
   end
+  groups[#groups + 1] = {D, gseq, gstart, gper, gc, gmv}
   local gw = math.max(gstart - now, gguard(D, gn, gper, now))
   if gw > 0 then
-    gkeep(D, gper, now, ttl)
+    -- every group reserved in so far keeps its keys (a reservation made
+    -- here would otherwise be in keys that never expire)
+    for _, g in ipairs(groups) do gkeep(g[1], g[4], now, ttl) end
     return {0, gw, 'declared', hash, 0, key}
   end
-  groups[#groups + 1] = {D, gseq, gstart, gper}
 end
 
 -- (the member '~', at +inf, keeps the set until it expires: gone before,
@@ -401,7 +403,7 @@ if fairQ then
 end
 for _, g in ipairs(groups) do
   local D, gseq, gstart, gper = g[1], g[2], g[3], g[4]
-  redis.call('HSET', D .. ':r', gid, S(gstart) .. '|' .. S(gseq) .. '|' .. lease)
+  redis.call('HSET', D .. ':r', gid, grec(gstart, gseq, lease, g[5], g[6]))
   gqrem(D, gseq, gid)
   redis.call('ZADD', D .. ':g', now + ttl, lease)
   gkeep(D, gper, now, ttl)
@@ -536,13 +538,12 @@ for j = 0, ng - 1 do
   local D = gkey(P, ARGV[28 + 3 * j])
   local gn, gper = tonumber(ARGV[29 + 3 * j]), tonumber(ARGV[30 + 3 * j])
   local rec = redis.call('HGET', D .. ':r', gid)
-  local gstart, gseq, glease = 0, 0, ''
-  if rec then gstart, gseq, glease = gparse(rec) end
+  local gstart, gseq, glease, gc, gmv = 0, 0, '', 0, 0
+  if rec then gstart, gseq, glease, gc, gmv = gparse(rec) end
   if counted then
     redis.call('ZADD', D .. ':g', now + gper, lease)
     if glease == lease then
       redis.call('HDEL', D .. ':r', gid)
-      gend(D, gid)
     end
     if rtt > 0 then
       local old = tonumber(redis.call('HGET', D .. ':s', 'rtt') or '0')
@@ -554,8 +555,8 @@ for j = 0, ng - 1 do
   else
     redis.call('ZREM', D .. ':g', lease)
     if glease == lease then
-      redis.call('HSET', D .. ':r', gid, S(gstart) .. '|' .. S(gseq) .. '|')
-      gqadd(D, gstart, gseq, gid, (gclass(D, gid)))
+      redis.call('HSET', D .. ':r', gid, grec(gstart, gseq, '', gc, gmv))
+      gqadd(D, gstart, gseq, gid, gc)
     end
   end
   gkeep(D, gper, now, ttl)

@@ -108,6 +108,21 @@ var Groups = []GroupCase{
 		Want: map[int]GroupPlace{2: {0, 0}, 3: {1, 1}, 4: {2, 2}, 5: {3, 3}, 6: {4, 4}, 7: {5, 5}, 8: {6, 6}, 1: {7, 7}, 9: {8, 8}, 10: {9, 9}},
 	},
 	{
+		Name:  "an interaction behind interactions only goes at the end: no one to pass",
+		Count: 2, Steps: steps(1, 5, interactive),
+		Want: map[int]GroupPlace{1: {0, 0}, 2: {0, 1}, 3: {1, 2}, 4: {1, 3}, 5: {2, 4}},
+	},
+	{
+		Name:  "an interaction passes the one bulk request behind a line of interactions",
+		Count: 2, Steps: append(steps(1, 3, interactive), res(4, bulk), res(5, interactive)),
+		Want: map[int]GroupPlace{1: {0, 0}, 2: {0, 1}, 3: {1, 2}, 5: {1, 3}, 4: {2, 4}},
+	},
+	{
+		Name:  "normal requests pass bulk as they come; an interaction passes the latest normal one, which passes the latest bulk one",
+		Count: 3, Steps: []GroupStep{res(1, bulk), res(2, normal), res(3, bulk), res(4, normal), res(5, bulk), res(6, normal), res(7, interactive)},
+		Want: map[int]GroupPlace{7: {0, 0}, 2: {0, 1}, 4: {0, 2}, 6: {1, 3}, 1: {1, 4}, 3: {1, 5}, 5: {2, 6}},
+	},
+	{
 		Name:  "nothing passes a request that moved seven times; later ones it may",
 		Count: 1, Steps: append(append([]GroupStep{res(1, bulk)}, steps(2, 8, interactive)...), res(9, bulk), res(10, interactive)),
 		Want: map[int]GroupPlace{2: {0, 0}, 3: {1, 1}, 4: {2, 2}, 5: {3, 3}, 6: {4, 4}, 7: {5, 5}, 8: {6, 6}, 1: {7, 7}, 10: {8, 8}, 9: {9, 9}},
