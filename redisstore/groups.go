@@ -280,26 +280,40 @@ end
 -- gplace counts a reservation of class c (id, seq, moves), in no window,
 -- in the first window with room or, before that, in the first full one
 -- where it passes a waiting one of a lower class (ratelimit's place), and
--- returns its start.
+-- returns its start. It looks only at the windows that hold a waiting
+-- one of a lower class (the sets give the next such window in one read),
+-- among the last GSHIFT and past the floor.
 local function gplace(D, n, per, now, id, seq, c, moves)
   local lower = false
   for k = -1, c - 1 do lower = lower or redis.call('ZCARD', D .. GSETS[k]) > 0 end
   if lower then
     local floor = tonumber(redis.call('HGET', D .. ':s', 'a-1') or '0')
     if c == 1 then floor = math.max(floor, tonumber(redis.call('HGET', D .. ':s', 'a0') or '0')) end
-    local wins = redis.call('ZRANGE', D .. ':w', 0, -1)
-    local open = tonumber(gopen(D, n) or '+inf')
-    for i, w in ipairs(wins) do
-      local s = tonumber(w)
-      if s >= open then break end -- gfill takes it
-      if i > #wins - GSHIFT and s > floor then
+    local W = D .. ':w'
+    local o = gopen(D, n)
+    local open = o and tonumber(o) or math.huge -- gfill takes it and any later
+    local nw = redis.call('ZCARD', W)
+    local first = redis.call('ZRANGE', W, math.max(0, nw - GSHIFT), math.max(0, nw - GSHIFT))[1]
+    -- windows after lo (scores are whole ms): past the floor, among the
+    -- last GSHIFT (strays, whose windows are over, are before them all)
+    local lo = math.max(floor, (tonumber(first) or math.huge) - 1)
+    while lo < open do
+      local s
+      for k = -1, c - 1 do
+        local m = redis.call('ZRANGEBYSCORE', D .. GSETS[k], '(' .. S(lo), '(' .. S(open), 'WITHSCORES', 'LIMIT', 0, 1)
+        if m[2] then s = math.min(s or math.huge, tonumber(m[2])) end
+      end
+      if not s then break end
+      local rank = redis.call('ZRANK', W, S(s))
+      if rank then
         local v = gvictim(D, s, id, seq, c, false)
         if v then
           gaged(D, c, moves, s)
-          gcascade(D, n, per, now, v, i + 1, wins)
+          gcascade(D, n, per, now, v, rank + 2, redis.call('ZRANGE', W, 0, -1))
           return s
         end
       end
+      lo = s
     end
   end
   local s = gfill(D, n, per, now)
