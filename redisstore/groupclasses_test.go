@@ -171,7 +171,10 @@ return 0
 //     request in a window of its own at the end, which the newcomer passes;
 //   - estimate-in-a-large-window: 10,000 per window, 10,000 normal
 //     requests in one window: the last one's place (its position counts
-//     the 9,999 ahead).
+//     the 9,999 ahead);
+//   - interaction-behind-300-windows: 1,000 per window, 300,000
+//     interactions (300 windows) and one bulk request: an interaction
+//     (then released, so the backlog, made once, stays as it was).
 func BenchmarkGroupPass(b *testing.B) {
 	srv := redistest.Start(b)
 	start := time.Unix(1_700_000_000, 0)
@@ -208,6 +211,25 @@ func BenchmarkGroupPass(b *testing.B) {
 	b.Run("interactive-over-interactive", func(b *testing.B) { run(b, 100, []fill{{10_000, 1}}, 1, false) })
 	b.Run("interactive-over-interactive-then-bulk", func(b *testing.B) { run(b, 100, []fill{{10_000, 1}, {1, -1}}, 1, false) })
 	b.Run("estimate-in-a-large-window", func(b *testing.B) { run(b, 10_000, []fill{{10_000, 0}}, 0, true) })
+	b.Run("interaction-behind-300-windows", func(b *testing.B) {
+		g := []ratelimit.SharedGroup{{Key: "large", Count: 1000, Window: time.Minute}}
+		for j := range 30 {
+			require.NoError(b, groupFillLua.Run(ctx, s.rdb, []string{s.ns}, g[0].Key, 1000, 60000, 10_000, 1, s.groupID("i"+strconv.Itoa(j)+"-")).Err())
+		}
+		require.NoError(b, groupFillLua.Run(ctx, s.rdb, []string{s.ns}, g[0].Key, 1000, 60000, 1, -1, s.groupID("b-")).Err())
+		b.ResetTimer()
+		for b.Loop() {
+			i++
+			id := "x" + strconv.Itoa(i)
+			if _, err := s.ReserveGroups(ctx, clock.now(), id, 1, g); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			args := groupArgs([]any{s.groupID(id), len(g)}, g, false)
+			require.NoError(b, s.sc.groupRelease.Run(ctx, s.rdb, []string{s.ns}, args...).Err())
+			b.StartTimer()
+		}
+	})
 }
 
 // A bulk reservation whose record is gone but for its member of D:b
