@@ -322,3 +322,29 @@ func TestTransportCompletesTheResponseOnRead(t *testing.T) {
 	assert.Equal(t, http.StatusOK, last.StatusCode)
 	assert.Equal(t, 3, srv.Stats().MessagesCreated, "the unread message was sent too")
 }
+
+// An answer that is there before RoundTrip returns (a fast server) is
+// still handed over on the first Read: a response returned complete showed
+// its X-RateLimit-* headers to discordgo's own limiter, which then slept
+// on them (a channel's sixth message waited out the window in discordgo
+// one run in five, the window's last message having come back that
+// fast). Twenty channels' windows used up, five messages each, one after
+// another: none is returned with its status or headers.
+func TestTransportNeverReturnsTheAnswerBeforeTheRead(t *testing.T) {
+	srv := startServer(t, sluicetest.Options{Rules: sluicetest.DefaultRules()})
+	lim := startLimiter(t, srv, nil)
+	client := &http.Client{Transport: sluicediscordgo.NewTransport(lim)}
+	for i := range 100 {
+		req, err := http.NewRequest(http.MethodPost, discordgo.EndpointChannelMessages(channelID(i/5)), strings.NewReader(`{"content":"fast"}`))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		require.NoError(t, err)
+		assert.Zero(t, resp.StatusCode, "message %d: returned with its answer", i)
+		assert.Empty(t, resp.Header.Get("X-RateLimit-Remaining"), "message %d: discordgo would see the bucket's headers", i)
+		_, err = io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusOK, resp.StatusCode)
+	}
+}

@@ -68,8 +68,15 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	select {
 	case <-fut.Done():
 		// Failed at once (a bad request, a *sluice.WaitError, a full
-		// queue, ErrUnauthorized...), or answered already.
-		return fut.Await(context.Background())
+		// queue, ErrUnauthorized...): the error, as http.Client.Do gives
+		// one. An answer that is there already goes the pending way below
+		// all the same: returned complete, its X-RateLimit-* headers would
+		// reach discordgo's limiter, which then slept on them (a
+		// channel's sixth message waited out the window in discordgo,
+		// whatever Sluice knew).
+		if _, err := fut.Await(context.Background()); err != nil {
+			return nil, err
+		}
 	default:
 	}
 	resp := &http.Response{
