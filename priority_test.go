@@ -204,6 +204,58 @@ func TestPriorityInteractiveGoesAheadInTheGlobalLine(t *testing.T) {
 	assert.Less(t, worst, 200, "an interactive request waited past two global windows of bulk work")
 }
 
+// The lower classes' share holds in the global window's line when one
+// grant hands out many slots at once, as when a global pause ends: under
+// a global 20 per second, a bulk message meets an external global 429,
+// and 40 interactive messages on a channel whose bucket allows 50 a
+// window queue behind the pause. When it ends the window's slots go out
+// together, and the bulk message takes the eighth (its share), so it is
+// answered before the interactive ones of that burst are (fewer than 20
+// ahead of it). Without the share inside one grant the whole burst went to
+// the interactive messages and the bulk one waited for the next slot
+// (measured: 19 to 20 ahead of it).
+func TestPriorityBulkKeepsItsShareWhenAPauseEnds(t *testing.T) {
+	rs := rules(50, 5*time.Second, [2]string{"POST", messagesRoute})
+	rs.GlobalLimit = 20
+	h := newHarness(t, sluicetest.Options{Rules: rs}, sluice.Options{GlobalLimit: 20})
+	doAllWithin(t, h.lim, []*http.Request{
+		req("POST", "/channels/72000/messages", `{"content":"warm"}`),
+		req("POST", "/channels/72001/messages", `{"content":"warm"}`),
+	}, 30*time.Second) // both buckets known: no pioneer goes first
+	h.srv.InjectGlobalLimit(300 * time.Millisecond)
+	var (
+		mu    sync.Mutex
+		order []string
+		wg    sync.WaitGroup
+	)
+	await := func(f *sluice.Future, what string) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := f.Await(context.Background())
+			if assert.NoError(t, err, what) {
+				resp.Body.Close()
+			}
+			mu.Lock()
+			order = append(order, what)
+			mu.Unlock()
+		}()
+	}
+	await(h.lim.Send(sluice.WithPriority(context.Background(), sluice.PriorityBulk),
+		req("POST", "/channels/72001/messages", `{"content":"bulk"}`)), "bulk")
+	require.Eventually(t, func() bool { return h.srv.Stats().InjectedGlobal >= 1 }, 10*time.Second, time.Millisecond,
+		"the bulk message met the global 429")
+	for i := range 40 {
+		await(h.lim.Send(sluice.WithPriority(context.Background(), sluice.PriorityInteractive),
+			req("POST", "/channels/72000/messages", fmt.Sprintf(`{"content":"interactive %d"}`, i))), "interactive")
+	}
+	wg.Wait()
+	h.srv.AssertNoViolations(t)
+	ahead := slices.Index(order, "bulk")
+	t.Logf("interactive messages answered before the bulk one: %d of 40", ahead)
+	assert.Less(t, ahead, 19, "the bulk message waited for the burst the pause's end let go")
+}
+
 // WithPriority reaches a request sent through Do, DoBatch and the
 // RoundTripper alike: they share Send's path.
 func TestPriorityThroughEveryEntryPoint(t *testing.T) {

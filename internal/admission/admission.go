@@ -154,7 +154,10 @@ func (p Place) sooner(q Place) bool {
 
 // Grant is what Serve hands one bucket: Slots reserved in the window (0 for
 // an exempt bucket). More: it was served in part and stays in line for the
-// rest of its want (it does not ask again).
+// rest of its want (it does not ask again). One Serve may grant a bucket
+// more than once, in the order the slots went: a bucket of a higher class
+// is served ShareEvery-1 slots at most while a lower class waits, and
+// goes on after the lower class's slot.
 type Grant[K comparable] struct {
 	Key   K
 	Slots int
@@ -335,7 +338,10 @@ func (q *Queue[K]) Head() (key K, place Place, global, ok bool) {
 func (q *Queue[K]) Refund(n int) { q.pacer.refund(n) }
 
 // Serve hands out w's slots at now, earliest place first (but for the
-// lower classes' share), and returns the grants in that order. paused (the window is blocked by a global 429 or a
+// lower classes' share: while a lower class waits, a bucket of a higher
+// class is served at most the slots left before the share is due, then
+// the share's pick one slot, and so on), and returns the grants in that
+// order. paused (the window is blocked by a global 429 or a
 // ban's hold) serves only exempt buckets. When slots are left wanted and
 // Serve stopped for the window, the pacer or a keep, again is set and retry
 // is when to serve again. The grants are valid until the next Serve: the
@@ -348,21 +354,37 @@ func (q *Queue[K]) Serve(now time.Time, w Window, paused bool) (grants []Grant[K
 		clear(held)
 		q.grants, q.held = grants, held[:0]
 	}()
+	// shareHeld: the share's pick was held back by a keep (slots kept for
+	// buckets ahead of it): the rest of this call serves in line, as the
+	// slots the pick cannot use would otherwise go unused.
+	shareHeld := false
 	for len(q.ring) > 0 {
 		if paused {
 			grants = q.serveExempt(grants)
 			break
 		}
-		e, lower := q.next()
+		e, lower := q.next(shareHeld)
 		if !e.global { // exempt: needs no global slot
 			q.forget(e)
 			grants = append(grants, Grant[K]{Key: e.key})
 			continue
 		}
+		passed := !lower && q.lowest() < e.place.Class // e goes ahead of a lower class in line
+		most := e.want
+		switch {
+		case lower:
+			most = 1 // the share: one slot, then the line's order again
+		case passed && !shareHeld:
+			most = min(most, max(1, ShareEvery-1-q.share.credit))
+		}
 		kept := q.keptAhead(now, e.place)
 		slots := 0
-		for !paused && slots < e.want {
+		for !paused && slots < most {
 			if kept > 0 && q.limit-w.Count(now) <= kept {
+				if lower {
+					shareHeld = true // most is 1: nothing was served
+					break
+				}
 				// The slots left are kept for buckets ahead of it in line
 				// that reopen within the period: until they ask, or their
 				// keep lapses.
@@ -386,20 +408,31 @@ func (q *Queue[K]) Serve(now time.Time, w Window, paused bool) (grants []Grant[K
 			}
 			slots++
 		}
-		q.share.Served(slots, lower, q.lowest() < e.place.Class)
-		switch {
-		case slots > 0 && slots < e.want:
-			// Served in part: it keeps its place in line for the rest,
-			// which goes as the window's next slots free (asking again
-			// would put it behind every bucket ready since).
-			e.want -= slots
-			grants = append(grants, Grant[K]{Key: e.key, Slots: slots, More: true})
-			held = append(held, e)
-		case slots > 0:
-			q.forget(e)
-			grants = append(grants, Grant[K]{Key: e.key, Slots: slots})
+		q.share.Served(slots, lower, passed)
+		switch n := len(grants); {
+		case slots == 0:
+		case n > 0 && grants[n-1].Key == e.key && grants[n-1].Slots > 0:
+			// Served again right after its last grant (the share's
+			// pick went back in line behind it): one grant.
+			grants[n-1].Slots += slots
+			grants[n-1].More = slots < e.want
 		default:
+			grants = append(grants, Grant[K]{Key: e.key, Slots: slots, More: slots < e.want})
+		}
+		switch {
+		case slots == e.want:
+			q.forget(e)
+		case paused:
+			// Served in part, or not at all: it keeps its place in line
+			// for the rest, which goes as the window's next slots free
+			// (asking again would put it behind every bucket ready since).
+			e.want -= slots
 			held = append(held, e)
+		default:
+			// Stopped by the share (its slots, or its pick's, held back
+			// by a keep): back in line, served again in this call.
+			e.want -= slots
+			heap.Push(&q.ring, e)
 		}
 	}
 	for _, e := range held {
@@ -409,11 +442,12 @@ func (q *Queue[K]) Serve(now time.Time, w Window, paused bool) (grants []Grant[K
 }
 
 // next takes the next bucket to serve out of the ring: the first in line,
-// or, when the lower classes' share is due (Share), the first in line by
-// deadline among the buckets of a lower class than its (lower set).
-func (q *Queue[K]) next() (e *entry[K], lower bool) {
+// or, when the lower classes' share is due (Share) and not held, the first
+// in line by deadline among the buckets of a lower class than its (lower
+// set).
+func (q *Queue[K]) next(shareHeld bool) (e *entry[K], lower bool) {
 	head := q.ring[0]
-	if q.share.Due() && q.lowest() < head.place.Class {
+	if !shareHeld && q.share.Due() && q.lowest() < head.place.Class {
 		var low *entry[K]
 		for _, x := range q.ring {
 			if x.place.Class < head.place.Class && (low == nil || x.place.sooner(low.place)) {

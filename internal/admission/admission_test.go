@@ -148,3 +148,42 @@ func TestServePacesWhileALongBacklogWaits(t *testing.T) {
 	grants, _, _ = q2.Serve(t0, w2, false)
 	assert.Equal(t, []admission.Grant[string]{{Key: "b", Slots: 4}}, grants)
 }
+
+// While a lower class waits, a bucket of a higher class is served
+// ShareEvery-1 slots, then the lower class one, in one Serve too: a
+// bucket that wants many slots at once does not take them all ahead of
+// the share.
+func TestServeShareWithinOneServe(t *testing.T) {
+	q := admission.New[string](40, 10*time.Second)
+	w := ratelimit.NewSlidingWindow(40, 10*time.Second)
+	q.Want(t0, "bulk", admission.Ask{Want: 20, Global: true, Since: t0, First: 1, Class: admission.Bulk})
+	q.Want(t0, "user", admission.Ask{Want: 30, Global: true, Since: t0, First: 2, Class: admission.Interactive})
+	grants, _, _ := q.Serve(t0, w, false)
+	assert.Equal(t, []admission.Grant[string]{
+		{Key: "user", Slots: 7, More: true}, {Key: "bulk", Slots: 1, More: true},
+		{Key: "user", Slots: 7, More: true}, {Key: "bulk", Slots: 1, More: true},
+		{Key: "user", Slots: 7, More: true}, {Key: "bulk", Slots: 1, More: true},
+		{Key: "user", Slots: 7, More: true}, {Key: "bulk", Slots: 1, More: true},
+		{Key: "user", Slots: 2}, {Key: "bulk", Slots: 6, More: true},
+	}, grants, "seven to the interactions, one to bulk; bulk takes the rest once they are served")
+}
+
+// When the share is due but its pick's slots are kept for a bucket ahead
+// of it (reopening within the period), the head is served: the slots the
+// pick cannot use do not stay unused.
+func TestServeShareHeldByAKeepServesTheHead(t *testing.T) {
+	q := admission.New[string](10, time.Second)
+	w := ratelimit.NewSlidingWindow(10, time.Second)
+	q.Soon(t0, "reopening", admission.Keep{At: t0.Add(100 * time.Millisecond), Want: 3, Since: t0, First: 1, Class: admission.Normal})
+	q.Want(t0, "bulk", admission.Ask{Want: 1, Global: true, Since: t0, First: 2, Class: admission.Bulk})
+	q.Want(t0, "user", admission.Ask{Want: 7, Global: true, Since: t0, First: 3, Class: admission.Interactive})
+	grants, _, again := q.Serve(t0, w, false)
+	require.Equal(t, []admission.Grant[string]{{Key: "user", Slots: 7}}, grants, "the bulk request's slot is kept for the reopening bucket")
+	assert.True(t, again)
+
+	q.Want(t0, "user", admission.Ask{Want: 2, Global: true, Since: t0, First: 4, Class: admission.Interactive})
+	grants, _, again = q.Serve(t0, w, false)
+	assert.Equal(t, []admission.Grant[string]{{Key: "user", Slots: 2}}, grants, "the share is due, its pick held: the interaction goes")
+	assert.True(t, again)
+	assert.True(t, q.Waiting("bulk"))
+}
