@@ -65,27 +65,40 @@ func TestInvalidPriorityFailsTheRequestOnly(t *testing.T) {
 // buckets it is the order within a few milliseconds.
 func sendOrdered(t *testing.T, lim *sluice.Limiter, reqs []*http.Request, prio []sluice.Priority) []int {
 	t.Helper()
-	var (
-		mu    sync.Mutex
-		order []int
-		wg    sync.WaitGroup
-	)
+	var log answerLog
 	for i, r := range reqs {
-		f := lim.Send(sluice.WithPriority(context.Background(), prio[i]), r)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			resp, err := f.Await(context.Background())
-			if assert.NoError(t, err, i) {
-				resp.Body.Close()
-			}
-			mu.Lock()
-			order = append(order, i)
-			mu.Unlock()
-		}()
+		log.await(t, lim.Send(sluice.WithPriority(context.Background(), prio[i]), r), i)
 	}
-	wg.Wait()
-	return order
+	return log.order()
+}
+
+// answerLog records the order in which requests are answered.
+type answerLog struct {
+	mu      sync.Mutex
+	wg      sync.WaitGroup
+	answers []int
+}
+
+// await records i once f has its outcome, which must be a response.
+func (a *answerLog) await(t *testing.T, f *sluice.Future, i int) {
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		resp, err := f.Await(context.Background())
+		if assert.NoError(t, err, i) {
+			resp.Body.Close()
+		}
+		a.mu.Lock()
+		a.answers = append(a.answers, i)
+		a.mu.Unlock()
+	}()
+}
+
+// order waits for every request awaited and returns them in the order
+// of their answers.
+func (a *answerLog) order() []int {
+	a.wg.Wait()
+	return a.answers
 }
 
 // serialChannel is a harness whose message bucket sends one request per
@@ -223,35 +236,18 @@ func TestPriorityBulkKeepsItsShareWhenAPauseEnds(t *testing.T) {
 		req("POST", "/channels/72001/messages", `{"content":"warm"}`),
 	}, 30*time.Second) // both buckets known: no pioneer goes first
 	h.srv.InjectGlobalLimit(300 * time.Millisecond)
-	var (
-		mu    sync.Mutex
-		order []string
-		wg    sync.WaitGroup
-	)
-	await := func(f *sluice.Future, what string) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			resp, err := f.Await(context.Background())
-			if assert.NoError(t, err, what) {
-				resp.Body.Close()
-			}
-			mu.Lock()
-			order = append(order, what)
-			mu.Unlock()
-		}()
-	}
-	await(h.lim.Send(sluice.WithPriority(context.Background(), sluice.PriorityBulk),
-		req("POST", "/channels/72001/messages", `{"content":"bulk"}`)), "bulk")
+	var log answerLog // 0: the bulk message
+	log.await(t, h.lim.Send(sluice.WithPriority(context.Background(), sluice.PriorityBulk),
+		req("POST", "/channels/72001/messages", `{"content":"bulk"}`)), 0)
 	require.Eventually(t, func() bool { return h.srv.Stats().InjectedGlobal >= 1 }, 10*time.Second, time.Millisecond,
 		"the bulk message met the global 429")
 	for i := range 40 {
-		await(h.lim.Send(sluice.WithPriority(context.Background(), sluice.PriorityInteractive),
-			req("POST", "/channels/72000/messages", fmt.Sprintf(`{"content":"interactive %d"}`, i))), "interactive")
+		log.await(t, h.lim.Send(sluice.WithPriority(context.Background(), sluice.PriorityInteractive),
+			req("POST", "/channels/72000/messages", fmt.Sprintf(`{"content":"interactive %d"}`, i))), 1+i)
 	}
-	wg.Wait()
+	order := log.order()
 	h.srv.AssertNoViolations(t)
-	ahead := slices.Index(order, "bulk")
+	ahead := slices.Index(order, 0)
 	t.Logf("interactive messages answered before the bulk one: %d of 40", ahead)
 	assert.Less(t, ahead, 19, "the bulk message waited for the burst the pause's end let go")
 }

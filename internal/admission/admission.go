@@ -42,7 +42,7 @@
 // a bucket is in line at most once, and never both in line and kept for; a
 // keep is only honoured for buckets ahead of the one it holds back; of any
 // ShareEvery slots handed out in a row while a lower class waits, one goes
-// to a lower class.
+// to a lower class, unless keeps held its pick back (ShareEvery).
 package admission
 
 import (
@@ -154,10 +154,10 @@ func (p Place) sooner(q Place) bool {
 
 // Grant is what Serve hands one bucket: Slots reserved in the window (0 for
 // an exempt bucket). More: it was served in part and stays in line for the
-// rest of its want (it does not ask again). One Serve may grant a bucket
-// more than once, in the order the slots went: a bucket of a higher class
-// is served ShareEvery-1 slots at most while a lower class waits, and
-// goes on after the lower class's slot.
+// rest of its want (it does not ask again). A bucket gets one Grant per
+// Serve, at the place of its first slot, with every slot it was served in
+// that call: one of a higher class goes on after the lower class's share
+// (ShareEvery), and its slots before and after are one grant.
 type Grant[K comparable] struct {
 	Key   K
 	Slots int
@@ -188,6 +188,10 @@ type Queue[K comparable] struct {
 	// Serve's scratch space, reused from one call to the next.
 	grants []Grant[K]
 	held   []*entry[K]
+	serves uint64 // Serve calls so far: an entry's grant index is valid in the one it names
+	// onSlot, when set (tests: export_test.go), is told each slot Serve
+	// hands out, in order.
+	onSlot func(key K)
 }
 
 type entry[K comparable] struct {
@@ -196,6 +200,10 @@ type entry[K comparable] struct {
 	want   int
 	global bool
 	index  int
+	// serve and grant: the Serve call that last granted it (Queue.serves)
+	// and its grant's index there.
+	serve uint64
+	grant int
 }
 
 type keep struct {
@@ -358,6 +366,7 @@ func (q *Queue[K]) Serve(now time.Time, w Window, paused bool) (grants []Grant[K
 	// buckets ahead of it): the rest of this call serves in line, as the
 	// slots the pick cannot use would otherwise go unused.
 	shareHeld := false
+	q.serves++
 	for len(q.ring) > 0 {
 		if paused {
 			grants = q.serveExempt(grants)
@@ -396,6 +405,9 @@ func (q *Queue[K]) Serve(now time.Time, w Window, paused bool) (grants []Grant[K
 				break
 			}
 			ok, wait := w.Reserve(now)
+			if ok && q.onSlot != nil {
+				q.onSlot(e.key)
+			}
 			if !ok {
 				// The window is full: the pacer's token buys nothing. Kept
 				// spent, every admission tried while the window is full
@@ -409,14 +421,15 @@ func (q *Queue[K]) Serve(now time.Time, w Window, paused bool) (grants []Grant[K
 			slots++
 		}
 		q.share.Served(slots, lower, passed)
-		switch n := len(grants); {
+		switch {
 		case slots == 0:
-		case n > 0 && grants[n-1].Key == e.key && grants[n-1].Slots > 0:
-			// Served again right after its last grant (the share's
-			// pick went back in line behind it): one grant.
-			grants[n-1].Slots += slots
-			grants[n-1].More = slots < e.want
+		case e.serve == q.serves:
+			// Served again in this call (after the share): one grant, so
+			// its bucket learns of all its slots at once.
+			grants[e.grant].Slots += slots
+			grants[e.grant].More = slots < e.want
 		default:
+			e.serve, e.grant = q.serves, len(grants)
 			grants = append(grants, Grant[K]{Key: e.key, Slots: slots, More: slots < e.want})
 		}
 		switch {

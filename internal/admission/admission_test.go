@@ -152,20 +152,23 @@ func TestServePacesWhileALongBacklogWaits(t *testing.T) {
 // While a lower class waits, a bucket of a higher class is served
 // ShareEvery-1 slots, then the lower class one, in one Serve too: a
 // bucket that wants many slots at once does not take them all ahead of
-// the share.
+// the share. Each bucket gets one grant with all its slots of the call.
 func TestServeShareWithinOneServe(t *testing.T) {
 	q := admission.New[string](40, 10*time.Second)
 	w := ratelimit.NewSlidingWindow(40, 10*time.Second)
+	var slots []string
+	admission.SetSlotHook(q, func(k string) { slots = append(slots, k) })
 	q.Want(t0, "bulk", admission.Ask{Want: 20, Global: true, Since: t0, First: 1, Class: admission.Bulk})
 	q.Want(t0, "user", admission.Ask{Want: 30, Global: true, Since: t0, First: 2, Class: admission.Interactive})
 	grants, _, _ := q.Serve(t0, w, false)
-	assert.Equal(t, []admission.Grant[string]{
-		{Key: "user", Slots: 7, More: true}, {Key: "bulk", Slots: 1, More: true},
-		{Key: "user", Slots: 7, More: true}, {Key: "bulk", Slots: 1, More: true},
-		{Key: "user", Slots: 7, More: true}, {Key: "bulk", Slots: 1, More: true},
-		{Key: "user", Slots: 7, More: true}, {Key: "bulk", Slots: 1, More: true},
-		{Key: "user", Slots: 2}, {Key: "bulk", Slots: 6, More: true},
-	}, grants, "seven to the interactions, one to bulk; bulk takes the rest once they are served")
+	var want []string
+	for range 4 {
+		want = append(want, "user", "user", "user", "user", "user", "user", "user", "bulk")
+	}
+	want = append(want, "user", "user", "bulk", "bulk", "bulk", "bulk", "bulk", "bulk")
+	assert.Equal(t, want, slots, "seven to the interactions, one to bulk; bulk takes the rest once they are served")
+	assert.Equal(t, []admission.Grant[string]{{Key: "user", Slots: 30}, {Key: "bulk", Slots: 10, More: true}}, grants,
+		"one grant each")
 }
 
 // When the share is due but its pick's slots are kept for a bucket ahead

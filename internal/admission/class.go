@@ -45,9 +45,14 @@ func (c Class) Valid() bool { return c >= Bulk && c <= Interactive }
 // ShareEvery sets the lower classes' share: while a request of a lower
 // class waits, at least one in ShareEvery slots handed out goes to a lower
 // class (the one whose request is first in line regardless of class). A
-// lower class never starves, and a higher one still gets seven slots in
-// eight when both wait: an interaction waits at most one such slot more
-// than it would with no lower class at all.
+// lower class does not starve behind higher ones, and a higher one still
+// gets seven slots in eight when both wait: an interaction waits at most
+// one such slot more than it would with no lower class at all. One
+// exception, in a global window's line: when the share comes due while
+// the slots left are kept for buckets ahead of its pick that reopen within
+// the period (Keep), the line goes on in its order rather than leave them
+// unused, and the share waits for the next slot it can use: keeps that
+// overlap without end would hold it back as long.
 const ShareEvery = 8
 
 // Share counts the slots handed to a class above one that waits. The zero

@@ -27,11 +27,11 @@ func (w *countingWindow) Reserve(now time.Time) (bool, time.Duration) {
 // invariants: a grant never holds more slots than its bucket wants nor
 // any for an exempt one, a bucket served in part stays in line and one
 // served whole leaves it, every slot granted was reserved in the window
-// (and every reserved slot granted), a bucket is in line at most once,
-// the head is the earliest place, a bucket's grants in one serve are never
-// next to each other (they would be one), and of ShareEvery slots in a row
-// while a lower class waits one goes to a lower class (unless a keep was
-// set: a share's pick held back by one lets the head go on).
+// (and every reserved slot granted), a bucket is in line at most once and
+// granted once per serve, the head is the earliest place, and of
+// ShareEvery slots in a row (slot by slot, SetSlotHook) while a lower
+// class waits one goes to a lower class (unless a keep may be live: a
+// share's pick held back by one lets the head go on).
 func FuzzQueue(f *testing.F) {
 	f.Add([]byte{0, 1, 3, 0, 10, 5, 1, 2, 0, 2, 3, 4, 5, 50, 5, 0})
 	f.Add([]byte{0, 0, 4, 2, 0, 1, 4, 1, 1, 3, 0, 0, 5, 0, 5, 9, 0, 2, 2, 2, 5, 20})
@@ -47,7 +47,9 @@ func FuzzQueue(f *testing.F) {
 		class := map[int]admission.Class{}
 		run := 0 // slots in a row to the highest class while a lower one waited
 		granted := 0
-		keeps := false // a keep was set: the share may be held back
+		var keepsUntil time.Time // a keep may be live until then: the share may be held back
+		var slots []int          // this serve's, in order
+		admission.SetSlotHook(q, func(k int) { slots = append(slots, k) })
 		next := func() byte {
 			if len(ops) == 0 {
 				return 0
@@ -66,10 +68,13 @@ func FuzzQueue(f *testing.F) {
 				q.Want(now, key, a)
 				wants[key], global[key], class[key] = a.Want, a.Global, a.Class
 			case 1:
-				keeps = true
-				q.Soon(now, key, admission.Keep{At: now.Add(time.Duration(next()) * 5 * time.Millisecond), Want: int(next() % 6),
+				k := admission.Keep{At: now.Add(time.Duration(next()) * 5 * time.Millisecond), Want: int(next() % 6),
 					Path: time.Duration(next()) * 50 * time.Millisecond, Since: base.Add(time.Duration(next()) * 10 * time.Millisecond), First: uint64(next()),
-					Class: admission.Class(int(next()%3) - 1)})
+					Class: admission.Class(int(next()%3) - 1)}
+				if _, in := wants[key]; !in && k.Want > 0 && k.At.Add(admission.SoonGrace).After(keepsUntil) {
+					keepsUntil = k.At.Add(admission.SoonGrace) // it lasts until then at most
+				}
+				q.Soon(now, key, k)
 			case 2:
 				q.Remove(key)
 				delete(wants, key)
@@ -80,15 +85,43 @@ func FuzzQueue(f *testing.F) {
 				clear(wants)
 			case 5:
 				before := w.reserved
+				slots = slots[:0]
 				grants, retry, again := q.Serve(now, w, next()%5 == 0)
-				last := -1
+				// The share, slot by slot: what each global bucket in line
+				// still wants as the slots go.
+				left := map[int]int{}
+				for k, n := range wants {
+					if global[k] {
+						left[k] = n
+					}
+				}
+				for _, k := range slots {
+					hi, lo := admission.Bulk, admission.Interactive
+					for o := range left {
+						hi, lo = max(hi, class[o]), min(lo, class[o])
+					}
+					switch c := class[k]; {
+					case c < hi:
+						run = 0 // the share
+					case lo < c:
+						if run++; run > admission.ShareEvery-1 && !now.Before(keepsUntil) {
+							t.Fatalf("%d slots in a row to %v while %v waited", run, c, lo)
+						}
+					default:
+						run = 0
+					}
+					if left[k]--; left[k] <= 0 {
+						delete(left, k)
+					}
+				}
+				seen := map[int]bool{}
 				for _, g := range grants {
 					want, ok := wants[g.Key]
 					switch {
 					case !ok:
 						t.Fatalf("a grant for %d, not in line", g.Key)
-					case g.Key == last:
-						t.Fatalf("two grants in a row for %d in one serve", g.Key)
+					case seen[g.Key]:
+						t.Fatalf("two grants for %d in one serve", g.Key)
 					case !global[g.Key] && g.Slots != 0:
 						t.Fatalf("%d slots for exempt %d", g.Slots, g.Key)
 					case global[g.Key] && g.Slots <= 0:
@@ -98,24 +131,7 @@ func FuzzQueue(f *testing.F) {
 					case g.More != (g.Slots < want && global[g.Key]):
 						t.Fatalf("grant %+v for a want of %d", g, want)
 					}
-					if g.Slots > 0 {
-						hi, lo := admission.Bulk, admission.Interactive
-						for k := range wants {
-							hi, lo = max(hi, class[k]), min(lo, class[k])
-						}
-						c := class[g.Key]
-						switch {
-						case c < hi:
-							run = 0 // the share
-						case lo < c:
-							if run += g.Slots; run > admission.ShareEvery-1 && !keeps {
-								t.Fatalf("%d slots in a row to %v while %v waited", run, c, lo)
-							}
-						default:
-							run = 0
-						}
-					}
-					last = g.Key
+					seen[g.Key] = true
 					granted += g.Slots
 					if g.More {
 						wants[g.Key] = want - g.Slots
