@@ -94,9 +94,11 @@ type Group struct {
 	// name a window whose aged reservation is gone: a newcomer then
 	// passes a little less than it could, never more.
 	aged [classHighest - classLowest + 1]time.Time
-	// strays counts the waiting reservations whose window is over (they
-	// are missed, and placed again when next asked about): each is ahead
-	// of every reservation that has a window.
+	// strays counts the waiting reservations whose window is not in the
+	// schedule: over (they are missed, and placed again when next asked
+	// about), or, for one taken before a Block and cancelled after it,
+	// discarded by the Block. Each is ahead of every reservation that has
+	// a window.
 	strays int
 }
 
@@ -605,6 +607,9 @@ func (g *Group) drop(now time.Time) {
 // own.
 func (g *Group) slot(r *reservation) Slot {
 	pos := g.strays
+	if !r.taken && g.window(r.start) < 0 {
+		pos-- // r is a stray itself (a taken one that Block left without a window, then cancelled)
+	}
 	for i := range g.wins {
 		w := &g.wins[i]
 		if w.start.Before(r.start) {

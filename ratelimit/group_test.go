@@ -449,3 +449,25 @@ func countTaken(g *Group) int {
 	}
 	return n
 }
+
+// A request taken before a Block and cancelled after it (its attempt was
+// refused without being counted) waits again with a window the Block
+// discarded: it is ahead of the requests the Block placed, and not ahead
+// of itself.
+func TestGroupCancelAfterBlock(t *testing.T) {
+	g := NewGroup(1, time.Second)
+	g.Reserve(at(0), 1)
+	ok, _ := g.Take(at(0), 1)
+	require.True(t, ok)
+	g.Reserve(at(0), 2)
+	g.Block(at(10))
+	g.Cancel(at(1), 1)
+	s, ok := g.Estimate(at(2), 1)
+	require.True(t, ok)
+	assert.Equal(t, 0, s.Position, "first in line")
+	s, _ = g.Estimate(at(2), 2)
+	assert.Equal(t, 1, s.Position, "behind 1")
+	g.mu.Lock()
+	checkGroupIndex(t, g, "after Cancel")
+	g.mu.Unlock()
+}

@@ -282,3 +282,24 @@ func TestGroupAgedKeepsItsWindowWhenTheFloorIsLost(t *testing.T) {
 	s, _ = r.estimate(1)
 	assert.Equal(t, 7*time.Second, s.Start.Sub(r.clock.now()), "1 keeps its window")
 }
+
+// A release in a group whose windows were all full makes the set of
+// windows with room (D:o) again: it expires with the group's other keys
+// (a key left without a TTL stays in Redis for good).
+func TestGroupReleaseKeepsTheTTL(t *testing.T) {
+	srv := redistest.Start(t)
+	r := newGroupRig(t, srv, "release-ttl", time.Unix(1_700_000_000, 0), 2, time.Second)
+	r.reserve(1, 0)
+	r.reserve(2, 0)
+	ctx := context.Background()
+	D := r.s.ns + ":d:" + r.g[0].Key
+	n, err := r.s.rdb.Exists(ctx, D+":o").Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "the one window is full: no window has room")
+	r.release(1)
+	ttl, err := r.s.rdb.PTTL(ctx, D+":o").Result()
+	require.NoError(t, err)
+	assert.Positive(t, ttl, "D:o expires")
+	s := r.reserve(3, 0)
+	assert.Equal(t, time.Duration(0), s.Start.Sub(r.clock.now()), "the released place goes to the next")
+}

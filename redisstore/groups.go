@@ -356,9 +356,10 @@ local function gblock(D, n, per, untilT)
       local id = string.sub(flat[i], 14)
       local rec = redis.call('HGET', D .. ':r', id)
       if rec then
-        local _, _, lease, rc, mv = gparse(rec)
-        if lease == '' and rc == c then
-          waiting[#waiting + 1] = {id = id, seq = tonumber(string.sub(flat[i], 1, 12), 16), s = tonumber(flat[i + 1]), c = c, mv = mv}
+        local st, rs, lease, rc, mv = gparse(rec)
+        local seq = tonumber(string.sub(flat[i], 1, 12), 16)
+        if lease == '' and rc == c and rs == seq and st == tonumber(flat[i + 1]) then
+          waiting[#waiting + 1] = {id = id, seq = seq, s = st, c = c, mv = mv}
         end
       end
     end
@@ -431,6 +432,9 @@ for j = 0, ng - 1 do
       gqrem(D, seq, id)
       if redis.call('ZSCORE', D .. ':w', S(start)) then
         gcount(D, math.huge, S(start), -1)
+        -- D:o may be new (no window had room): it lives as long as D:w
+        local ttl = redis.call('PTTL', D .. ':w')
+        if ttl > 0 then redis.call('PEXPIRE', D .. ':o', ttl) end
       end
     end
   end
