@@ -223,10 +223,9 @@ func TestPriorityInteractiveGoesAheadInTheGlobalLine(t *testing.T) {
 // and 40 interactive messages on a channel whose bucket allows 50 a
 // window queue behind the pause. When it ends the window's slots go out
 // together, and the bulk message takes the eighth (its share), so it is
-// answered before the interactive ones of that burst are (fewer than 20
-// ahead of it). Without the share inside one grant the whole burst went to
-// the interactive messages and the bulk one waited for the next slot
-// (measured: 19 to 20 ahead of it).
+// answered within that burst (fewer than 19 ahead of it). Without the share inside one grant the whole burst went to the
+// interactive messages and the bulk one waited for the next slot
+// (measured: 19 ahead of it).
 func TestPriorityBulkKeepsItsShareWhenAPauseEnds(t *testing.T) {
 	rs := rules(50, 5*time.Second, [2]string{"POST", messagesRoute})
 	rs.GlobalLimit = 20

@@ -51,7 +51,9 @@ import (
 // (the latest of a class: past the last window holding one of its class
 // that moves no more, every one of that class can still move), and a
 // request's place in line is counted per window, not per reservation:
-// a reservation, a pass and a slot cost O(windows), whatever the backlog.
+// a reservation, a pass and a slot cost O(windows) steps, whatever the
+// backlog (keeping a window's line in order moves at most its count of
+// pointers).
 //
 // Invariants: every window of the schedule holds at most n reservations
 // (outstanding or taken); every reservation names a window of the
