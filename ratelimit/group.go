@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"cmp"
 	"slices"
 	"strconv"
 	"sync"
@@ -127,15 +128,7 @@ func (w *groupWindow) del(r *reservation) {
 	}
 }
 
-func bySeq(r *reservation, seq uint64) int {
-	switch {
-	case r.seq < seq:
-		return -1
-	case r.seq > seq:
-		return 1
-	}
-	return 0
-}
+func bySeq(r *reservation, seq uint64) int { return cmp.Compare(r.seq, seq) }
 
 // waiting returns how many reservations wait in w.
 func (w *groupWindow) waiting() int {
@@ -373,9 +366,11 @@ func (g *Group) Release(id uint64) {
 		return
 	}
 	g.forget(id, r)
-	g.unwait(r)
 	if i := g.window(r.start); i >= 0 {
+		g.wins[i].del(r)
 		g.wins[i].n--
+	} else {
+		g.strays--
 	}
 }
 

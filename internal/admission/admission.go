@@ -384,7 +384,7 @@ func (q *Queue[K]) Serve(now time.Time, w Window, paused bool) (grants []Grant[K
 		case lower:
 			most = 1 // the share: one slot, then the line's order again
 		case passed && !shareHeld:
-			most = min(most, max(1, ShareEvery-1-q.share.credit))
+			most = min(most, q.share.Left())
 		}
 		kept := q.keptAhead(now, e.place)
 		slots := 0

@@ -68,6 +68,11 @@ type Share struct {
 // highest waiting, if one waits.
 func (s *Share) Due() bool { return s.credit >= ShareEvery-1 }
 
+// Left is how many slots may go in a row to a higher class than one that
+// waits before the share is due; one once it is overdue (its pick could
+// not be served), so the share is looked at again after every slot.
+func (s *Share) Left() int { return max(1, ShareEvery-1-s.credit) }
+
 // Served counts n slots handed out: to a lower class than the highest
 // waiting (lower: the share was served), or to the highest while a lower
 // class waited (passed), or with no lower class waiting (neither: the
