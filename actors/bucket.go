@@ -66,11 +66,10 @@ type bucket struct {
 	// (firstOut, above).
 	pioneers int
 
-	received   uint64 // enqueueMsgs from the supervisor
-	lastWake   uint64 // seq of the last sharedWakeMsg
-	draining   error  // set on Close
-	timers     timers
-	timerSlots [bucketTimers]timerSlot // timers' slots: a bucket's kinds only
+	received   uint64                  // enqueueMsgs from the supervisor
+	lastWake   uint64                  // seq of the last sharedWakeMsg
+	draining   error                   // set on Close
+	timerSlots [bucketTimers]timerSlot // its timers' slots (b.timers): a bucket's kinds only
 
 	// current is the message being handled; it is cleared when the handler
 	// returns normally, so after a panic it names the message that failed.
@@ -90,7 +89,12 @@ func newBucket(sys *System, key string, perToken bool, window Window) *bucket {
 // bucketCell, before b's first message.
 func (b *bucket) attach(ctx actor.Context) {
 	b.self = ctx.Self()
-	b.timers = timers{sys: b.sys, pid: b.self, slots: b.timerSlots[:]}
+}
+
+// timers are b's timers, over its slots: made when used rather than kept,
+// 40 bytes less a live bucket.
+func (b *bucket) timers() timers {
+	return timers{sys: b.sys, pid: b.self, slots: b.timerSlots[:]}
 }
 
 // win is the global window of the bucket's requests.
@@ -235,7 +239,7 @@ func (b *bucket) receive(ctx actor.Context, msg any) {
 		case m.idle:
 			kind = timerIdle
 		}
-		if b.timers.current(kind, m.gen) {
+		if b.timers().current(kind, m.gen) {
 			b.pump(ctx)
 		}
 	case *etaMsg:
@@ -249,7 +253,7 @@ func (b *bucket) receive(ctx actor.Context, msg any) {
 				Key: l.key, State: l.machine.Current().String(), Known: st.Known,
 				Limit: st.Limit, Remaining: st.Remaining,
 				ResetIn: max(0, st.ResetAt.Sub(at)), PausedFor: max(0, st.PausedUntil.Sub(at)),
-				Margin: st.Margin(at), Queued: len(l.queue), Retrying: len(l.retries), Running: l.running,
+				Margin: st.Margin(at), Queued: len(l.queue), Retrying: len(l.retries), Running: int(l.running),
 				Serial: l.serial,
 			})
 		}
@@ -259,7 +263,7 @@ func (b *bucket) receive(ctx actor.Context, msg any) {
 		b.failQueued(m.err, nil)
 		b.maybeIdle(ctx)
 	case *actor.Stopping:
-		b.timers.stopAll()
+		b.timers().stopAll()
 		b.saveAll()
 		err := ErrClosed
 		if b.broken != nil {
@@ -484,7 +488,7 @@ func (b *bucket) pump(ctx actor.Context) {
 		}
 	}
 	if wake > 0 {
-		b.timers.after(timerRetry, wake, func(gen uint64) any { return &wakeMsg{gen: gen, retry: true} })
+		b.timers().after(timerRetry, wake, func(gen uint64) any { return &wakeMsg{gen: gen, retry: true} })
 	}
 	g := b.sys.gate.Load()
 	wake = 0
@@ -527,7 +531,7 @@ func (b *bucket) pump(ctx actor.Context) {
 		b.announceSoon(ctx, now)
 	}
 	if wake > 0 {
-		b.timers.after(timerWake, wake, func(gen uint64) any { return &wakeMsg{gen: gen} })
+		b.timers().after(timerWake, wake, func(gen uint64) any { return &wakeMsg{gen: gen} })
 	}
 	b.markHolders()
 	b.maybeIdle(ctx)
@@ -1074,7 +1078,11 @@ func (b *bucket) rekey(l *lane, target string) (merged bool) {
 	owner.running += l.running
 	owner.serial = owner.serial || l.serial
 	owner.window = max(owner.window, l.window)
-	owner.routes = append(owner.routes, l.routes...)
+	for i := range l.numRoutes() {
+		if r := l.route(i); !owner.servesRef(r) {
+			owner.routes = append(owner.routes, r)
+		}
+	}
 	l.queue, l.retries, l.running = nil, nil, 0
 	l.mergedInto = owner
 	for i, x := range b.lanes {
@@ -1251,7 +1259,7 @@ func (b *bucket) maybeIdle(ctx actor.Context) {
 	}
 	if len(b.lanes) > 0 {
 		if wake > 0 {
-			b.timers.after(timerIdle, wake, func(gen uint64) any { return &wakeMsg{gen: gen, idle: true} })
+			b.timers().after(timerIdle, wake, func(gen uint64) any { return &wakeMsg{gen: gen, idle: true} })
 		}
 		return
 	}

@@ -33,15 +33,29 @@ type lane struct {
 	key      string
 	template string // "METHOD /template": the key route→hash aliases are learned by
 	// routes are the (method, template) pairs whose requests this lane has
-	// taken: a request of one of them finds its lane without building a
-	// key or asking the store.
-	routes     []routeRef
+	// taken besides its own (template's, see route): a request of one of
+	// them finds its lane without building a key or asking the store. Most
+	// lanes serve their own route only, and a live bucket pays for no
+	// slice.
+	routes []routeRef
+
+	// The small fields are together (a struct's padding is memory per
+	// live bucket); the state they belong to says what they mean.
 	routeKeyed bool // keyed by its route: the hash is not known yet
 	// first is set while the lane's template has never been answered: its
 	// pioneer may land in the bucket of a related route, so it takes a slot
 	// from each such known one (holds, see mayShare) and goes alone.
 	first    bool
 	perToken bool // a webhook or interaction token's bucket: never stored
+	// serial sends one request at a time: set for routes with hidden
+	// sublimits (channel name and topic edits) and after any shared or
+	// sublimit 429, so at most one request meets an unseen limit.
+	serial       bool
+	sharedNotify bool            // see sharedUntil
+	sharedLocal  bool            // see sharedUntil
+	lowest       admission.Class // see queue
+	running      int32           // requests of the lane on the wire
+	share        admission.Share // see queue
 
 	state   ratelimit.Bucket
 	machine *fsm.Bucket
@@ -51,32 +65,23 @@ type lane struct {
 
 	queue   []*Call // by class, then FIFO (lane.placeOf); finished calls are skipped lazily
 	retries []*Call // waiting for their backoff after a 5xx or a lost connection
-	running int
-	// lowest is at most the class of every call in queue and retries
-	// (the lowest queued since both were last empty): while the head is
-	// of that class, no lower class waits and the share (share) needs no
-	// look at the queue.
-	lowest admission.Class
-	// share counts the calls sent ahead of a lower class waiting in the
-	// queue (admission.Share); promoted is the call the share moved to
-	// the head, until it is sent.
-	share    admission.Share
+	// lowest (above) is at most the class of every call in queue and
+	// retries (the lowest queued since both were last empty): while the
+	// head is of that class, no lower class waits and the share (share)
+	// needs no look at the queue. share (above) counts the calls sent
+	// ahead of a lower class waiting in the queue (admission.Share);
+	// promoted is the call the share moved to the head, until it is sent.
 	promoted *Call
 
-	// serial sends one request at a time: set for routes with hidden
-	// sublimits (channel name and topic edits) and after any shared or
-	// sublimit 429, so at most one request meets an unseen limit.
-	serial bool
 	// sharedUntil holds the lane until then: the shared count (another
-	// process on the token) refused its head; sharedNotify is set when
-	// that wait ends early with an answer another process waits for
-	// (a sharedWakeMsg).
-	sharedUntil  time.Time
-	sharedNotify bool
-	// sharedLocal is set when sharedUntil came from the fallback share
-	// (SharedGrant.Local: Redis was out): it ends when Redis answers again
-	// (System.SharedResumed), whose count is the one that holds.
-	sharedLocal bool
+	// process on the token) refused its head; sharedNotify (above) is set
+	// when that wait ends early with an answer another process waits for
+	// (a sharedWakeMsg); sharedLocal (above) is set when sharedUntil came
+	// from the fallback share (SharedGrant.Local: Redis was out): it ends
+	// when Redis answers again (System.SharedResumed), whose count is the
+	// one that holds.
+	sharedUntil time.Time
+
 	// mergedInto is set when the lane turned out to share its hash with
 	// another lane of the actor: its work moved there, and its calls still
 	// on the wire report there.
@@ -86,9 +91,24 @@ type lane struct {
 // routeRef names a route family: method and template.
 type routeRef struct{ method, template string }
 
-func (l *lane) serves(r routes.Route) bool {
-	for _, x := range l.routes {
-		if x.method == r.Method && x.template == r.Template {
+// numRoutes is how many route families the lane serves: its own and routes.
+func (l *lane) numRoutes() int { return 1 + len(l.routes) }
+
+// route returns the lane's i-th route family, 0 <= i < numRoutes: its own
+// (read from template, "METHOD /template") first.
+func (l *lane) route(i int) routeRef {
+	if i > 0 {
+		return l.routes[i-1]
+	}
+	m, t, _ := strings.Cut(l.template, " ")
+	return routeRef{m, t}
+}
+
+func (l *lane) serves(r routes.Route) bool { return l.servesRef(routeRef{r.Method, r.Template}) }
+
+func (l *lane) servesRef(r routeRef) bool {
+	for i := range l.numRoutes() {
+		if l.route(i) == r {
 			return true
 		}
 	}
@@ -105,9 +125,9 @@ func (l *lane) serves(r routes.Route) bool {
 // might share, so a route never seen does not wait for an unrelated
 // bucket's window.
 func mayShare(l, k *lane) bool {
-	for _, a := range l.routes {
-		for _, b := range k.routes {
-			if related(a.template, b.template) {
+	for i := range l.numRoutes() {
+		for j := range k.numRoutes() {
+			if related(l.route(i).template, k.route(j).template) {
 				return true
 			}
 		}
@@ -133,10 +153,10 @@ func parent(template string) string {
 	return ""
 }
 
+// newLane makes the lane of key for route, whose TemplateKey is template.
 func newLane(b *bucket, key, template string, routeKeyed, first bool, route routes.Route) *lane {
 	l := &lane{key: key, template: template, routeKeyed: routeKeyed, first: first,
 		perToken: route.PerToken, serial: route.HiddenSublimit}
-	l.routes = []routeRef{{route.Method, route.Template}}
 	if st, ok := b.sys.store.Load(key); ok && !routeKeyed {
 		l.state = st
 	}

@@ -38,7 +38,8 @@ type timerSlot struct {
 // timers belong to one actor and are used only from its Receive. slots
 // has one slot per kind the actor uses, indexed by kind: an array in the
 // actor's own struct, so that a live bucket pays for its three kinds
-// only.
+// only. A timers value is a view of those slots: copies act on the same
+// timers (a bucket makes one per use, see bucket.timers).
 type timers struct {
 	sys   *System
 	pid   *actor.PID
@@ -47,7 +48,7 @@ type timers struct {
 
 // after arms the timer of kind to deliver mk(gen) to the actor in d,
 // replacing any earlier one of that kind.
-func (t *timers) after(kind timerKind, d time.Duration, mk func(gen uint64) any) {
+func (t timers) after(kind timerKind, d time.Duration, mk func(gen uint64) any) {
 	s := &t.slots[kind]
 	s.gen++
 	gen := s.gen
@@ -62,10 +63,10 @@ func (t *timers) after(kind timerKind, d time.Duration, mk func(gen uint64) any)
 }
 
 // current reports whether gen is the latest arming of kind.
-func (t *timers) current(kind timerKind, gen uint64) bool { return t.slots[kind].gen == gen }
+func (t timers) current(kind timerKind, gen uint64) bool { return t.slots[kind].gen == gen }
 
 // stopAll stops every timer; used on Stopping.
-func (t *timers) stopAll() {
+func (t timers) stopAll() {
 	for i := range t.slots {
 		s := &t.slots[i]
 		if s.t != nil {

@@ -171,45 +171,50 @@ type Bucket struct {
 	ResetAt time.Time
 	// PausedUntil is set by Pause; Take admits nothing before it.
 	PausedUntil time.Time
-	// Known reports whether a response has revealed the bucket's limit.
-	Known bool
 	// Hash is the last X-RateLimit-Bucket seen, or "".
 	Hash string
+	// Known reports whether a response has revealed the bucket's limit.
+	Known bool
 
-	inflight    int           // admitted, neither observed nor refunded
-	ghosts      int           // observed without headers: handled in an unknown window
-	ghostsUntil time.Time     // when every ghost's window has surely ended
-	uncredited  int           // in-flight requests whose Refund must not raise Remaining; <= inflight
-	pioneerAt   time.Time     // when the last pioneer was admitted (unknown bucket)
-	windowStart time.Time     // requests sent at or after it count in the current window
+	// The unexported fields are ordered by size, small ones first, so the
+	// struct has no padding: a live limiter keeps a Bucket per bucket, and
+	// a MemoryStore a copy of each (times are stamps for the same reason).
+
+	periodKnown  bool  // period includes the Reset-After of a request that opened a window
+	provisional  bool  // ResetAt was guessed at a refill and no response has confirmed it
+	limitSeen    bool  // a response of the current window has set Limit
+	limitCut     bool  // a response of the current window showed a lower limit than Limit was
+	estRejected  bool  // est came from a 429: the server's own word on a late reopening
+	selfOpened   bool  // the current window was opened by a refill
+	reopenFailed bool  // LateReopen reported a 429 sent in the current window
+	trustSet     bool  // trusted is set
+	probing      bool  // the current window admits one probe and holds the rest
+	probeOut     bool  // the probe is in flight
+	lowWindows   uint8 // windows begun in this epoch; < limitMemory
+	lowCur       int32 // smallest limit seen in this epoch of limitMemory windows; 0: none; else in [1, MaxLimit]
+	lowPrev      int32 // lowCur of the previous epoch; 0: none; else in [1, MaxLimit]
+	rtt          int32 // round trip of answers with headers, decaying maximum, in ms (rounded up); in [0, PioneerTimeout]
+
+	inflight   int32 // admitted, neither observed nor refunded
+	ghosts     int32 // observed without headers: handled in an unknown window
+	uncredited int32 // in-flight requests whose Refund must not raise Remaining; <= inflight
+
+	ghostsUntil stamp // when every ghost's window has surely ended
+	pioneerAt   stamp // when the last pioneer was admitted (unknown bucket)
+	windowStart stamp // requests sent at or after it count in the current window
+	est         stamp // earliest estimate of the current window's end, margin excluded
+	estReset    stamp // X-RateLimit-Reset of est's window; zero if unknown
+	floor       stamp // ResetAt does not drop below it in the current window
+	written     stamp // ResetAt as last written by this file: another value became a floor
+	openedEst   stamp // est of the window the last refill ended
+	lateAt      stamp // when lateBy was learned
+	probeAt     stamp // when the probe was sent
+
 	period      time.Duration // longest Reset-After seen: the length of a guessed window
-	periodKnown bool          // period includes the Reset-After of a request that opened a window
-	provisional bool          // ResetAt was guessed at a refill and no response has confirmed it
-	limitSeen   bool          // a response of the current window has set Limit
-	limitCut    bool          // a response of the current window showed a lower limit than Limit was
-	lowCur      int32         // smallest limit seen in this epoch of limitMemory windows; 0: none; else in [1, MaxLimit]
-
-	est         time.Time     // earliest estimate of the current window's end, margin excluded
 	estSlack    time.Duration // how much later than the server's announced end est may be
-	estReset    time.Time     // X-RateLimit-Reset of est's window; zero if unknown
-	estRejected bool          // est came from a 429: the server's own word on a late reopening
-	rtt         int32         // round trip of answers with headers, decaying maximum, in ms (rounded up); in [0, PioneerTimeout]
-	floor       time.Time     // ResetAt does not drop below it in the current window
-	written     time.Time     // ResetAt as last written by this file: another value became a floor
-
-	selfOpened   bool          // the current window was opened by a refill
-	reopenFailed bool          // LateReopen reported a 429 sent in the current window
-	lowWindows   uint8         // windows begun in this epoch; < limitMemory
-	lowPrev      int32         // lowCur of the previous epoch; 0: none; else in [1, MaxLimit]
-	openedEst    time.Time     // est of the window the last refill ended
-	openedSlack  time.Duration // and its estSlack
-	lateBy       time.Duration // margin learned by LateReopen, at lateAt
-	lateAt       time.Time
-	trusted      time.Duration // shortest reopening delay after est a probe found on time
-	trustSet     bool
-	probing      bool // the current window admits one probe and holds the rest
-	probeOut     bool // the probe is in flight
-	probeAt      time.Time
+	openedSlack time.Duration // estSlack of the window the last refill ended
+	lateBy      time.Duration // margin learned by LateReopen, at lateAt
+	trusted     time.Duration // shortest reopening delay after est a probe found on time
 }
 
 // Take reserves one request at time now. It returns ok=true if the request
@@ -227,11 +232,11 @@ func (b *Bucket) Take(now time.Time) (ok bool, wait time.Duration) {
 	}
 	if !b.Known {
 		if b.inflight > 0 {
-			if deadline := b.pioneerAt.Add(PioneerTimeout); now.Before(deadline) {
+			if deadline := b.pioneerAt.time().Add(PioneerTimeout); now.Before(deadline) {
 				return false, deadline.Sub(now)
 			}
 		}
-		b.pioneerAt = now
+		b.pioneerAt = stampOf(now)
 		b.inflight++
 		return true, 0
 	}
@@ -255,13 +260,13 @@ func (b *Bucket) Take(now time.Time) (ok bool, wait time.Duration) {
 	}
 	if b.probing {
 		if b.probeOut {
-			deadline := b.probeAt.Add(PioneerTimeout)
+			deadline := b.probeAt.time().Add(PioneerTimeout)
 			if now.Before(deadline) {
 				return false, earlier(deadline, b.ResetAt).Sub(now)
 			}
 			b.probing = false // lost: stop holding the window for it
 		} else {
-			b.probeOut, b.probeAt = true, now
+			b.probeOut, b.probeAt = true, stampOf(now)
 		}
 	}
 	b.Remaining--
@@ -283,13 +288,13 @@ func (b *Bucket) maySpill(now time.Time) bool {
 	if low == 0 || b.Limit <= low || b.charged(now) < low {
 		return false
 	}
-	return b.est.Sub(now) < b.estSlack+time.Duration(b.rtt)*time.Millisecond
+	return b.est.time().Sub(now) < b.estSlack+time.Duration(b.rtt)*time.Millisecond
 }
 
 // refill starts a new window at now. Requests still in flight may be counted
 // by Discord in the new window, so they are charged to it.
 func (b *Bucket) refill(now time.Time) {
-	delay := now.Sub(b.est) // how long after its estimated end the last window is left
+	delay := now.Sub(b.est.time()) // how long after its estimated end the last window is left
 	b.probing = !b.estRejected && (!b.trustSet || delay+probeSlack < b.trusted)
 	b.probeOut = false
 	b.openedEst, b.openedSlack = b.est, b.estSlack
@@ -299,11 +304,12 @@ func (b *Bucket) refill(now time.Time) {
 	}
 	b.Remaining = max(0, b.Limit-b.charged(now))
 	b.uncredited = 0
-	b.est, b.estSlack = now.Add(max(b.period, minPeriod)), 0
-	b.estReset, b.estRejected = time.Time{}, false
-	b.floor = time.Time{}
-	b.setResetAt(b.est.Add(b.lateMargin(now)))
-	b.windowStart = now
+	est := now.Add(max(b.period, minPeriod))
+	b.est, b.estSlack = stampOf(est), 0
+	b.estReset, b.estRejected = 0, false
+	b.floor = 0
+	b.setResetAt(est.Add(b.lateMargin(now)))
+	b.windowStart = stampOf(now)
 	b.provisional = true
 	b.selfOpened = true
 	b.reopenFailed = false
@@ -322,7 +328,7 @@ func (b *Bucket) Refund(now time.Time) {
 	b.inflight--
 	if !b.Known {
 		if b.inflight == 0 {
-			b.pioneerAt = time.Time{}
+			b.pioneerAt = 0
 		}
 		return
 	}
@@ -405,11 +411,11 @@ func (b *Bucket) ObserveLost(now, sentAt time.Time, h Headers) {
 // countedHere reports whether a request that the server cannot count after
 // now was counted in the current window, if at all (see ObserveLost).
 func (b *Bucket) countedHere(now time.Time) bool {
-	if !b.Known || b.provisional || b.est.IsZero() {
+	if !b.Known || b.provisional || b.est.isZero() {
 		return false
 	}
 	bound := now.Add(time.Duration(b.rtt)*time.Millisecond + WindowTolerance)
-	return bound.Before(b.est.Add(-b.estSlack))
+	return bound.Before(b.est.time().Add(-b.estSlack))
 }
 
 func (b *Bucket) observe(now, sentAt time.Time, h Headers, arrived bool) {
@@ -418,17 +424,17 @@ func (b *Bucket) observe(now, sentAt time.Time, h Headers, arrived bool) {
 	}
 	b.uncredited = min(b.uncredited, b.inflight)
 	if !b.Known && b.inflight == 0 {
-		b.pioneerAt = time.Time{}
+		b.pioneerAt = 0
 	}
 	if h.Has.Bucket {
 		b.Hash = h.Bucket
 	}
-	if !b.ResetAt.Equal(b.written) {
+	if stampOf(b.ResetAt) != b.written {
 		// Written from outside (Absorb): a later end to keep.
-		b.floor = later(b.floor, b.ResetAt)
-		b.written = b.ResetAt
+		b.floor = stampOf(later(b.floor.time(), b.ResetAt))
+		b.written = stampOf(b.ResetAt)
 	}
-	probe := b.Known && b.probing && b.probeOut && (sentAt.IsZero() || !sentAt.Before(b.windowStart))
+	probe := b.Known && b.probing && b.probeOut && (sentAt.IsZero() || !sentAt.Before(b.windowStart.time()))
 	if !h.Has.Limit || !h.Has.Remaining || !h.Has.ResetAfter || h.Limit < 1 {
 		if probe {
 			b.probeOut = false // no verdict: another probe may go
@@ -442,7 +448,7 @@ func (b *Bucket) observe(now, sentAt time.Time, h Headers, arrived bool) {
 			end := now.Add(max(b.period, minPeriod) + WindowTolerance)
 			b.setResetAt(later(b.ResetAt, end))
 			b.ghosts++
-			b.ghostsUntil = later(b.ghostsUntil, end)
+			b.ghostsUntil = stampOf(later(b.ghostsUntil.time(), end))
 		}
 		return
 	}
@@ -475,7 +481,7 @@ func (b *Bucket) observe(now, sentAt time.Time, h Headers, arrived bool) {
 		b.cutLimit(limit)
 		b.lower(rem)
 		b.push(now.Add(ra + m))
-	case sentAt.Before(b.windowStart):
+	case sentAt.Before(b.windowStart.time()):
 		if !b.limitSeen {
 			b.cutLimit(limit) // it may be counted in the current window
 		}
@@ -494,7 +500,7 @@ func (b *Bucket) observe(now, sentAt time.Time, h Headers, arrived bool) {
 		b.lower(rem)
 		if !b.sameWindow(h) {
 			b.push(e.at.Add(m))
-		} else if e.at.Before(b.est) {
+		} else if e.at.Before(b.est.time()) {
 			b.adopt(e, h, m, rejected)
 		}
 	}
@@ -554,7 +560,7 @@ func (b *Bucket) probeAnswered(sentAt time.Time, ra time.Duration, h Headers, re
 	if !h.Reopen.IsZero() {
 		counted = later(counted, h.Reopen.Add(-ra-h.Spread-ReopenMargin))
 	}
-	tested := counted.Sub(b.openedEst)
+	tested := counted.Sub(b.openedEst.time())
 	if !b.trustSet || tested < b.trusted {
 		b.trusted, b.trustSet = tested, true
 	}
@@ -568,9 +574,9 @@ func (b *Bucket) startWindow(now time.Time, e windowEnd, remaining int, h Header
 	b.Remaining = max(0, b.Limit-1-b.charged(now))
 	b.uncredited = 0
 	b.lower(remaining)
-	b.floor = time.Time{}
+	b.floor = 0
 	b.adopt(e, h, b.lateMargin(now), rejected)
-	b.windowStart = now
+	b.windowStart = stampOf(now)
 	b.provisional = false
 	b.selfOpened, b.reopenFailed = false, false
 	b.probing, b.probeOut = false, false
@@ -582,31 +588,31 @@ func (b *Bucket) adopt(e windowEnd, h Headers, m time.Duration, rejected bool) {
 	if rejected {
 		m = 0 // a 429 tells when the server does reopen, late or not
 	}
-	b.est, b.estSlack, b.estRejected = e.at, e.slack, rejected
-	b.estReset = time.Time{}
+	b.est, b.estSlack, b.estRejected = stampOf(e.at), e.slack, rejected
+	b.estReset = 0
 	if h.Has.Reset {
-		b.estReset = h.Reset
+		b.estReset = stampOf(h.Reset)
 	}
-	b.setResetAt(later(e.at.Add(m), b.floor))
+	b.setResetAt(later(e.at.Add(m), b.floor.at(e.at)))
 }
 
 // push moves ResetAt to at least t for the rest of the current window.
 func (b *Bucket) push(t time.Time) {
-	b.floor = later(b.floor, t)
+	b.floor = stampOf(later(b.floor.time(), t))
 	b.setResetAt(later(b.ResetAt, t))
 }
 
 func (b *Bucket) setResetAt(t time.Time) {
-	b.ResetAt, b.written = t, t
+	b.ResetAt, b.written = t, stampOf(t)
 }
 
 // sameWindow reports whether h describes the window of the current estimate,
 // by their X-RateLimit-Reset.
 func (b *Bucket) sameWindow(h Headers) bool {
-	if !h.Has.Reset || b.estReset.IsZero() {
+	if !h.Has.Reset || b.estReset.isZero() {
 		return false
 	}
-	d := h.Reset.Sub(b.estReset)
+	d := h.Reset.Sub(b.estReset.time())
 	return d <= sameWindowTolerance && d >= -sameWindowTolerance
 }
 
@@ -614,10 +620,10 @@ func (b *Bucket) sameWindow(h Headers) bool {
 // window that starts at now: those in flight, and those answered without
 // headers less than a period ago.
 func (b *Bucket) charged(now time.Time) int {
-	if b.ghosts > 0 && !now.Before(b.ghostsUntil) {
+	if b.ghosts > 0 && !now.Before(b.ghostsUntil.time()) {
 		b.ghosts = 0
 	}
-	return b.inflight + b.ghosts
+	return int(b.inflight) + int(b.ghosts)
 }
 
 // setLimit applies the limit of a response of the current window. Limit -
@@ -716,7 +722,7 @@ func (b *Bucket) lower(remaining int) {
 // safe, but learns the return trip too, and misses a lower limit the answer
 // shows), and Pause the bucket as usual.
 func (b *Bucket) LateReopen(now, sentAt time.Time, wait time.Duration) bool {
-	if !b.Known || !b.selfOpened || sentAt.IsZero() || sentAt.Before(b.windowStart) || b.limitCut {
+	if !b.Known || !b.selfOpened || sentAt.IsZero() || sentAt.Before(b.windowStart.time()) || b.limitCut {
 		return false
 	}
 	b.reopenFailed = true
@@ -724,13 +730,13 @@ func (b *Bucket) LateReopen(now, sentAt time.Time, wait time.Duration) bool {
 	b.probeOut = false
 	reopened := now.Add(clampWait(wait) + b.baseMargin())
 	if b.estRejected {
-		reopened = earlier(reopened, b.est) // this window's 429s' own estimate
+		reopened = earlier(reopened, b.est.time()) // this window's 429s' own estimate
 	}
-	need := min(reopened.Sub(b.openedEst)+b.openedSlack, MaxLateMargin)
+	need := min(reopened.Sub(b.openedEst.time())+b.openedSlack, MaxLateMargin)
 	if need <= b.lateMargin(now) {
 		return false
 	}
-	b.lateBy, b.lateAt = need, now
+	b.lateBy, b.lateAt = need, stampOf(now)
 	return true
 }
 
@@ -744,13 +750,13 @@ func (b *Bucket) LateReopen(now, sentAt time.Time, wait time.Duration) bool {
 // guess until an answer), when ResetAt was set from outside, and while the
 // limit is unknown.
 func (b *Bucket) ResetSlack() time.Duration {
-	if !b.Known || !b.ResetAt.Equal(b.written) || b.estSlack <= 0 {
+	if !b.Known || stampOf(b.ResetAt) != b.written || b.estSlack <= 0 {
 		return 0
 	}
-	if b.floor.IsZero() {
+	if b.floor.isZero() {
 		return b.estSlack
 	}
-	return max(0, min(b.estSlack, b.ResetAt.Sub(b.floor)))
+	return max(0, min(b.estSlack, b.ResetAt.Sub(b.floor.time())))
 }
 
 // Margin returns how long after the reopening time read from the server's
@@ -772,7 +778,7 @@ func (b *Bucket) lateMargin(now time.Time) time.Duration {
 	if b.lateBy <= 0 {
 		return 0
 	}
-	steps := now.Sub(b.lateAt) / MarginHalfLife
+	steps := now.Sub(b.lateAt.time()) / MarginHalfLife
 	if steps <= 0 {
 		return b.lateBy
 	}
@@ -794,7 +800,7 @@ func (b *Bucket) Probing() bool { return b.Known && b.probing }
 // window for a probe (see Late reopening): no probe has found a reopening
 // that early on time. Forecasts use it; Take decides again when it refills.
 func (b *Bucket) ProbesReopening() bool {
-	return b.Known && !b.estRejected && (!b.trustSet || b.ResetAt.Sub(b.est)+probeSlack < b.trusted)
+	return b.Known && !b.estRejected && (!b.trustSet || b.ResetAt.Sub(b.est.time())+probeSlack < b.trusted)
 }
 
 // Pause makes Take admit nothing before until (a 429's wait). An earlier
@@ -805,7 +811,7 @@ func (b *Bucket) Pause(until time.Time) {
 
 // InFlight returns the number of requests admitted by Take and not yet
 // reported with Observe or Refund.
-func (b *Bucket) InFlight() int { return b.inflight }
+func (b *Bucket) InFlight() int { return int(b.inflight) }
 
 // Idle reports whether the bucket holds nothing worth keeping at now: no
 // request in flight, no pause, and its window (if Known) over. An idle bucket

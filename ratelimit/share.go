@@ -16,7 +16,7 @@ func (b *Bucket) Absorb(o *Bucket) {
 	case !b.Known:
 		mine := b.inflight
 		*b = *o
-		b.Remaining = max(0, b.Remaining-mine)
+		b.Remaining = max(0, b.Remaining-int(mine))
 	default:
 		b.lower(o.Remaining)
 		b.noteLimit(o.Limit) // remembered for the next refills

@@ -141,8 +141,8 @@ type MemoryStore struct {
 // storedBucket is a bucket with its expiry.
 type storedBucket struct {
 	b   Bucket
-	exp time.Time
-	idx int // index in MemoryStore.expiry
+	exp stamp // a stamp, like the Bucket's own times: 16 bytes less a bucket
+	idx int   // index in MemoryStore.expiry
 }
 
 // NewMemoryStore returns an empty MemoryStore with the default options: the
@@ -187,7 +187,7 @@ func (s *MemoryStore) Load(key string) (Bucket, bool) {
 	if n == nil {
 		return Bucket{}, false
 	}
-	if !now.Before(n.val.exp) {
+	if stampOf(now) >= n.val.exp {
 		s.removeBucket(n)
 		return Bucket{}, false
 	}
@@ -212,7 +212,7 @@ func (s *MemoryStore) Save(key string, b Bucket) {
 	defer s.mu.Unlock()
 	s.expire(now, sweepBatch)
 	if n := s.buckets.get(key); n != nil {
-		n.val.b, n.val.exp = b, exp
+		n.val.b, n.val.exp = b, stampOf(exp)
 		s.expiry.fix(n.val.idx)
 		s.buckets.touch(n)
 		return
@@ -222,7 +222,7 @@ func (s *MemoryStore) Save(key string, b Bucket) {
 	for limit := s.maxBuckets(); s.buckets.len() >= limit; {
 		s.removeBucket(s.buckets.oldest())
 	}
-	n := s.buckets.insert(key, storedBucket{b: b, exp: exp})
+	n := s.buckets.insert(key, storedBucket{b: b, exp: stampOf(exp)})
 	s.expiry.push(n)
 }
 
@@ -299,7 +299,7 @@ func (s *MemoryStore) Sweep() (dropped int) {
 // expired first, and returns how many it dropped. s.mu is held.
 func (s *MemoryStore) expire(now time.Time, limit int) int {
 	dropped := 0
-	for len(s.expiry) > 0 && dropped != limit && !now.Before(s.expiry[0].val.exp) {
+	for len(s.expiry) > 0 && dropped != limit && stampOf(now) >= s.expiry[0].val.exp {
 		s.removeBucket(s.expiry[0])
 		dropped++
 	}
@@ -387,7 +387,7 @@ func (l *lru[V]) unlink(n *node[V]) {
 // knows its index.
 type expiryHeap []*node[storedBucket]
 
-func (h expiryHeap) less(i, j int) bool { return h[i].val.exp.Before(h[j].val.exp) }
+func (h expiryHeap) less(i, j int) bool { return h[i].val.exp < h[j].val.exp }
 
 func (h expiryHeap) swap(i, j int) {
 	h[i], h[j] = h[j], h[i]

@@ -60,8 +60,10 @@ const ShareEvery = 8
 // owner of the line it counts for calls it.
 type Share struct {
 	// credit is the slots handed out, since a lower class last got one,
-	// while a lower class waited. Invariant: 0 <= credit.
-	credit int
+	// while a lower class waited, counted up to ShareEvery (the share is
+	// due from ShareEvery-1 on). Invariant: 0 <= credit <= ShareEvery. An
+	// int32: a lane keeps a Share, and a live bucket a lane.
+	credit int32
 }
 
 // Due reports whether the next slot goes to a lower class than the
@@ -71,7 +73,7 @@ func (s *Share) Due() bool { return s.credit >= ShareEvery-1 }
 // Left is how many slots may go in a row to a higher class than one that
 // waits before the share is due; one once it is overdue (its pick could
 // not be served), so the share is looked at again after every slot.
-func (s *Share) Left() int { return max(1, ShareEvery-1-s.credit) }
+func (s *Share) Left() int { return max(1, ShareEvery-1-int(s.credit)) }
 
 // Served counts n slots handed out: to a lower class than the highest
 // waiting (lower: the share was served), or to the highest while a lower
@@ -83,6 +85,6 @@ func (s *Share) Served(n int, lower, passed bool) {
 	case lower, !passed:
 		s.credit = 0
 	default:
-		s.credit += n
+		s.credit = int32(min(int(s.credit)+n, ShareEvery))
 	}
 }
