@@ -218,7 +218,7 @@ func Parse(method, rawPath string) (Route, error) {
 	}
 	p.walk(start)
 
-	r.methodTemplate = slashJoin(m, p.tmpl)
+	r.methodTemplate = methodTemplate(m, p.tmpl, !p.unknown && len(segs) <= maxLabelSegments)
 	r.Template = r.methodTemplate[len(m)+1:]
 	r.redacted = joinedIn(rawPath, p.red)
 	r.label = r.Template
@@ -276,6 +276,19 @@ func slashJoin(method string, segs []string) string {
 		b.WriteString(s)
 	}
 	return b.String()
+}
+
+// appendSlashJoin appends what slashJoin returns to b.
+func appendSlashJoin(b []byte, method string, segs []string) []byte {
+	if method != "" {
+		b = append(b, method...)
+		b = append(b, ' ')
+	}
+	for _, s := range segs {
+		b = append(b, '/')
+		b = append(b, s...)
+	}
+	return b
 }
 
 // topLevelMajor maps the top-level resources whose id is a major parameter
