@@ -40,6 +40,9 @@ const (
 	maxRetriesBound = 100
 	// maxConnections caps Options.Connections.
 	maxConnections = 64
+	// maxClockOffset is how far Options.Clock may be from the real time:
+	// a bucket's times must lie within 292 years of the process's start.
+	maxClockOffset = 200 * 365 * 24 * time.Hour
 )
 
 // OptionError is returned by New for an option it cannot accept. Nothing
@@ -137,6 +140,13 @@ func (opts Options) config() (actors.Config, error) {
 	}
 	if strings.ContainsFunc(opts.UserAgent, isCtl) {
 		return bad("UserAgent", nil, "contains control characters")
+	}
+	if opts.Clock != nil {
+		// Buckets keep their times as offsets from the process's start,
+		// which reach 292 years either way (ratelimit.Bucket).
+		if now := opts.Clock(); now.IsZero() || now.Sub(time.Now()).Abs() > maxClockOffset {
+			return bad("Clock", now.Format(time.RFC3339), fmt.Sprintf("must tell times within %d years of now", maxClockOffset/(365*24*time.Hour)))
+		}
 	}
 
 	limit := cmpOr(opts.GlobalLimit, DefaultGlobalLimit)

@@ -327,6 +327,8 @@ func TestInvalidOptionsAreErrorsNotPanics(t *testing.T) {
 		{MaxWait: -1}, {MaxRetries: 1000}, {InvalidRequestWarn: 2}, {InvalidRequestWarn: -0.5},
 		{MaxResponseBytes: -1}, {BanBackoff: -1}, {BaseURL: "ftp://x"}, {BaseURL: "https://u:p@x"},
 		{Token: "abc\ndef"}, {UserAgent: "x\r\ny"}, {DialTimeout: -1}, {MaxBufferedBytes: -5}, {RedisTimeout: -time.Millisecond},
+		{Clock: func() time.Time { return time.Time{}.Add(time.Hour) }}, {Clock: func() time.Time { return time.Time{} }},
+		{Clock: func() time.Time { return time.Now().AddDate(300, 0, 0) }},
 	} {
 		lim, err := sluice.New(o)
 		var oe *sluice.OptionError

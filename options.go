@@ -212,6 +212,8 @@ type Options struct {
 	MeterProvider metric.MeterProvider
 	// Clock is the time source of every rate-limit decision. Default
 	// time.Now. Tests may pass a fake clock; timers still run on real time.
+	// Its times must lie within 200 years of the real time (not the zero
+	// Time's year 1): New refuses another clock.
 	Clock func() time.Time
 	// Store keeps bucket limits and the bucket hash learned for each route
 	// template outside the actors. Default: a ratelimit.MemoryStore on

@@ -66,7 +66,8 @@ const (
 // goroutine (actor) that owns it. Every method takes the current time as an
 // argument and nothing reads a clock, so a bucket is deterministic and tested
 // without sleeping. Times must come from one monotonic clock (time.Now values
-// of one process).
+// of one process), and lie within 292 years of the process's start: a Bucket
+// keeps its own times as offsets from it (a fake clock's too).
 //
 // The zero value is an unknown bucket: it admits one "pioneer" request at a
 // time until a response carrying X-RateLimit-Limit, -Remaining and
@@ -176,9 +177,10 @@ type Bucket struct {
 	// Known reports whether a response has revealed the bucket's limit.
 	Known bool
 
-	// The unexported fields are ordered by size, small ones first, so the
-	// struct has no padding: a live limiter keeps a Bucket per bucket, and
-	// a MemoryStore a copy of each (times are stamps for the same reason).
+	// The unexported fields are grouped by size, small ones first, so the
+	// struct wastes no more than 4 bytes on padding: a live limiter keeps a
+	// Bucket per bucket, and a MemoryStore a copy of each (times are
+	// stamps, see stamp.go, for the same reason).
 
 	periodKnown  bool  // period includes the Reset-After of a request that opened a window
 	provisional  bool  // ResetAt was guessed at a refill and no response has confirmed it
@@ -430,8 +432,9 @@ func (b *Bucket) observe(now, sentAt time.Time, h Headers, arrived bool) {
 		b.Hash = h.Bucket
 	}
 	if stampOf(b.ResetAt) != b.written {
-		// Written from outside (Absorb): a later end to keep.
-		b.floor = stampOf(later(b.floor.time(), b.ResetAt))
+		// Written from outside (Absorb, a store): a later end to keep,
+		// taken in the frame of now.
+		b.floor = max(b.floor, stampIn(b.ResetAt, now))
 		b.written = stampOf(b.ResetAt)
 	}
 	probe := b.Known && b.probing && b.probeOut && (sentAt.IsZero() || !sentAt.Before(b.windowStart.time()))

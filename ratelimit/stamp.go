@@ -8,12 +8,18 @@ import "time"
 // the monotonic clock when the time it was made from has a monotonic
 // reading (time.Now values) and on the wall clock when it has none (a fake
 // clock's), so stamp.time gives back an instant that compares and
-// subtracts with the caller's times as the original did. Stamps order as
-// their instants do; the zero stamp is the zero Time, before every other.
+// subtracts with times of the same form as the original did. Stamps of
+// times of one form order as their instants do; the zero stamp is the zero
+// Time, before every other.
 //
-// An instant 292 years or more before epoch becomes the stamp just after
-// the zero one, and one as far after it the last stamp: no bucket time is
-// either.
+// Two forms in one comparison would be off by the steps of the wall clock
+// since the process started, where time.Time compares them by their wall
+// clocks: a time that may come from elsewhere (a ResetAt written from
+// outside, a store's) is taken in the frame of the caller's now (stampIn).
+//
+// Every instant 292 years or more before epoch is the stamp just after the
+// zero one, and every one as far after it the last stamp: a Bucket's times
+// must lie within that range of the process's start (see Bucket).
 type stamp uint64
 
 // epoch is the instant stamps count from: this process's start, with its
@@ -30,6 +36,19 @@ func stampOf(t time.Time) stamp {
 		return 0
 	}
 	if s := stamp(uint64(t.Sub(epoch)) + stampBias); s != 0 {
+		return s
+	}
+	return 1
+}
+
+// stampIn returns t's stamp in the frame of ref, a time of the caller's
+// clock: ref's stamp moved by t.Sub(ref), which time.Time takes on the
+// wall clocks when one of the two has no monotonic reading.
+func stampIn(t, ref time.Time) stamp {
+	if t.IsZero() || ref.IsZero() {
+		return stampOf(t)
+	}
+	if s := stampOf(ref) + stamp(t.Sub(ref)); s != 0 {
 		return s
 	}
 	return 1

@@ -207,12 +207,13 @@ func (s *MemoryStore) Save(key string, b Bucket) {
 		exp = b.PausedUntil
 	}
 	exp = exp.Add(s.ttl())
+	at := stampIn(exp, now) // in the frame of the store's clock, which expire compares with
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.expire(now, sweepBatch)
 	if n := s.buckets.get(key); n != nil {
-		n.val.b, n.val.exp = b, stampOf(exp)
+		n.val.b, n.val.exp = b, at
 		s.expiry.fix(n.val.idx)
 		s.buckets.touch(n)
 		return
@@ -222,7 +223,7 @@ func (s *MemoryStore) Save(key string, b Bucket) {
 	for limit := s.maxBuckets(); s.buckets.len() >= limit; {
 		s.removeBucket(s.buckets.oldest())
 	}
-	n := s.buckets.insert(key, storedBucket{b: b, exp: stampOf(exp)})
+	n := s.buckets.insert(key, storedBucket{b: b, exp: at})
 	s.expiry.push(n)
 }
 

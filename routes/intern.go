@@ -1,6 +1,7 @@
 package routes
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -24,21 +25,24 @@ var templates struct {
 }
 
 // methodTemplate returns method, a space and "/" followed by tmpl joined by
-// "/": the shared string if the route's words are all Discord's (known),
-// else a new one.
+// "/": the shared string if the route's words are all Discord's (known)
+// and method is one of Methods, else a new one.
 func methodTemplate(method string, tmpl []string, known bool) string {
-	if !known {
+	if !known || !slices.Contains(Methods, method) {
 		return slashJoin(method, tmpl)
 	}
 	var buf [192]byte
 	b := appendSlashJoin(buf[:0], method, tmpl)
-	if m := templates.m.Load(); m != nil {
+	m := templates.m.Load()
+	if m != nil {
 		if s, ok := (*m)[string(b)]; ok { // a lookup by bytes: no string is made
 			return s
 		}
 	}
 	s := string(b)
-	shareTemplate(s)
+	if m == nil || len(*m) < maxTemplates { // full: no lock to take for nothing
+		shareTemplate(s)
+	}
 	return s
 }
 

@@ -30,6 +30,12 @@ func TestParseSharesTheTemplatesOfDiscordsRoutes(t *testing.T) {
 	assert.NotSame(t, unsafe.StringData(c.TemplateKey()), unsafe.StringData(d.TemplateKey()))
 	_, shared := (*templates.m.Load())[c.TemplateKey()]
 	assert.False(t, shared, "a template with a word that is not Discord's is not kept")
+
+	// Nor one with a method Discord does not serve.
+	e, err := Parse("FOO", "/channels/444444444444444444/messages")
+	require.NoError(t, err)
+	_, shared = (*templates.m.Load())[e.TemplateKey()]
+	assert.False(t, shared, "a made-up method is not kept")
 }
 
 func TestParseSharesAtMostMaxTemplates(t *testing.T) {
