@@ -129,7 +129,8 @@ type MemoryStore struct {
 
 	// Clock returns the current time, against which expiry is measured.
 	// It must be the clock the saved buckets' times come from (the
-	// limiter's Options.Clock). If Clock is nil, time.Now is used.
+	// limiter's Options.Clock), within 292 years of the process's start
+	// like theirs (see Bucket). If Clock is nil, time.Now is used.
 	Clock func() time.Time
 
 	mu      sync.Mutex
