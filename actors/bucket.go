@@ -76,9 +76,13 @@ type bucket struct {
 	// The actor's producer hands the same *bucket to every incarnation, so
 	// a restart keeps the lanes.
 	current any
-	tbuf    traceBuf
-	crashes *supervision.Intensity
-	broken  error // set past the restart intensity
+	// dispatching is the call dispatch is putting on the wire, from its
+	// pop until a worker has it: in no queue and not on the wire, so a
+	// panic in between leaves it here for recoverCrash to fail.
+	dispatching *Call
+	tbuf        traceBuf
+	crashes     *supervision.Intensity
+	broken      error // set past the restart intensity
 }
 
 func newBucket(sys *System, key string, perToken bool, window Window) *bucket {
@@ -181,6 +185,16 @@ func (b *bucket) recoverCrash(ctx actor.Context) {
 		}
 		c.Complete(nil, fmt.Errorf("%w while handling %s", ErrActorCrashed, c.Route.Redacted()))
 	}
+	if c := b.dispatching; c != nil {
+		// Popped for the wire and not handed to a worker: nothing else
+		// will answer it.
+		b.dispatching = nil
+		if conn := c.claim; conn != nil {
+			c.claim = nil
+			conn.Unclaim()
+		}
+		fail(c)
+	}
 	switch m := m.(type) {
 	case *enqueueMsg:
 		fail(m.call)
@@ -189,6 +203,14 @@ func (b *bucket) recoverCrash(ctx actor.Context) {
 	case *grantMsg:
 		b.wanting = false
 	}
+}
+
+// dispatchPoint is what crashHook sees in dispatch: c popped from its
+// lane (placed false), then its attempt counted there, a pioneer's holds
+// too (placed true).
+type dispatchPoint struct {
+	call   *Call
+	placed bool
 }
 
 func (b *bucket) receive(ctx actor.Context, msg any) {
@@ -746,18 +768,32 @@ func (b *bucket) cancelGrants() {
 
 // dispatch takes c's slot from its lane (and, for a first pioneer, one from
 // every known lane it might share: mayShare) and puts c on the wire.
+//
+// Until c.lane is set a panic loses only c's global slot and declared-group
+// place, which stay counted (never fewer than were sent); from then on
+// recoverCrash releases the attempt as one the server may have counted.
+// What is taken and what release gives back are side by side: the lane's
+// slot, its running counts and c.lane; a pioneer's count and c.pioneer;
+// each hold and its entry in c.holds.
 func (b *bucket) dispatch(ctx actor.Context, l *lane, c *Call, conn *transport.Conn, global bool, now time.Time) {
+	b.dispatching, c.claim = c, conn
 	l.pop()
+	if h := b.sys.crashHook; h != nil {
+		h(dispatchPoint{call: c})
+	}
 	if l.served(c) {
 		b.restamp(l, now) // the share moved a call of a lower class to the head
 	}
 	l.state.Take(now)
+	l.running++
+	b.sys.running.Add(1)
+	c.lane, c.global = l, global
 	if !l.state.Known {
-		b.pioneers++
 		c.pioneer = true
+		b.pioneers++
 		if l.first {
-			b.firstOut = true
 			c.first = true
+			b.firstOut = true
 			c.firstWire.Store(true)
 			for _, k := range b.lanes {
 				if k != l && k.state.Known && mayShare(l, k) {
@@ -767,10 +803,10 @@ func (b *bucket) dispatch(ctx actor.Context, l *lane, c *Call, conn *transport.C
 			}
 		}
 	}
-	l.running++
-	c.lane = l
+	if h := b.sys.crashHook; h != nil {
+		h(dispatchPoint{call: c, placed: true})
+	}
 	c.due.Store(dueNever)
-	c.global = global
 	c.probe = b.probe
 	b.probe = false
 	c.sentAt = now
@@ -784,7 +820,6 @@ func (b *bucket) dispatch(ctx actor.Context, l *lane, c *Call, conn *transport.C
 	c.sends.Add(1)
 	b.sys.tel.event(c, "dispatched")
 	b.sys.tel.event(c, "sent")
-	b.sys.running.Add(1)
 	self := b.self
 	var sr *ratelimit.SharedRequest
 	if b.win().shared != nil {
@@ -797,6 +832,7 @@ func (b *bucket) dispatch(ctx actor.Context, l *lane, c *Call, conn *transport.C
 			sr.Groups, sr.GroupID, sr.GroupClass = sh.groups, sh.id, int8(c.Class)
 		}
 	}
+	b.dispatching, c.claim = nil, nil // the worker's now
 	if !b.sys.goWork(job{conn: conn, call: c, bucket: self, sr: sr}) {
 		conn.Unclaim()
 		b.release(ctx, c, now, ratelimit.Headers{}, ratelimit.ChargeNone)

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -106,6 +107,71 @@ func TestCrashingBucketLosesNothingElse(t *testing.T) {
 	assert.Equal(t, int(panics.Load()), counts["crashed"], "only the request in the failing message is lost")
 	assert.Equal(t, 300-counts["crashed"], counts["ok"], "every other request completes")
 	assert.Empty(t, srv.Stats().Violations(), "restarted actors keep their limits")
+}
+
+// A panic while a request is being put on the wire (popped from its queue,
+// not yet with a worker: before and after its attempt is counted in its
+// lane) answers that request with ErrActorCrashed, and its bucket goes on:
+// no request waits for an answer no one will give, no slot stays taken.
+func TestCrashWhileDispatchingAnswersTheCall(t *testing.T) {
+	for _, placed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("placed=%v", placed), func(t *testing.T) {
+			var on atomic.Bool
+			on.Store(true)
+			var dispatches, panics atomic.Int64
+			var crashed sync.Map // IDs of the calls being dispatched at a panic
+			hook := func(m any) {
+				if p, ok := m.(dispatchPoint); ok && on.Load() && p.placed == placed && dispatches.Add(1)%10 == 3 {
+					panics.Add(1)
+					crashed.Store(p.call.ID, true)
+					panic("injected dispatch bug")
+				}
+			}
+			sys, srv := start(t, channelRules(), hook)
+			wait := func(calls []*Call) map[string]int {
+				t.Helper()
+				counts := map[string]int{}
+				deadline := time.NewTimer(30 * time.Second)
+				defer deadline.Stop()
+				for _, c := range calls {
+					select {
+					case <-c.Done():
+					case <-deadline.C:
+						t.Fatalf("call %d (%s) never answered", c.ID, c.Route.Redacted())
+					}
+					resp, err := c.Result()
+					_, wasCrashed := crashed.Load(c.ID)
+					switch {
+					case errors.Is(err, ErrActorCrashed):
+						counts["crashed"]++
+					case err == nil && resp.StatusCode == 200:
+						assert.False(t, wasCrashed, "call %d was being dispatched at a panic", c.ID)
+						counts["ok"]++
+					default:
+						counts[fmt.Sprint(err)]++
+					}
+				}
+				return counts
+			}
+			var calls []*Call
+			for i := range 90 {
+				calls = append(calls, submit(sys, "GET", fmt.Sprintf("/channels/%d/messages/%d", 1+i%3, i)))
+			}
+			counts := wait(calls)
+			t.Logf("90 requests, a panic at every 10th dispatch (%d panics): %v", panics.Load(), counts)
+			require.NotZero(t, panics.Load())
+			assert.GreaterOrEqual(t, counts["crashed"], int(panics.Load()), "each call being dispatched at a panic is answered")
+			assert.Equal(t, 90, counts["crashed"]+counts["ok"], "every other request completes")
+
+			on.Store(false)
+			calls = calls[:0]
+			for i := range 30 {
+				calls = append(calls, submit(sys, "GET", fmt.Sprintf("/channels/%d/messages/%d", 1+i%3, 100+i)))
+			}
+			assert.Equal(t, map[string]int{"ok": 30}, wait(calls), "the buckets go on, none short of a slot")
+			assert.Empty(t, srv.Stats().Violations(), "restarted actors keep their limits")
+		})
+	}
 }
 
 func TestRestartIntensityIsBounded(t *testing.T) {
