@@ -164,12 +164,9 @@ func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt, lag time
 		var i int
 		if lower && share.Due() {
 			// The first of the lower ranks in line without classes.
-			at := -1
-			for k, j := range ready.idx {
-				if ws[j].rank < top && (at < 0 || inLine(&ws[j], &ws[ready.idx[at]])) {
-					at = k
-				}
-			}
+			at := admission.SharePick(ready.idx, top,
+				func(j int) (admission.Class, bool) { return ws[j].rank, true },
+				func(a, b int) bool { return inLine(&ws[a], &ws[b]) })
 			i = heap.Remove(ready, at).(int)
 			share.Served(1, true, false)
 		} else {

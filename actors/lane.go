@@ -360,14 +360,10 @@ func (l *lane) served(c *Call) (moved bool) {
 	// The oldest call of a class c passed goes next (placeOf puts no
 	// newcomer ahead of it): moved to the head, or kept there if it is
 	// the head already.
-	at := -1
-	for i, q := range l.queue {
-		if !q.Finished() && q.Class < c.Class && (at < 0 || q.ID < l.queue[at].ID) {
-			if _, placed := placeStart(q); !placed {
-				at = i
-			}
-		}
-	}
+	at := admission.SharePick(l.queue, c.Class, func(q *Call) (admission.Class, bool) {
+		_, placed := placeStart(q)
+		return q.Class, !q.Finished() && !placed
+	}, func(a, b *Call) bool { return a.ID < b.ID })
 	if at < 0 {
 		return false
 	}

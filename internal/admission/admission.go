@@ -461,15 +461,11 @@ func (q *Queue[K]) Serve(now time.Time, w Window, paused bool) (grants []Grant[K
 func (q *Queue[K]) next(shareHeld bool) (e *entry[K], lower bool) {
 	head := q.ring[0]
 	if !shareHeld && q.share.Due() && q.lowest() < head.place.Class {
-		var low *entry[K]
-		for _, x := range q.ring {
-			if x.place.Class < head.place.Class && (low == nil || x.place.sooner(low.place)) {
-				low = x
-			}
-		}
-		if low != nil { // always, but for a count out of step
-			heap.Remove(&q.ring, low.index)
-			return low, true
+		at := SharePick(q.ring, head.place.Class,
+			func(x *entry[K]) (Class, bool) { return x.place.Class, true },
+			func(a, b *entry[K]) bool { return a.place.sooner(b.place) })
+		if at >= 0 { // always, but for a count out of step
+			return heap.Remove(&q.ring, at).(*entry[K]), true
 		}
 	}
 	return heap.Pop(&q.ring).(*entry[K]), false

@@ -190,3 +190,23 @@ func TestServeShareHeldByAKeepServesTheHead(t *testing.T) {
 	assert.True(t, again)
 	assert.True(t, q.Waiting("bulk"))
 }
+
+// The share goes to the first in line of the classes below the top one
+// that may take it, whatever their own order.
+func TestSharePickTakesTheFirstInLineBelowTheTop(t *testing.T) {
+	type item struct {
+		class admission.Class
+		seq   int
+		ok    bool
+	}
+	pick := func(line []item, top admission.Class) int {
+		return admission.SharePick(line, top, func(x item) (admission.Class, bool) { return x.class, x.ok },
+			func(a, b item) bool { return a.seq < b.seq })
+	}
+	line := []item{{admission.Interactive, 1, true}, {admission.Normal, 5, true}, {admission.Bulk, 3, true}, {admission.Bulk, 2, false}, {admission.Normal, 4, true}}
+	assert.Equal(t, 2, pick(line, admission.Interactive), "bulk 3 is first in line below interactive (bulk 2 may not take it)")
+	assert.Equal(t, 2, pick(line, admission.Normal))
+	assert.Equal(t, -1, pick(line, admission.Bulk), "nothing is below bulk")
+	assert.Equal(t, -1, pick(line[:2], admission.Normal))
+	assert.Equal(t, -1, pick(nil, admission.Interactive))
+}

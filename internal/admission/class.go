@@ -75,6 +75,21 @@ func (s *Share) Due() bool { return s.credit >= ShareEvery-1 }
 // not be served), so the share is looked at again after every slot.
 func (s *Share) Left() int { return max(1, ShareEvery-1-int(s.credit)) }
 
+// SharePick returns the index in line of what the lower classes' share
+// goes to when it is due: the first in line (before) of the items whose
+// class is below top, among those that may take it (class reports ok);
+// -1 if there is none. The bucket queue, the global line and the forecast
+// each pass their own line and order.
+func SharePick[T any](line []T, top Class, class func(T) (c Class, ok bool), before func(a, b T) bool) int {
+	at := -1
+	for i, x := range line {
+		if c, ok := class(x); ok && c < top && (at < 0 || before(x, line[at])) {
+			at = i
+		}
+	}
+	return at
+}
+
 // Served counts n slots handed out: to a lower class than the highest
 // waiting (lower: the share was served), or to the highest while a lower
 // class waited (passed), or with no lower class waiting (neither: the
