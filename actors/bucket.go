@@ -187,11 +187,18 @@ func (b *bucket) recoverCrash(ctx actor.Context) {
 	}
 	if c := b.dispatching; c != nil {
 		// Popped for the wire and not handed to a worker: nothing else
-		// will answer it.
+		// will answer it, and it was not sent.
 		b.dispatching = nil
 		if conn := c.claim; conn != nil {
 			c.claim = nil
 			conn.Unclaim()
+		}
+		if c.lane != nil {
+			b.release(ctx, c, now, ratelimit.Headers{}, ratelimit.ChargeNone)
+		} else {
+			// Not counted in its lane yet: what try took for it.
+			b.sys.groups.cancel(c, now)
+			b.releaseGlobal(ctx, c, now, true)
 		}
 		fail(c)
 	}
@@ -769,14 +776,14 @@ func (b *bucket) cancelGrants() {
 // dispatch takes c's slot from its lane (and, for a first pioneer, one from
 // every known lane it might share: mayShare) and puts c on the wire.
 //
-// Until c.lane is set a panic loses only c's global slot and declared-group
-// place, which stay counted (never fewer than were sent); from then on
-// recoverCrash releases the attempt as one the server may have counted.
-// What is taken and what release gives back are side by side: the lane's
-// slot, its running counts and c.lane; a pioneer's count and c.pioneer;
-// each hold and its entry in c.holds.
+// Until a worker has c, a panic leaves it in b.dispatching: recoverCrash
+// gives back what was taken for it as for a request not sent (its global
+// slot and declared place from the start, its lane's slot once c.lane is
+// set) and answers it. What is taken and what release gives back are side
+// by side: the lane's slot, its running counts and c.lane (with c.sentAt);
+// a pioneer's count and c.pioneer; each hold and its entry in c.holds.
 func (b *bucket) dispatch(ctx actor.Context, l *lane, c *Call, conn *transport.Conn, global bool, now time.Time) {
-	b.dispatching, c.claim = c, conn
+	b.dispatching, c.claim, c.global = c, conn, global
 	l.pop()
 	if h := b.sys.crashHook; h != nil {
 		h(dispatchPoint{call: c})
@@ -787,7 +794,7 @@ func (b *bucket) dispatch(ctx actor.Context, l *lane, c *Call, conn *transport.C
 	l.state.Take(now)
 	l.running++
 	b.sys.running.Add(1)
-	c.lane, c.global = l, global
+	c.lane, c.sentAt = l, now
 	if !l.state.Known {
 		c.pioneer = true
 		b.pioneers++
@@ -809,7 +816,6 @@ func (b *bucket) dispatch(ctx actor.Context, l *lane, c *Call, conn *transport.C
 	c.due.Store(dueNever)
 	c.probe = b.probe
 	b.probe = false
-	c.sentAt = now
 	if c.readyAt.IsZero() {
 		c.waitBucket.Add(int64(now.Sub(c.queuedAt)))
 	} else {
@@ -898,20 +904,27 @@ func (b *bucket) release(ctx actor.Context, c *Call, at time.Time, h ratelimit.H
 		}
 	}
 	c.holds = nil
-	if c.global {
-		c.global = false
-		w := b.win()
-		if uncounted {
-			w.limiter.Cancel(at)
-			ctx.Send(b.sys.sup, &freedMsg{window: b.window, cancelled: 1})
-		} else {
-			w.limiter.Settle(at)
-			if w.waiting.Load() > 0 {
-				ctx.Send(b.sys.sup, &freedMsg{window: b.window})
-			}
+	b.releaseGlobal(ctx, c, at, uncounted)
+	return l
+}
+
+// releaseGlobal gives back c's slot of its global window, if it holds one:
+// cancelled if it was not counted, settled otherwise.
+func (b *bucket) releaseGlobal(ctx actor.Context, c *Call, at time.Time, uncounted bool) {
+	if !c.global {
+		return
+	}
+	c.global = false
+	w := b.win()
+	if uncounted {
+		w.limiter.Cancel(at)
+		ctx.Send(b.sys.sup, &freedMsg{window: b.window, cancelled: 1})
+	} else {
+		w.limiter.Settle(at)
+		if w.waiting.Load() > 0 {
+			ctx.Send(b.sys.sup, &freedMsg{window: b.window})
 		}
 	}
-	return l
 }
 
 func (b *bucket) result(ctx actor.Context, m *resultMsg) {

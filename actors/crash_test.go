@@ -112,33 +112,48 @@ func TestCrashingBucketLosesNothingElse(t *testing.T) {
 // A panic while a request is being put on the wire (popped from its queue,
 // not yet with a worker: before and after its attempt is counted in its
 // lane) answers that request with ErrActorCrashed, and its bucket goes on:
-// no request waits for an answer no one will give, no slot stays taken.
+// no request waits for an answer no one will give, and no slot stays
+// taken, in its lane, its global window or its declared group.
 func TestCrashWhileDispatchingAnswersTheCall(t *testing.T) {
-	for _, placed := range []bool{false, true} {
-		t.Run(fmt.Sprintf("placed=%v", placed), func(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		placed, declared bool
+	}{{"popped", false, false}, {"placed", true, false}, {"placed-declared", true, true}, {"popped-declared", false, true}} {
+		t.Run(tc.name, func(t *testing.T) {
 			var on atomic.Bool
 			on.Store(true)
 			var dispatches, panics atomic.Int64
 			var crashed sync.Map // IDs of the calls being dispatched at a panic
 			hook := func(m any) {
-				if p, ok := m.(dispatchPoint); ok && on.Load() && p.placed == placed && dispatches.Add(1)%10 == 3 {
+				if p, ok := m.(dispatchPoint); ok && on.Load() && p.placed == tc.placed && dispatches.Add(1)%10 == 3 {
 					panics.Add(1)
 					crashed.Store(p.call.ID, true)
 					panic("injected dispatch bug")
 				}
 			}
-			sys, srv := start(t, channelRules(), hook)
+			global := ratelimit.NewSlidingWindow(1000, time.Second)
+			sys, srv := startWith(t, channelRules(), func(c *Config) { c.crashHook, c.Global = hook, global })
+			limit := &DeclaredLimit{Name: "all", Count: 400, Window: time.Second}
+			send := func(i int) *Call {
+				path := fmt.Sprintf("/channels/%d/messages/%d", 1+i%3, i)
+				req, _ := http.NewRequest("GET", path, nil)
+				route, err := routes.Parse("GET", path)
+				require.NoError(t, err)
+				// A lost call ends at its deadline, not in a Close that waits for it.
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				t.Cleanup(cancel)
+				c := NewCall(sys.NextID(), ctx, req, route, false, sys.Now())
+				if tc.declared {
+					c.Limits = []LimitRef{{Limit: limit, Group: "bot"}}
+				}
+				sys.Submit(c)
+				return c
+			}
 			wait := func(calls []*Call) map[string]int {
 				t.Helper()
 				counts := map[string]int{}
-				deadline := time.NewTimer(30 * time.Second)
-				defer deadline.Stop()
 				for _, c := range calls {
-					select {
-					case <-c.Done():
-					case <-deadline.C:
-						t.Fatalf("call %d (%s) never answered", c.ID, c.Route.Redacted())
-					}
+					<-c.Done()
 					resp, err := c.Result()
 					_, wasCrashed := crashed.Load(c.ID)
 					switch {
@@ -155,7 +170,7 @@ func TestCrashWhileDispatchingAnswersTheCall(t *testing.T) {
 			}
 			var calls []*Call
 			for i := range 90 {
-				calls = append(calls, submit(sys, "GET", fmt.Sprintf("/channels/%d/messages/%d", 1+i%3, i)))
+				calls = append(calls, send(i))
 			}
 			counts := wait(calls)
 			t.Logf("90 requests, a panic at every 10th dispatch (%d panics): %v", panics.Load(), counts)
@@ -166,9 +181,11 @@ func TestCrashWhileDispatchingAnswersTheCall(t *testing.T) {
 			on.Store(false)
 			calls = calls[:0]
 			for i := range 30 {
-				calls = append(calls, submit(sys, "GET", fmt.Sprintf("/channels/%d/messages/%d", 1+i%3, 100+i)))
+				calls = append(calls, send(100+i))
 			}
 			assert.Equal(t, map[string]int{"ok": 30}, wait(calls), "the buckets go on, none short of a slot")
+			assert.Zero(t, sys.Load().Running, "no request counted on the wire")
+			assert.Zero(t, global.Count(sys.Now().Add(2*time.Second)), "no global slot held once its window is over")
 			assert.Empty(t, srv.Stats().Violations(), "restarted actors keep their limits")
 		})
 	}
