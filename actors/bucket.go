@@ -162,8 +162,9 @@ func (b *bucket) Receive(ctx actor.Context) {
 }
 
 // recoverCrash runs in the restarting incarnation: the calls carried by the
-// message that panicked get ErrActorCrashed, and their bookkeeping is
-// undone; everything else stays.
+// message that panicked, and the call it was putting on the wire if any
+// (dispatching), get ErrActorCrashed, and their bookkeeping is undone;
+// everything else stays.
 func (b *bucket) recoverCrash(ctx actor.Context) {
 	m := b.current
 	b.current = nil
