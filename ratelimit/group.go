@@ -37,7 +37,8 @@ import (
 //
 // Classes (ReserveClass): a request of a higher class takes a place in
 // the earliest full window that holds a waiting request of a lower class,
-// which moves back one window, and that one's move may push the last of
+// which moves back to the next window where it has a place (the next one,
+// unless that holds no one it may pass), and that one's move may push the last of
 // its class in the next window back too, and so on to the end of the
 // chain (the schedule stays in order: each class FIFO). A request moved
 // back MaxGroupMoves times is moved no more, and nothing that reserves
@@ -244,7 +245,7 @@ func (g *Group) Reserve(now time.Time, id uint64) Slot {
 // them is taken as the nearest. A request that has a reservation keeps
 // the class it reserved with. A request of a higher class goes ahead of
 // the waiting requests of lower classes, which keep their order and move
-// back at most MaxGroupMoves windows each (see Group).
+// back at most MaxGroupMoves times each (see Group).
 func (g *Group) ReserveClass(now time.Time, id uint64, class int8) Slot {
 	g.mu.Lock()
 	defer g.mu.Unlock()
