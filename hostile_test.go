@@ -694,3 +694,48 @@ func TestAPIHostTellsWhatIsLimited(t *testing.T) {
 	}
 	assert.False(t, lim.APIHost(nil))
 }
+
+// TestTheLimitersCopyIsItsOwn: what the caller does with its request after
+// Send, or with the request an answer carries, reaches no request the
+// limiter sends: a direct request keeps the URL it was sent with, and the
+// next API request keeps the token.
+func TestTheLimitersCopyIsItsOwn(t *testing.T) {
+	release := make(chan struct{})
+	paths := make(chan string, 1)
+	cdn := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-release
+		paths <- r.URL.Path
+		w.Write([]byte("png"))
+	}))
+	defer cdn.Close()
+	auths := make(chan string, 2)
+	api := tlsServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		auths <- r.Header.Get("Authorization")
+		w.Write([]byte(`{}`))
+	}))
+	lim := limiterFor(t, api, sluice.Options{})
+
+	r, err := http.NewRequest("GET", cdn.URL+"/avatars/1/a.png", nil)
+	require.NoError(t, err)
+	f := lim.Send(context.Background(), r)
+	r.URL.Path = "/second" // the caller's own, once Send returned
+	close(release)
+	resp, err := f.Await(context.Background())
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, "/avatars/1/a.png", <-paths)
+
+	resp, err = lim.Do(context.Background(), req("GET", "/channels/1", ""))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, "Bot "+testToken, <-auths)
+	if resp.Request != nil {
+		if v := resp.Request.Header["Authorization"]; len(v) > 0 {
+			v[0] = "Bot mangled" // a logging middleware redacting in place
+		}
+	}
+	resp, err = lim.Do(context.Background(), req("GET", "/channels/2", ""))
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, "Bot "+testToken, <-auths, "the next request keeps the token")
+}

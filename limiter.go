@@ -1,7 +1,6 @@
 package sluice
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/internal/admission"
+	"github.com/sluicehq/sluice/internal/attempt"
 	"github.com/sluicehq/sluice/redisstore"
 	"github.com/sluicehq/sluice/routes"
 )
@@ -249,6 +249,12 @@ func (l *Limiter) newCall(ctx context.Context, req *http.Request) (c *actors.Cal
 		return failEarly(route, fmt.Errorf("%w: %v is not a priority (WithPriority)", ErrBadRequest, priority))
 	}
 	r := cloneRequest(ctx, req)
+	if direct {
+		// Not sealed (only the API's requests are put on the base): the
+		// URL is the caller's, whom the copy must not share it with.
+		u := *req.URL
+		r.URL = &u
+	}
 	if direct && l.isBotAuth(r.Header.Get("Authorization")) {
 		r.Header.Del("Authorization") // a bot token is for the API only
 	}
@@ -270,8 +276,10 @@ func (l *Limiter) newCall(ctx context.Context, req *http.Request) (c *actors.Cal
 			body, safe = withNonce(r.Header.Get("Content-Type"), body, now)
 		}
 		b := body
-		r.Body = io.NopCloser(bytes.NewReader(b))
-		r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
+		// Each attempt reads its body from GetBody (attempt.Exchange);
+		// Body itself is never read again.
+		r.Body = http.NoBody
+		r.GetBody = func() (io.ReadCloser, error) { return attempt.BodyOf(b), nil }
 		r.ContentLength = int64(len(b))
 		if safe {
 			policy = routes.ResendSafe
@@ -638,7 +646,8 @@ func (l *Limiter) Close(ctx context.Context) error {
 
 // cloneRequest is the limiter's own copy of req, on ctx: what the actors
 // own and seal (the caller keeps req). Unlike http.Request.Clone it leaves
-// the URL shared (the seal replaces it, and nothing writes it) and gives
+// the URL shared (the seal replaces it; a direct request, which is not
+// sealed, gets a copy in newCall) and gives
 // the header room for the two the seal may add (Authorization,
 // User-Agent), so neither copy is made twice.
 func cloneRequest(ctx context.Context, req *http.Request) *http.Request {

@@ -69,6 +69,7 @@ type Call struct {
 	probe       bool            // the attempt is the ban breaker's probe
 	authProbe   atomic.Bool     // the call checks a rejected token again (authLatch)
 	withToken   bool            // sent with the configured token (set by System.classify)
+	sealed      [2]string       // the Authorization and User-Agent values System.seal gives Req
 	span        trace.Span      // nil without a TracerProvider; set before submission
 
 	// due is when its bucket and declared groups would let it go, in Unix
@@ -142,26 +143,38 @@ func NewCall(id uint64, ctx context.Context, req *http.Request, route routes.Rou
 	return &Call{ID: id, Req: req, Ctx: ctx, Route: route, Safe: safe, Submitted: now, done: make(chan struct{})}
 }
 
-// arm makes s the owner whose bookkeeping runs with the outcome, and
-// watches the context: if it ends before the call is answered, the call
-// completes with its error at once; the actors notice and skip it, freeing
-// its place for the next request.
+// arm makes s the owner whose bookkeeping runs with the outcome, and sets
+// the end of the call's Timeout. watch, once the call is in s.live, starts
+// what ends it early.
 func (c *Call) arm(s *System) {
 	c.owner = s
-	if c.Ctx.Done() != nil { // a context that never ends needs no watch
-		c.stopCtx.Store(context.AfterFunc(c.Ctx, func() { c.Complete(nil, ctxError(c.Ctx)) }))
-	}
 	if c.Timeout > 0 {
 		if c.TimeoutErr == nil {
 			c.TimeoutErr = context.DeadlineExceeded
 		}
 		c.timeoutAt = time.Now().Add(c.Timeout)
+	}
+}
+
+// watch watches the context and the Timeout: if either ends before the call
+// is answered, the call completes with its error at once; the actors notice
+// and skip it, freeing its place for the next request. The call must be in
+// s.live already: the timer finds it there (a Timeout of a few
+// microseconds left after the body was read fires at once).
+func (c *Call) watch(s *System) {
+	if c.Finished() {
+		return // Close came first: nothing to watch
+	}
+	if c.Ctx.Done() != nil { // a context that never ends needs no watch
+		c.stopCtx.Store(context.AfterFunc(c.Ctx, func() { c.Complete(nil, ctxError(c.Ctx)) }))
+	}
+	if c.Timeout > 0 {
 		// The timer finds the call by its id: a stopped timer can stay in
 		// the runtime's heap for a while, and through a closure over c it
 		// kept the call, its request and its answer alive (1 in 6 calls
 		// of a 10,000-bucket fill).
 		id := c.ID
-		c.timer.Store(time.AfterFunc(c.Timeout, func() {
+		c.timer.Store(time.AfterFunc(time.Until(c.timeoutAt), func() {
 			if c := s.live.get(id); c != nil {
 				c.Complete(nil, c.TimeoutErr)
 			}

@@ -183,9 +183,6 @@ type System struct {
 	// bounds (MaxResponseBytes, MaxBufferedBytes).
 	exch   attempt.Exchange
 	reader attempt.Reader
-	// authValue and agentValue are the Authorization and User-Agent
-	// header values seal gives every request (made once).
-	authValue, agentValue []string
 	// lastAnswer is when any connection last delivered an answer (limiter
 	// clock, Unix nanoseconds): a connection that dies before answering
 	// counts as a failed one only while the API answers nothing at all.
@@ -286,7 +283,6 @@ func Start(cfg Config) (*System, error) {
 	s.tel = tel
 	s.reader = attempt.Reader{MaxBytes: cfg.MaxResponseBytes, MaxBuffered: cfg.MaxBufferedBytes}
 	s.exch = attempt.Exchange{Clock: s.now, Body: &s.reader}
-	s.authValue, s.agentValue = []string{cfg.Authorization}, []string{cfg.UserAgent}
 	s.hardCtx, s.hardCancel = context.WithCancel(context.Background())
 	s.workCh = make(chan job)
 	s.stopped = make(chan struct{})
@@ -350,9 +346,11 @@ func (s *System) register(c *Call) (int64, bool) {
 	s.tel.start(c)
 	c.arm(s)
 	// In live only once armed: Close completes what it finds there, and
-	// the outcome's bookkeeping (System.finished) needs the owner. A call
-	// that ended meanwhile (its context was over) is not left there.
+	// the outcome's bookkeeping (System.finished) needs the owner. Watched
+	// only once in live: its Timeout's timer finds it there. A call that
+	// ended meanwhile (Close, or its context was over) is not left there.
 	s.live.add(c)
+	c.watch(s)
 	if c.Finished() {
 		s.live.remove(c.ID)
 	}
@@ -426,12 +424,8 @@ func (s *System) admit(c *Call, pending int64) error {
 // window) and its route is not authenticated by a token in its path
 // (webhooks, interactions): a 401 to it is about the configured token.
 func (s *System) botAuthenticated(c *Call) bool {
-	return s.sentWithToken(c) && !c.Route.PerToken
+	return c.withToken && !c.Route.PerToken
 }
-
-// sentWithToken reports whether c is sent with the configured token (seal
-// adds it): decided by classify, before the seal.
-func (s *System) sentWithToken(c *Call) bool { return c.withToken }
 
 // seal makes c.Req the request every attempt sends (attempt.Exchange
 // copies it with the attempt's context and a fresh body): its URL on the
@@ -449,13 +443,16 @@ func (s *System) seal(c *Call) error {
 	if req.Header == nil {
 		req.Header = make(http.Header)
 	}
-	// The two values are slices made once for every request: the
-	// transport only reads them.
+	// The two values live in the call (no allocation), each request its
+	// own: a caller that writes resp.Request's header in place changes
+	// its own request only, never the token of the next.
 	if c.withToken {
-		req.Header["Authorization"] = s.authValue
+		c.sealed[0] = s.cfg.Authorization
+		req.Header["Authorization"] = c.sealed[0:1:1]
 	}
 	if s.cfg.UserAgent != "" && req.Header.Get("User-Agent") == "" {
-		req.Header["User-Agent"] = s.agentValue
+		c.sealed[1] = s.cfg.UserAgent
+		req.Header["User-Agent"] = c.sealed[1:2:2]
 	}
 	if c.span != nil {
 		inject(c.Ctx, propagation.HeaderCarrier(req.Header))
@@ -750,9 +747,9 @@ func (s *System) work(conn *transport.Conn, c *Call, bucket *actor.PID, sr *rate
 	var shared *ratelimit.SharedAnswer // the answer to report to Shared, once the caller has it
 	// toShared reports the answer to the shared store, once.
 	toShared := func() {
-		if shared != nil {
-			win.shared.Report(context.Background(), grant, *shared)
-			shared = nil
+		if sh := shared; sh != nil {
+			shared = nil // once, also if Report panics
+			win.shared.Report(context.Background(), grant, *sh)
 		}
 	}
 	// The attempt's context ends before the result is sent: once the
@@ -765,7 +762,6 @@ func (s *System) work(conn *transport.Conn, c *Call, bucket *actor.PID, sr *rate
 		}
 	}
 	report := func(m *resultMsg) {
-		reported = true
 		endAttempt()
 		// A pioneer's answer reaches the shared store first: the bucket
 		// actor pipelines as soon as it learns the bucket, and the store
@@ -775,12 +771,15 @@ func (s *System) work(conn *transport.Conn, c *Call, bucket *actor.PID, sr *rate
 			toShared()
 		}
 		s.root.Send(bucket, m)
+		reported = true // the bucket actor has the outcome: a panic after it sends nothing more
 		toShared()
 	}
 	defer func() {
-		if r := recover(); r != nil && !reported {
+		if r := recover(); r != nil {
 			s.log.Error("sluice: panic while sending a request", slog.String("route", c.Route.Redacted()), slog.Any("panic", r))
-			report(&resultMsg{call: c, at: s.now(), err: fmt.Errorf("%w: %v", ErrInternal, r)})
+			if !reported {
+				report(&resultMsg{call: c, at: s.now(), err: fmt.Errorf("%w: %v", ErrInternal, r)})
+			}
 		}
 	}()
 	var ctx context.Context

@@ -83,7 +83,11 @@ func (r *Reader) Read(resp *http.Response) ([]byte, error) {
 		return nil, fmt.Errorf("%w: Content-Length %d is over %d bytes", ErrResponseTooLarge, resp.ContentLength, limit)
 	}
 	var held int64
-	defer func() { r.buffered.Add(-held) }()
+	defer func() {
+		if held != 0 {
+			r.buffered.Add(-held)
+		}
+	}()
 	take := func(n int64) error {
 		total := r.MaxBuffered
 		if total <= 0 {
@@ -97,9 +101,13 @@ func (r *Reader) Read(resp *http.Response) ([]byte, error) {
 		return nil
 	}
 	const chunk = 512 // as io.ReadAll: small answers stay small; the buffer doubles
+	// A declared length sizes the first buffer (+1 sees a body longer than
+	// declared), up to firstMax: the server's word is not memory to take
+	// before any byte came; a longer body grows the buffer as it arrives.
+	const firstMax = 64 << 10
 	size := int64(chunk)
 	if resp.ContentLength >= 0 {
-		size = resp.ContentLength + 1 // +1 sees a body longer than declared
+		size = min(resp.ContentLength+1, firstMax)
 	}
 	if err := take(size); err != nil {
 		return nil, err
@@ -162,6 +170,10 @@ type Answer struct {
 type buffered struct{ bytes.Reader }
 
 func (*buffered) Close() error { return nil }
+
+// BodyOf returns b as a request or response body, in one allocation:
+// what a request's GetBody gives each attempt.
+func BodyOf(b []byte) io.ReadCloser { return &buffered{Reader: *bytes.NewReader(b)} }
 
 // Exchange is one attempt. The zero value is not usable: Clock is
 // required.
