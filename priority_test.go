@@ -234,7 +234,7 @@ func TestPriorityBulkKeepsItsShareWhenAPauseEnds(t *testing.T) {
 		req("POST", "/channels/72000/messages", `{"content":"warm"}`),
 		req("POST", "/channels/72001/messages", `{"content":"warm"}`),
 	}, 30*time.Second) // both buckets known: no pioneer goes first
-	h.srv.InjectGlobalLimit(300 * time.Millisecond)
+	h.srv.InjectGlobalLimit(time.Second)
 	var log answerLog // 0: the bulk message
 	log.await(t, h.lim.Send(sluice.WithPriority(context.Background(), sluice.PriorityBulk),
 		req("POST", "/channels/72001/messages", `{"content":"bulk"}`)), 0)
@@ -244,6 +244,10 @@ func TestPriorityBulkKeepsItsShareWhenAPauseEnds(t *testing.T) {
 		log.await(t, h.lim.Send(sluice.WithPriority(context.Background(), sluice.PriorityInteractive),
 			req("POST", "/channels/72000/messages", fmt.Sprintf(`{"content":"interactive %d"}`, i))), 1+i)
 	}
+	log.mu.Lock()
+	answered := len(log.answers)
+	log.mu.Unlock()
+	require.Zero(t, answered, "every message queued behind the pause (else the burst this test is about did not happen)")
 	order := log.order()
 	h.srv.AssertNoViolations(t)
 	ahead := slices.Index(order, 0)

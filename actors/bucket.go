@@ -186,31 +186,49 @@ func (b *bucket) recoverCrash(ctx actor.Context) {
 		}
 		c.Complete(nil, fmt.Errorf("%w while handling %s", ErrActorCrashed, c.Route.Redacted()))
 	}
-	if c := b.dispatching; c != nil {
-		// Popped for the wire and not handed to a worker: nothing else
-		// will answer it, and it was not sent.
+	// A panic in dispatch is the dispatched call's: popped for the wire and
+	// not handed to a worker, nothing else will answer it, and it was not
+	// sent. The message's own call was handled by then (queued, answered,
+	// or on the wire, where its worker answers it): it stays as it is.
+	dispatched := b.dispatching
+	if c := dispatched; c != nil {
 		b.dispatching = nil
-		if conn := c.claim; conn != nil {
-			c.claim = nil
-			conn.Unclaim()
-		}
-		if c.lane != nil {
-			b.release(ctx, c, now, ratelimit.Headers{}, ratelimit.ChargeNone)
-		} else {
-			// Not counted in its lane yet: what try took for it.
-			b.sys.groups.cancel(c, now)
-			b.releaseGlobal(ctx, c, now, true)
-		}
-		fail(c)
+		b.notSent(ctx, c, now, fmt.Errorf("%w while handling %s", ErrActorCrashed, c.Route.Redacted()))
 	}
 	switch m := m.(type) {
 	case *enqueueMsg:
-		fail(m.call)
+		if dispatched == nil {
+			fail(m.call)
+		}
 	case *resultMsg:
-		fail(m.call)
+		if dispatched == nil {
+			fail(m.call)
+		}
 	case *grantMsg:
 		b.wanting = false
+		if b.probe { // the handler's end, which abandons an unused probe, was not reached
+			b.probe = false
+			ctx.Send(b.sys.sup, &probeDoneMsg{abandoned: true})
+		}
 	}
+}
+
+// notSent ends c's attempt, which never reached a worker, and answers it
+// with err: what try and dispatch took for it is given back (its lane's
+// slot as not counted, once c.lane is set; its declared place and global
+// slot before), and the ban breaker's probe it carried is abandoned.
+func (b *bucket) notSent(ctx actor.Context, c *Call, now time.Time, err error) {
+	if c.lane != nil {
+		b.release(ctx, c, now, ratelimit.Headers{}, ratelimit.ChargeNone)
+	} else {
+		b.sys.groups.cancel(c, now)
+		b.releaseGlobal(ctx, c, now, true)
+	}
+	if c.probe {
+		c.probe = false
+		ctx.Send(b.sys.sup, &probeDoneMsg{abandoned: true})
+	}
+	c.Complete(nil, err)
 }
 
 // dispatchPoint is what crashHook sees in dispatch: c popped from its
@@ -606,7 +624,7 @@ func (b *bucket) try(ctx actor.Context, l *lane, c *Call, g *gate, now time.Time
 		}
 		return false, true, 0
 	}
-	b.dispatch(ctx, l, c, g.pick(), global, now)
+	b.dispatch(ctx, l, c, g, global, now)
 	return true, false, 0
 }
 
@@ -783,8 +801,8 @@ func (b *bucket) cancelGrants() {
 // set) and answers it. What is taken and what release gives back are side
 // by side: the lane's slot, its running counts and c.lane (with c.sentAt);
 // a pioneer's count and c.pioneer; each hold and its entry in c.holds.
-func (b *bucket) dispatch(ctx actor.Context, l *lane, c *Call, conn *transport.Conn, global bool, now time.Time) {
-	b.dispatching, c.claim, c.global = c, conn, global
+func (b *bucket) dispatch(ctx actor.Context, l *lane, c *Call, g *gate, global bool, now time.Time) {
+	b.dispatching, c.global = c, global
 	l.pop()
 	if h := b.sys.crashHook; h != nil {
 		h(dispatchPoint{call: c})
@@ -839,11 +857,11 @@ func (b *bucket) dispatch(ctx actor.Context, l *lane, c *Call, conn *transport.C
 			sr.Groups, sr.GroupID, sr.GroupClass = sh.groups, sh.id, int8(c.Class)
 		}
 	}
-	b.dispatching, c.claim = nil, nil // the worker's now
+	conn := g.pick()    // claimed here, ended by the worker or just below
+	b.dispatching = nil // the worker's now
 	if !b.sys.goWork(job{conn: conn, call: c, bucket: self, sr: sr}) {
 		conn.Unclaim()
-		b.release(ctx, c, now, ratelimit.Headers{}, ratelimit.ChargeNone)
-		c.Complete(nil, ErrClosed)
+		b.notSent(ctx, c, now, ErrClosed)
 	}
 }
 

@@ -11,7 +11,6 @@ import (
 
 	"github.com/sluicehq/sluice/internal/admission"
 	"github.com/sluicehq/sluice/routes"
-	"github.com/sluicehq/sluice/transport"
 )
 
 // Call is one submitted request and its single outcome. The public API
@@ -53,24 +52,23 @@ type Call struct {
 	Class admission.Class
 
 	// Owned by the bucket actor that holds the call.
-	attempts    int             // 429 retries so far
-	errAttempts int             // retries after a 5xx or a lost connection
-	notBefore   time.Time       // a retry waits until then
-	sentAt      time.Time       // when the current attempt was handed to the wire
-	queuedAt    time.Time       // when it last joined its bucket's queue
-	readyAt     time.Time       // when its bucket would have sent it but admission held it
-	lane        *lane           // the bucket that admitted the current attempt (nil: not on the wire)
-	holds       []*lane         // known buckets holding a slot for this pioneer (see lane.go)
-	claim       *transport.Conn // the connection dispatch claimed for it, until a worker has it (bucket.dispatching)
-	window      Window          // the global window it counts on (set by System.classify)
-	global      bool            // the attempt holds a slot of its window
-	pioneer     bool            // the attempt is a pioneer: its bucket's limit was unknown
-	first       bool            // a first pioneer: its template had never been answered
-	probe       bool            // the attempt is the ban breaker's probe
-	authProbe   atomic.Bool     // the call checks a rejected token again (authLatch)
-	withToken   bool            // sent with the configured token (set by System.classify)
-	sealed      [2]string       // the Authorization and User-Agent values System.seal gives Req
-	span        trace.Span      // nil without a TracerProvider; set before submission
+	attempts    int         // 429 retries so far
+	errAttempts int         // retries after a 5xx or a lost connection
+	notBefore   time.Time   // a retry waits until then
+	sentAt      time.Time   // when the current attempt was handed to the wire
+	queuedAt    time.Time   // when it last joined its bucket's queue
+	readyAt     time.Time   // when its bucket would have sent it but admission held it
+	lane        *lane       // the bucket that admitted the current attempt (nil: not on the wire)
+	holds       []*lane     // known buckets holding a slot for this pioneer (see lane.go)
+	window      Window      // the global window it counts on (set by System.classify)
+	global      bool        // the attempt holds a slot of its window
+	pioneer     bool        // the attempt is a pioneer: its bucket's limit was unknown
+	first       bool        // a first pioneer: its template had never been answered
+	probe       bool        // the attempt is the ban breaker's probe
+	authProbe   atomic.Bool // the call checks a rejected token again (authLatch)
+	withToken   bool        // sent with the configured token (set by System.classify)
+	sealed      [2]string   // the Authorization and User-Agent values System.seal gives Req
+	span        trace.Span  // nil without a TracerProvider; set before submission
 
 	// due is when its bucket and declared groups would let it go, in Unix
 	// nanoseconds of the limiter's clock, as its bucket actor last

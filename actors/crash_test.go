@@ -175,7 +175,7 @@ func TestCrashWhileDispatchingAnswersTheCall(t *testing.T) {
 			counts := wait(calls)
 			t.Logf("90 requests, a panic at every 10th dispatch (%d panics): %v", panics.Load(), counts)
 			require.NotZero(t, panics.Load())
-			assert.GreaterOrEqual(t, counts["crashed"], int(panics.Load()), "each call being dispatched at a panic is answered")
+			assert.Equal(t, int(panics.Load()), counts["crashed"], "the call being dispatched at a panic is answered, and no other")
 			assert.Equal(t, 90, counts["crashed"]+counts["ok"], "every other request completes")
 
 			on.Store(false)
@@ -186,6 +186,7 @@ func TestCrashWhileDispatchingAnswersTheCall(t *testing.T) {
 			assert.Equal(t, map[string]int{"ok": 30}, wait(calls), "the buckets go on, none short of a slot")
 			assert.Zero(t, sys.Load().Running, "no request counted on the wire")
 			assert.Zero(t, global.Count(sys.Now().Add(2*time.Second)), "no global slot held once its window is over")
+			assert.Empty(t, sys.groups.snapshot(sys.Now().Add(2*time.Second)), "no declared place held once its window is over")
 			assert.Empty(t, srv.Stats().Violations(), "restarted actors keep their limits")
 		})
 	}

@@ -53,9 +53,9 @@ type lane struct {
 	serial       bool
 	sharedNotify bool            // see sharedUntil
 	sharedLocal  bool            // see sharedUntil
-	lowest       admission.Class // see queue
+	lowest       admission.Class // see promoted
 	running      int32           // requests of the lane on the wire
-	share        admission.Share // see queue
+	share        admission.Share // see promoted
 
 	state   ratelimit.Bucket
 	machine *fsm.Bucket

@@ -104,7 +104,7 @@ func FuzzQueue(f *testing.F) {
 					case c < hi:
 						run = 0 // the share
 					case lo < c:
-						if run++; run > admission.ShareEvery-1 && !now.Before(keepsUntil) {
+						if run++; run > admission.ShareEvery-1 && now.After(keepsUntil) {
 							t.Fatalf("%d slots in a row to %v while %v waited", run, c, lo)
 						}
 					default:
