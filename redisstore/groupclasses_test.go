@@ -303,3 +303,49 @@ func TestGroupReleaseKeepsTheTTL(t *testing.T) {
 	s := r.reserve(3, 0)
 	assert.Equal(t, time.Duration(0), s.Start.Sub(r.clock.now()), "the released place goes to the next")
 }
+
+// A window whose count is lost (D:c evicted) is taken as full, never as
+// free: a release there decrements nothing (it would make the count again,
+// below the truth and without a TTL), and the next requests go to a new
+// window rather than over the lost one's count.
+func TestGroupLostCountIsFull(t *testing.T) {
+	srv := redistest.Start(t)
+	r := newGroupRig(t, srv, "lost-count", time.Unix(1_700_000_000, 0), 2, time.Second)
+	r.reserve(1, 0)
+	r.reserve(2, 0)
+	ctx := context.Background()
+	D := r.s.ns + ":d:" + r.g[0].Key
+	require.NoError(t, r.s.rdb.Del(ctx, D+":c").Err())
+	r.release(1)
+	n, err := r.s.rdb.Exists(ctx, D+":c").Result()
+	require.NoError(t, err)
+	if n > 0 {
+		ttl, err := r.s.rdb.PTTL(ctx, D+":c").Result()
+		require.NoError(t, err)
+		assert.Positive(t, ttl, "a count made again expires")
+	}
+	for id := 3; id <= 5; id++ {
+		s := r.reserve(id, 0)
+		assert.Positive(t, s.Start.Sub(r.clock.now()), "request %d goes to a later window than the one whose count is lost", id)
+	}
+}
+
+// A reservation record that cannot be read (damaged) is forgotten, not a
+// script error that sends the store to its fallback: the request reserves
+// again, and a release drops the record.
+func TestGroupDamagedRecordIsForgotten(t *testing.T) {
+	srv := redistest.Start(t)
+	r := newGroupRig(t, srv, "damaged", time.Unix(1_700_000_000, 0), 2, time.Second)
+	r.reserve(1, 0)
+	ctx := context.Background()
+	D := r.s.ns + ":d:" + r.g[0].Key
+	id := r.s.groupID("1")
+	require.NoError(t, r.s.rdb.HSet(ctx, D+":r", id, "garbage").Err())
+	r.reserve(1, 0) // no error: reserved again
+	assert.Equal(t, Shared, r.s.Mode(), "the store stays on Redis")
+	require.NoError(t, r.s.rdb.HSet(ctx, D+":r", id, "garbage").Err())
+	r.release(1)
+	n, err := r.s.rdb.HExists(ctx, D+":r", id).Result()
+	require.NoError(t, err)
+	assert.False(t, n, "the damaged record is dropped")
+}

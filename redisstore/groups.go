@@ -176,12 +176,13 @@ end
 -- member of D:o that is no window, or a full one, is dropped; a window
 -- with room missing from D:o (evicted) is not found, and the next
 -- reservation opens a window at the end: later than it could, never over
--- a window's count.
+-- a window's count. A window whose count is lost (D:c evicted: a window
+-- is opened with its count, in one script) is full.
 local function gopen(D, n)
   while true do
     local o = redis.call('ZRANGE', D .. ':o', 0, 0)[1]
     if not o then return nil end
-    if redis.call('ZSCORE', D .. ':w', o) and tonumber(redis.call('HGET', D .. ':c', o) or '0') < n then return o end
+    if redis.call('ZSCORE', D .. ':w', o) and tonumber(redis.call('HGET', D .. ':c', o) or n) < n then return o end
     redis.call('ZREM', D .. ':o', o)
   end
 end
@@ -262,7 +263,7 @@ local function gcascade(D, n, per, now, v, i, wins)
   v.mv = v.mv + 1
   while i <= #wins do
     local s = tonumber(wins[i])
-    if tonumber(redis.call('HGET', D .. ':c', wins[i]) or '0') < n then
+    if tonumber(redis.call('HGET', D .. ':c', wins[i]) or n) < n then -- a lost count is full (gopen)
       gcount(D, n, wins[i], 1)
       gmove(D, v, s)
       return
@@ -328,8 +329,15 @@ local function greserve(D, n, per, ttl, id, now, c)
   local R = D .. ':r'
   local rec = redis.call('HGET', R, id)
   local seq, moves = 0, 0
+  local start, sq, lease, rc, mv
+  if rec then start, sq, lease, rc, mv = gparse(rec) end
+  if rec and not (start and sq and lease) then
+    -- Unreadable (damaged): as if there were none. Its window's count,
+    -- if it holds it, stays charged: later, never over.
+    redis.call('HDEL', R, id)
+    rec = nil
+  end
   if rec then
-    local start, sq, lease, rc, mv = gparse(rec)
     if lease ~= '' or now < start + per then return start, sq, lease, rc, mv end
     gqrem(D, sq, id)
     seq, c, moves = sq, rc, mv
@@ -427,10 +435,14 @@ for j = 0, ng - 1 do
   local rec = redis.call('HGET', D .. ':r', id)
   if rec then
     local start, seq, lease = gparse(rec)
-    if lease == '' then
+    if not (start and seq and lease) then
+      redis.call('HDEL', D .. ':r', id) -- unreadable: its count stays charged
+    elseif lease == '' then
       redis.call('HDEL', D .. ':r', id)
       gqrem(D, seq, id)
-      if redis.call('ZSCORE', D .. ':w', S(start)) then
+      -- A lost count (D:c evicted) stays unknown, so full (gopen): no
+      -- decrement would make it again, without a TTL, below the truth.
+      if redis.call('ZSCORE', D .. ':w', S(start)) and redis.call('HEXISTS', D .. ':c', S(start)) == 1 then
         gcount(D, math.huge, S(start), -1)
         -- D:o may be new (no window had room): it lives as long as D:w
         local ttl = redis.call('PTTL', D .. ':w')
