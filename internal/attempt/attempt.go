@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/ratelimit"
+	"github.com/sluicehq/sluice/routes"
 )
 
 // ErrResponseTooLarge is returned (wrapped) when a response body exceeds
@@ -236,7 +237,11 @@ func (x *Exchange) Do(ctx context.Context, rt http.RoundTripper, sealed *http.Re
 
 // Resolve returns the URL a request for u is sent to on base. A relative
 // path is put below the base path, unless it already starts with it
-// ("/api/v10/…"). An absolute URL on the base's host keeps its path; one
+// ("/api/v10/…"), or starts with Discord's own "/api" (any version, in any
+// case, as routes.Parse reads it: "/api/v9/…", "/API/V10/…"): that one goes
+// below the base's mount point as an absolute Discord URL does, its prefix
+// in lower case and with the base's version if it names none, so it is
+// sent where it is counted. An absolute URL on the base's host keeps its path; one
 // on another host (Discord's: https://discord.com/api/v9/…) keeps its path
 // below the base's mount point (MountPath), so a base of
 // https://proxy/discord/api/v10 sends it to https://proxy/discord/api/v9/….
@@ -247,10 +252,14 @@ func Resolve(base, u *url.URL) (*url.URL, error) {
 	escaped := u.EscapedPath()
 	switch bp := base.EscapedPath(); {
 	case u.Host == "":
-		if bp != "" && bp != "/" && (escaped == bp || strings.HasPrefix(escaped, strings.TrimSuffix(bp, "/")+"/")) {
-			bp = ""
+		switch {
+		case bp != "" && bp != "/" && (escaped == bp || strings.HasPrefix(escaped, strings.TrimSuffix(bp, "/")+"/")):
+			// already below the base
+		case apiRooted(escaped):
+			escaped = joinPath(MountPath(bp), apiPath(escaped, routes.BaseVersion(bp)))
+		default:
+			escaped = joinPath(bp, escaped)
 		}
-		escaped = joinPath(bp, escaped)
 	case !strings.EqualFold(u.Host, base.Host):
 		escaped = joinPath(MountPath(bp), escaped)
 	}
@@ -261,6 +270,32 @@ func Resolve(base, u *url.URL) (*url.URL, error) {
 	out.Path, out.RawPath = p, escaped
 	out.RawQuery = u.RawQuery
 	return &out, nil
+}
+
+// apiRooted reports whether the escaped path p starts with the segment
+// "api", in any case.
+func apiRooted(p string) bool {
+	return len(p) >= 4 && strings.EqualFold(p[:4], "/api") && (len(p) == 4 || p[4] == '/')
+}
+
+// apiPath is p, an apiRooted path, with its "/api" and the version after
+// it in lower case (routes.BaseVersion tells a version), or with version
+// def after "/api" if it names none and def is not "".
+func apiPath(p, def string) string {
+	rest := p[4:] // "" or "/…"
+	if len(rest) > 1 {
+		seg, tail, cut := strings.Cut(rest[1:], "/")
+		if v := routes.BaseVersion("/" + seg); v != "" {
+			if cut {
+				return "/api/" + v + "/" + tail
+			}
+			return "/api/" + v
+		}
+	}
+	if def != "" {
+		return "/api/" + def + rest
+	}
+	return "/api" + rest
 }
 
 // MountPath is the part of a base path before Discord's own ("/api" and

@@ -49,6 +49,15 @@ func TestResolve(t *testing.T) {
 		{"https://proxy.local/discord/api/v10", "/guilds/1?with_counts=true", "https://proxy.local/discord/api/v10/guilds/1?with_counts=true"},
 		{"https://discord.com/api/v10", "/channels/1/messages/2/reactions/a%2Fb/@me", "https://discord.com/api/v10/channels/1/messages/2/reactions/a%2Fb/@me"},
 		{"https://discord.com", "/api/v10/channels/1", "https://discord.com/api/v10/channels/1"},
+		// Discord's own prefix with another version, or in capitals, is
+		// sent where routes.Parse counts it: below the mount point.
+		{"https://discord.com/api/v10", "/api/v9/users/@me", "https://discord.com/api/v9/users/@me"},
+		{"https://discord.com/api/v10", "/API/V10/users/@me", "https://discord.com/api/v10/users/@me"},
+		{"https://discord.com/api/v10", "/Api/users/@me", "https://discord.com/api/v10/users/@me"},
+		{"https://discord.com", "/api/users/@me", "https://discord.com/api/users/@me"},
+		{"https://proxy.local/discord/api/v10", "/api/v9/users/@me", "https://proxy.local/discord/api/v9/users/@me"},
+		{"https://proxy.local/discord/api/v10", "/discord/api/v10/users/@me", "https://proxy.local/discord/api/v10/users/@me"},
+		{"https://discord.com/api/v10", "/apis/1", "https://discord.com/api/v10/apis/1"},
 	} {
 		base, err := url.Parse(c.base)
 		require.NoError(t, err)
