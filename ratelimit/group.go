@@ -439,11 +439,9 @@ func (g *Group) Held(now time.Time) int {
 func (g *Group) Waiting() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	n := 0
-	for _, r := range g.out {
-		if !r.taken {
-			n++
-		}
+	n := g.strays // O(windows): every waiting reservation is in a window's line or a stray
+	for i := range g.wins {
+		n += g.wins[i].waiting()
 	}
 	return n
 }
