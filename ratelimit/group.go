@@ -439,7 +439,13 @@ func (g *Group) Held(now time.Time) int {
 func (g *Group) Waiting() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	n := g.strays // O(windows): every waiting reservation is in a window's line or a stray
+	return g.waiting()
+}
+
+// waiting is Waiting, g.mu held: O(windows), since every waiting
+// reservation is in a window's line or a stray.
+func (g *Group) waiting() int {
+	n := g.strays
 	for i := range g.wins {
 		n += g.wins[i].waiting()
 	}

@@ -426,7 +426,7 @@ func checkGroupIndex(t *testing.T, g *Group, what string) {
 	}
 	require.Equal(t, strays, g.strays, "%s: strays", what)
 	require.Len(t, inLine, len(g.out)-countTaken(g)-strays, "%s: a reservation in line is not in out", what)
-	require.Equal(t, len(g.out)-countTaken(g), g.Waiting(), "%s: Waiting", what)
+	require.Equal(t, len(g.out)-countTaken(g), g.waiting(), "%s: Waiting", what)
 	for _, r := range g.out {
 		if r.taken || !inLine[r] {
 			continue
