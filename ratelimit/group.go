@@ -83,7 +83,8 @@ type Group struct {
 	per   time.Duration
 	guard *SlidingWindow
 	// rtt is the longest recent round trip (send to answer), decaying by
-	// an eighth per answer: the chain's windows are spaced per+rtt.
+	// an eighth per answer, in whole milliseconds (as a shared store's
+	// scripts count it): the chain's windows are spaced per+rtt.
 	rtt  time.Duration
 	wins []groupWindow // the schedule, oldest first; none is over
 	out  map[uint64]*reservation
@@ -209,7 +210,7 @@ type Slot struct {
 	// is expected to go before End.
 	Start, End time.Time
 	// Position is the number of the group's requests scheduled ahead of
-	// this one (0: the next to go).
+	// this one (0: the next to go, or one on its way).
 	Position int
 }
 
@@ -339,7 +340,7 @@ func (g *Group) Settle(now, sentAt time.Time, id uint64) {
 	g.forget(id, r)
 	g.guard.Settle(now)
 	if d := now.Sub(sentAt); d > 0 {
-		g.rtt = max(d, g.rtt-g.rtt/8)
+		g.rtt = max(d, g.rtt-(g.rtt/8).Truncate(time.Millisecond))
 	}
 }
 
@@ -397,10 +398,16 @@ func (g *Group) Estimate(now time.Time, id uint64) (Slot, bool) {
 // a request of the group although the schedule let it go: the limit is
 // stricter than declared, or someone else spends it). The waiting requests
 // are scheduled again from until, in their order (by window, and within
-// one by class, then arrival).
+// one by class, then arrival). A window from until on keeps counting the
+// requests taken in it (one opened as until came); the others' windows
+// are gone, and such a request, cancelled, waits as a stray. A block that
+// ends no later than the current one changes nothing.
 func (g *Group) Block(until time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if !until.After(g.guard.blockEnd()) {
+		return
+	}
 	g.guard.Block(until)
 	waiting := make([]*reservation, 0, len(g.out))
 	for _, r := range g.out {
@@ -409,8 +416,15 @@ func (g *Group) Block(until time.Time) {
 		}
 	}
 	sortReservations(waiting)
-	clear(g.wins)
-	g.wins = g.wins[:0]
+	kept := 0
+	for _, w := range g.wins {
+		if taken := w.n - w.waiting(); taken > 0 && !w.start.Before(until) {
+			g.wins[kept] = groupWindow{start: w.start, n: taken}
+			kept++
+		}
+	}
+	clear(g.wins[kept:])
+	g.wins = g.wins[:kept]
 	g.aged = [classHighest - classLowest + 1]time.Time{}
 	g.strays = 0
 	for _, r := range waiting {
@@ -606,10 +620,13 @@ func (g *Group) drop(now time.Time) {
 
 // slot describes r; the position counts the reservations ahead of it:
 // the strays, those waiting in earlier windows, and those ahead in its
-// own.
+// own; none for a request on its way (taken).
 func (g *Group) slot(r *reservation) Slot {
+	if r.taken {
+		return Slot{Start: r.start, End: r.start.Add(g.per)} // on its way: no one is ahead
+	}
 	pos := g.strays
-	if !r.taken && g.window(r.start) < 0 {
+	if g.window(r.start) < 0 {
 		pos-- // r is a stray itself (a taken one that Block left without a window, then cancelled)
 	}
 	for i := range g.wins {

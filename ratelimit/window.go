@@ -161,6 +161,13 @@ func (w *SlidingWindow) Block(until time.Time) {
 	w.blockedUntil = later(w.blockedUntil, until)
 }
 
+// blockEnd returns when the block ends (zero: never blocked).
+func (w *SlidingWindow) blockEnd() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.blockedUntil
+}
+
 // Wait returns how long from now until Reserve would succeed, 0 if it would
 // succeed now (see Reserve for the in-flight case). It reserves nothing.
 func (w *SlidingWindow) Wait(now time.Time) time.Duration {

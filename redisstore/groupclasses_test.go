@@ -3,7 +3,9 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -57,6 +59,44 @@ gblock(gkey(KEYS[1], ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(AR
 return 0
 `)
 
+// groupTakeLua takes a request's slot in one group if it may go (the
+// reserve script's groups: gready, gtake): ARGV 1 the group's key, 2 its
+// count, 3 its window (ms), 4 the lease ttl (ms), 5 the request's id, 6
+// the lease. Returns 1 if it went.
+var groupTakeLua = redis.NewScript(fakeClockLua + groupLua + `
+local D, ttl, now = gkey(KEYS[1], ARGV[1]), tonumber(ARGV[4]), clockNow()
+local g, w = gready(D, tonumber(ARGV[2]), tonumber(ARGV[3]), ttl, ARGV[5], now, 0)
+if w > 0 then return 0 end
+gtake(g, ARGV[5], ARGV[6], now, ttl)
+return 1
+`)
+
+// groupAnswerLua answers a taken request in one group (the report
+// script's groups: ganswer): ARGV 1 the group's key, 2 its window (ms), 3
+// the lease ttl (ms), 4 the request's id, 5 the lease, 6 counted (0/1), 7
+// the round trip (ms).
+var groupAnswerLua = redis.NewScript(fakeClockLua + groupLua + `
+ganswer(gkey(KEYS[1], ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5], clockNow(), ARGV[6] == '1', tonumber(ARGV[7]))
+return 0
+`)
+
+// take takes request id's slot if it may go, and reports whether it went.
+func (r *groupRig) take(id int) bool {
+	g := r.g[0]
+	n, err := groupTakeLua.Run(context.Background(), r.s.rdb, []string{r.s.ns},
+		g.Key, g.Count, ms(g.Window), ms(r.s.cfg.LeaseTTL), r.s.groupID(strconv.Itoa(id)), "lease-"+strconv.Itoa(id)).Int()
+	require.NoError(r.t, err)
+	return n == 1
+}
+
+// answer answers request id, taken: counted (sent, its round trip rtt)
+// or not (never sent).
+func (r *groupRig) answer(id int, counted bool, rtt time.Duration) {
+	g := r.g[0]
+	require.NoError(r.t, groupAnswerLua.Run(context.Background(), r.s.rdb, []string{r.s.ns},
+		g.Key, ms(g.Window), ms(r.s.cfg.LeaseTTL), r.s.groupID(strconv.Itoa(id)), "lease-"+strconv.Itoa(id), b2i(counted), ms(rtt)).Err())
+}
+
 func (r *groupRig) block(until time.Time) {
 	g := r.g[0]
 	require.NoError(r.t, groupBlockLua.Run(context.Background(), r.s.rdb, []string{r.s.ns},
@@ -71,31 +111,53 @@ func TestGroupsRedis(t *testing.T) {
 	for i, c := range conformance.Groups {
 		t.Run(c.Name, func(t *testing.T) {
 			r := newGroupRig(t, srv, "groups-"+strconv.Itoa(i), start, c.Count, conformance.GroupWindow)
-			for _, s := range c.Steps {
-				if s.Release {
-					r.release(s.ID)
-				} else {
+			now := start
+			taken := map[int]time.Time{}
+			for j, s := range c.Steps {
+				switch s.Op {
+				case conformance.Reserve:
 					r.reserve(s.ID, s.Class)
+				case conformance.Release:
+					r.release(s.ID)
+				case conformance.Take:
+					require.Equal(t, s.OK, r.take(s.ID), "step %d: take %d", j, s.ID)
+					taken[s.ID] = now
+				case conformance.Cancel:
+					r.answer(s.ID, false, 0)
+				case conformance.Settle:
+					r.answer(s.ID, true, now.Sub(taken[s.ID]))
+				case conformance.Block:
+					r.block(start.Add(s.At))
+				case conformance.Move:
+					now = start.Add(s.At)
+					r.clock.set(now)
 				}
+			}
+			for _, id := range c.IDs() {
+				s, ok := r.estimate(id)
+				require.True(t, ok, "request %d", id)
+				assert.Equal(t, c.Want[id], conformance.PlaceAt(s.Start.Sub(start), s.Position), "request %d", id)
+				assert.Equal(t, conformance.GroupWindow, s.End.Sub(s.Start), "request %d", id)
+			}
+			for _, id := range c.Gone() {
+				_, ok := r.estimate(id)
+				assert.False(t, ok, "request %d has no reservation", id)
 			}
 			states, err := r.s.GroupStates(context.Background(), r.g)
 			require.NoError(t, err)
-			require.Equal(t, len(c.Want), states[0].Waiting, "waiting requests")
-			for id, want := range c.Want {
-				s, ok := r.estimate(id)
-				require.True(t, ok, "request %d", id)
-				assert.Equal(t, want, conformance.GroupPlace{Window: int(s.Start.Sub(start) / conformance.GroupWindow), Position: s.Position}, "request %d", id)
-				assert.Equal(t, time.Duration(want.Window)*conformance.GroupWindow, s.Start.Sub(start), "request %d", id)
-			}
+			assert.Equal(t, c.Waiting(), states[0].Waiting, "waiting requests")
 		})
 	}
 }
 
 // The Lua scripts and ratelimit.Group, side by side on random loads of
-// reservations of random classes, releases, blocks and the clock moving
-// on a window or two (windows end, and their requests, missed, are placed
-// again when next asked about, ahead of the others meanwhile): every
-// waiting request has the same window and position in both.
+// reservations of random classes, releases, takes (which must go in both
+// or in neither), cancels, answers after a round trip of up to two
+// windows, blocks (some ending no later than the last, some now) and the
+// clock moving on a window or two (windows end, and their requests,
+// missed, are placed again when next asked about, ahead of the others
+// meanwhile): every request with a reservation has the same window and
+// position in both, and as many wait.
 func TestGroupClassesRedisMatchesGroup(t *testing.T) {
 	srv := redistest.Start(t)
 	start := time.Unix(1_700_000_000, 0)
@@ -105,10 +167,11 @@ func TestGroupClassesRedisMatchesGroup(t *testing.T) {
 		n := 1 + rng.IntN(3)
 		r := newGroupRig(t, srv, "classes-"+strconv.FormatUint(seed, 10), start, n, window)
 		g := ratelimit.NewGroup(n, window)
-		var live []int
-		blocked, now := start, start
+		var live []int               // waiting
+		taken := map[int]time.Time{} // on their way, since
+		now := start
 		for step, id := 0, 1; step < 80; step++ {
-			switch k := rng.IntN(10); {
+			switch k := rng.IntN(13); {
 			case k == 3:
 				now = now.Add(time.Duration(1+rng.IntN(2)) * window) // 16 s at most: within the lease TTL (40 s)
 				r.clock.set(now)
@@ -118,9 +181,28 @@ func TestGroupClassesRedisMatchesGroup(t *testing.T) {
 				r.release(live[i])
 				live = append(live[:i], live[i+1:]...)
 			case k == 2:
-				blocked = blocked.Add(time.Duration(1+rng.IntN(3)) * window)
-				g.Block(blocked)
-				r.block(blocked)
+				until := now.Add(time.Duration(rng.IntN(4)) * window)
+				g.Block(until)
+				r.block(until)
+			case k == 10 && len(live) > 0:
+				i := rng.IntN(len(live))
+				ok, _ := g.Take(now, uint64(live[i]))
+				require.Equal(t, ok, r.take(live[i]), "seed %d, step %d: take %d", seed, step, live[i])
+				if ok {
+					taken[live[i]] = now
+					live = append(live[:i], live[i+1:]...)
+				}
+			case k >= 11 && len(taken) > 0:
+				x := slices.Sorted(maps.Keys(taken))[rng.IntN(len(taken))]
+				if k == 11 {
+					g.Cancel(now, uint64(x))
+					r.answer(x, false, 0)
+					live = append(live, x)
+				} else {
+					g.Settle(now, taken[x], uint64(x))
+					r.answer(x, true, now.Sub(taken[x]))
+				}
+				delete(taken, x)
 			default:
 				class := int8(rng.IntN(3)) - 1
 				if rng.IntN(2) == 0 {
@@ -134,7 +216,10 @@ func TestGroupClassesRedisMatchesGroup(t *testing.T) {
 			if step%4 != 3 {
 				continue
 			}
-			for _, x := range live {
+			states, err := r.s.GroupStates(context.Background(), r.g)
+			require.NoError(t, err)
+			require.Equal(t, g.Waiting(), states[0].Waiting, "seed %d, step %d: waiting", seed, step)
+			for _, x := range append(slices.Sorted(maps.Keys(taken)), live...) {
 				want, ok := g.Estimate(now, uint64(x))
 				require.True(t, ok)
 				got, found := r.estimate(x)

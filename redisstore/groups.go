@@ -350,9 +350,61 @@ local function greserve(D, n, per, ttl, id, now, c)
   gqadd(D, start, seq, id, c)
   return start, seq, '', c, moves
 end
+-- gready returns id's reservation in group D, reserved as greserve does
+-- (a reservation taken by an attempt whose answer is not reported yet is
+-- dropped: this attempt needs a place of its own), as the table gtake
+-- reads, and how long until the request may go (0: now): its window's
+-- start, or when the guard has a slot.
+local function gready(D, n, per, ttl, id, now, c)
+  local start, seq, lease, rc, mv = greserve(D, n, per, ttl, id, now, c)
+  if lease ~= '' then
+    redis.call('HDEL', D .. ':r', id)
+    start, seq, lease, rc, mv = greserve(D, n, per, ttl, id, now, c)
+  end
+  return {D, seq, start, per, rc, mv}, math.max(start - now, gguard(D, n, per, now))
+end
+-- gtake takes the slot of the reservation g (gready's) for id under lease:
+-- out of line, its record names the lease, and the guard holds its slot
+-- while it lives (ttl).
+local function gtake(g, id, lease, now, ttl)
+  local D, seq, start, per = g[1], g[2], g[3], g[4]
+  redis.call('HSET', D .. ':r', id, grec(start, seq, lease, g[5], g[6]))
+  gqrem(D, seq, id)
+  redis.call('ZADD', D .. ':g', now + ttl, lease)
+  gkeep(D, per, now, ttl)
+end
+-- ganswer ends the take of id under lease: counted (the request was
+-- sent), its slot is held one window after now and its reservation ends
+-- (its window keeps counting it), and rtt (ms, 0: unknown) joins the
+-- round trip the windows are spaced by; not counted (never sent, or
+-- refused before any limit counted it), the slot is given back and the
+-- reservation waits again in its place. A record that names another
+-- lease (an attempt after this one) is left as it is.
+local function ganswer(D, per, ttl, id, lease, now, counted, rtt)
+  local rec = redis.call('HGET', D .. ':r', id)
+  local start, seq, glease, c, mv = 0, 0, '', 0, 0
+  if rec then start, seq, glease, c, mv = gparse(rec) end
+  if counted then
+    redis.call('ZADD', D .. ':g', now + per, lease)
+    if glease == lease then redis.call('HDEL', D .. ':r', id) end
+    if rtt > 0 then
+      local old = tonumber(redis.call('HGET', D .. ':s', 'rtt') or '0')
+      redis.call('HSET', D .. ':s', 'rtt', math.max(rtt, old - math.floor(old / 8)))
+    end
+  else
+    redis.call('ZREM', D .. ':g', lease)
+    if glease == lease then
+      redis.call('HSET', D .. ':r', id, grec(start, seq, '', c, mv))
+      gqadd(D, start, seq, id, c)
+    end
+  end
+end
 -- gblock holds the group until untilT (a 429 met it) and schedules every
 -- waiting reservation again from then, in their order: by window, then
--- class, then arrival (ratelimit's Block).
+-- class, then arrival (ratelimit's Block). A window from untilT on keeps
+-- counting the reservations taken in it (its count less its waiting
+-- ones; all of it if the count is lost); the others' windows are gone. A
+-- block that ends no later than the current one changes nothing.
 local function gblock(D, n, per, untilT)
   local blk = tonumber(redis.call('HGET', D .. ':s', 'blk') or '0')
   if untilT <= blk then return end
@@ -377,8 +429,19 @@ local function gblock(D, n, per, untilT)
     if a.c ~= b.c then return a.c > b.c end
     return a.seq < b.seq
   end)
+  local inline = {}
+  for _, v in ipairs(waiting) do inline[v.s] = (inline[v.s] or 0) + 1 end
+  local kept = {}
+  for _, w in ipairs(redis.call('ZRANGEBYSCORE', D .. ':w', untilT, '+inf')) do
+    local taken = tonumber(redis.call('HGET', D .. ':c', w) or n) - (inline[tonumber(w)] or 0)
+    if taken > 0 then kept[#kept + 1] = {w, taken} end
+  end
   redis.call('DEL', D .. ':w', D .. ':c', D .. ':o', D .. ':b', D .. ':n', D .. ':i')
   redis.call('HDEL', D .. ':s', 'a-1', 'a0')
+  for _, k in ipairs(kept) do
+    redis.call('ZADD', D .. ':w', k[1], k[1])
+    gcount(D, n, k[1], math.min(k[2], n))
+  end
   for _, v in ipairs(waiting) do
     gmove(D, v, gfill(D, n, per, untilT))
   end

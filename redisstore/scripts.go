@@ -355,15 +355,8 @@ local gclassArg = tonumber(ARGV[26]) or 0
 for j = 0, ng - 1 do
   local D = gkey(P, ARGV[27 + 3 * j])
   local gn, gper = tonumber(ARGV[28 + 3 * j]), tonumber(ARGV[29 + 3 * j])
-  local gstart, gseq, glease, gc, gmv = greserve(D, gn, gper, ttl, gid, now, gclassArg)
-  if glease ~= '' then
-    -- taken by an attempt whose answer is not reported yet: this attempt
-    -- needs a place of its own
-    redis.call('HDEL', D .. ':r', gid)
-    gstart, gseq, glease, gc, gmv = greserve(D, gn, gper, ttl, gid, now, gclassArg)
-  end
-  groups[#groups + 1] = {D, gseq, gstart, gper, gc, gmv}
-  local gw = math.max(gstart - now, gguard(D, gn, gper, now))
+  local g, gw = gready(D, gn, gper, ttl, gid, now, gclassArg)
+  groups[#groups + 1] = g
   if gw > 0 then
     -- every group reserved in so far keeps its keys (a reservation made
     -- here would otherwise be in keys that never expire)
@@ -401,13 +394,7 @@ if fairQ then
   m[1], m[2], m[3], m[4] = m[1] + 1, now, now, false
   fairWrite(fairQ, fair, now)
 end
-for _, g in ipairs(groups) do
-  local D, gseq, gstart, gper = g[1], g[2], g[3], g[4]
-  redis.call('HSET', D .. ':r', gid, grec(gstart, gseq, lease, g[5], g[6]))
-  gqrem(D, gseq, gid)
-  redis.call('ZADD', D .. ':g', now + ttl, lease)
-  gkeep(D, gper, now, ttl)
-end
+for _, g in ipairs(groups) do gtake(g, gid, lease, now, ttl) end
 return {1, 0, '', hash, pioneer, key}
 end
 
@@ -537,27 +524,9 @@ local gid, ng = ARGV[22] or '', tonumber(ARGV[23] or '0')
 for j = 0, ng - 1 do
   local D = gkey(P, ARGV[28 + 3 * j])
   local gn, gper = tonumber(ARGV[29 + 3 * j]), tonumber(ARGV[30 + 3 * j])
-  local rec = redis.call('HGET', D .. ':r', gid)
-  local gstart, gseq, glease, gc, gmv = 0, 0, '', 0, 0
-  if rec then gstart, gseq, glease, gc, gmv = gparse(rec) end
-  if counted then
-    redis.call('ZADD', D .. ':g', now + gper, lease)
-    if glease == lease then
-      redis.call('HDEL', D .. ':r', gid)
-    end
-    if rtt > 0 then
-      local old = tonumber(redis.call('HGET', D .. ':s', 'rtt') or '0')
-      redis.call('HSET', D .. ':s', 'rtt', math.max(rtt, old - math.floor(old / 8)))
-    end
-    if pauseKind == 'serial' then
-      gblock(D, gn, gper, now + wait)
-    end
-  else
-    redis.call('ZREM', D .. ':g', lease)
-    if glease == lease then
-      redis.call('HSET', D .. ':r', gid, grec(gstart, gseq, '', gc, gmv))
-      gqadd(D, gstart, gseq, gid, gc)
-    end
+  ganswer(D, gper, ttl, gid, lease, now, counted, rtt)
+  if counted and pauseKind == 'serial' then
+    gblock(D, gn, gper, now + wait)
   end
   gkeep(D, gper, now, ttl)
 end

@@ -16,20 +16,40 @@ func TestGroupsGroup(t *testing.T) {
 	for _, c := range Groups {
 		t.Run(c.Name, func(t *testing.T) {
 			g := ratelimit.NewGroup(c.Count, GroupWindow)
-			for _, s := range c.Steps {
-				if s.Release {
-					g.Release(uint64(s.ID))
-				} else {
-					g.ReserveClass(start, uint64(s.ID), s.Class)
+			now := start
+			taken := map[int]time.Time{}
+			for i, s := range c.Steps {
+				id := uint64(s.ID)
+				switch s.Op {
+				case Reserve:
+					g.ReserveClass(now, id, s.Class)
+				case Release:
+					g.Release(id)
+				case Take:
+					ok, _ := g.Take(now, id)
+					require.Equal(t, s.OK, ok, "step %d: take %d", i, s.ID)
+					taken[s.ID] = now
+				case Cancel:
+					g.Cancel(now, id)
+				case Settle:
+					g.Settle(now, taken[s.ID], id)
+				case Block:
+					g.Block(start.Add(s.At))
+				case Move:
+					now = start.Add(s.At)
 				}
 			}
-			require.Equal(t, len(c.Want), g.Waiting(), "waiting requests")
-			for id, want := range c.Want {
-				s, ok := g.Estimate(start, uint64(id))
+			for _, id := range c.IDs() {
+				s, ok := g.Estimate(now, uint64(id))
 				require.True(t, ok, "request %d", id)
-				assert.Equal(t, GroupPlace{int(s.Start.Sub(start) / GroupWindow), s.Position}, want, "request %d", id)
-				assert.Equal(t, time.Duration(want.Window)*GroupWindow, s.Start.Sub(start), "request %d", id)
+				assert.Equal(t, c.Want[id], PlaceAt(s.Start.Sub(start), s.Position), "request %d", id)
+				assert.Equal(t, GroupWindow, s.End.Sub(s.Start), "request %d", id)
 			}
+			for _, id := range c.Gone() {
+				_, ok := g.Estimate(now, uint64(id))
+				assert.False(t, ok, "request %d has no reservation", id)
+			}
+			assert.Equal(t, c.Waiting(), g.Waiting(), "waiting requests")
 		})
 	}
 }
