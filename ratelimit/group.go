@@ -256,8 +256,8 @@ func (g *Group) ReserveClass(now time.Time, id uint64, class int8) Slot {
 
 // Ready reports whether request id may be sent at now, reserving its slot
 // if it has none, without taking it; otherwise wait is how long until it
-// may be: its window's start, or when the guard frees a slot (at least one
-// window while only requests in flight fill it: ask again then, when their
+// may be: the later of its window's start and when the guard frees a slot
+// (one window while only requests in flight fill it: ask again when their
 // answers have told when).
 func (g *Group) Ready(now time.Time, id uint64) (ok bool, wait time.Duration) {
 	g.mu.Lock()
@@ -318,10 +318,7 @@ func (g *Group) ready(now time.Time, r *reservation) (bool, time.Duration) {
 	if r.taken {
 		return true, 0
 	}
-	if now.Before(r.start) {
-		return false, r.start.Sub(now)
-	}
-	if wait := g.guard.Wait(now); wait > 0 {
+	if wait := max(r.start.Sub(now), g.guard.Wait(now)); wait > 0 {
 		return false, wait
 	}
 	return true, 0

@@ -62,13 +62,14 @@ return 0
 // groupTakeLua takes a request's slot in one group if it may go (the
 // reserve script's groups: gready, gtake): ARGV 1 the group's key, 2 its
 // count, 3 its window (ms), 4 the lease ttl (ms), 5 the request's id, 6
-// the lease. Returns 1 if it went.
+// the lease. Returns {1, 0} if it went, or {0, how long until it may go
+// (ms)}.
 var groupTakeLua = redis.NewScript(fakeClockLua + groupLua + `
 local D, ttl, now = gkey(KEYS[1], ARGV[1]), tonumber(ARGV[4]), clockNow()
 local g, w = gready(D, tonumber(ARGV[2]), tonumber(ARGV[3]), ttl, ARGV[5], now, 0)
-if w > 0 then return 0 end
+if w > 0 then return {0, w} end
 gtake(g, ARGV[5], ARGV[6], now, ttl)
-return 1
+return {1, 0}
 `)
 
 // groupAnswerLua answers a taken request in one group (the report
@@ -80,13 +81,14 @@ ganswer(gkey(KEYS[1], ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], A
 return 0
 `)
 
-// take takes request id's slot if it may go, and reports whether it went.
-func (r *groupRig) take(id int) bool {
+// take takes request id's slot if it may go, and reports whether it
+// went, or how long until it may.
+func (r *groupRig) take(id int) (bool, time.Duration) {
 	g := r.g[0]
-	n, err := groupTakeLua.Run(context.Background(), r.s.rdb, []string{r.s.ns},
-		g.Key, g.Count, ms(g.Window), ms(r.s.cfg.LeaseTTL), r.s.groupID(strconv.Itoa(id)), "lease-"+strconv.Itoa(id)).Int()
+	res, err := groupTakeLua.Run(context.Background(), r.s.rdb, []string{r.s.ns},
+		g.Key, g.Count, ms(g.Window), ms(r.s.cfg.LeaseTTL), r.s.groupID(strconv.Itoa(id)), "lease-"+strconv.Itoa(id)).Int64Slice()
 	require.NoError(r.t, err)
-	return n == 1
+	return res[0] == 1, time.Duration(res[1]) * time.Millisecond
 }
 
 // answer answers request id, taken: counted (sent, its round trip rtt)
@@ -120,7 +122,9 @@ func TestGroupsRedis(t *testing.T) {
 				case conformance.Release:
 					r.release(s.ID)
 				case conformance.Take:
-					require.Equal(t, s.OK, r.take(s.ID), "step %d: take %d", j, s.ID)
+					ok, wait := r.take(s.ID)
+					require.Equal(t, s.OK, ok, "step %d: take %d", j, s.ID)
+					require.Equal(t, s.Wait, wait, "step %d: take %d's wait", j, s.ID)
 					taken[s.ID] = now
 				case conformance.Cancel:
 					r.answer(s.ID, false, 0)
@@ -152,7 +156,7 @@ func TestGroupsRedis(t *testing.T) {
 
 // The Lua scripts and ratelimit.Group, side by side on random loads of
 // reservations of random classes, releases, takes (which must go in both
-// or in neither), cancels, answers after a round trip of up to two
+// or in neither, or wait as long), cancels, answers after a round trip of up to two
 // windows, blocks (some ending no later than the last, some now) and the
 // clock moving on a window or two (windows end, and their requests,
 // missed, are placed again when next asked about, ahead of the others
@@ -186,8 +190,10 @@ func TestGroupClassesRedisMatchesGroup(t *testing.T) {
 				r.block(until)
 			case k == 10 && len(live) > 0:
 				i := rng.IntN(len(live))
-				ok, _ := g.Take(now, uint64(live[i]))
-				require.Equal(t, ok, r.take(live[i]), "seed %d, step %d: take %d", seed, step, live[i])
+				ok, wait := g.Take(now, uint64(live[i]))
+				rok, rwait := r.take(live[i])
+				require.Equal(t, ok, rok, "seed %d, step %d: take %d", seed, step, live[i])
+				require.Equal(t, wait, rwait, "seed %d, step %d: take %d's wait", seed, step, live[i])
 				if ok {
 					taken[live[i]] = now
 					live = append(live[:i], live[i+1:]...)

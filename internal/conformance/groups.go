@@ -73,8 +73,12 @@ type GroupStep struct {
 	Class int8
 	// At is Block's end and Move's time, from the row's start.
 	At time.Duration
-	// OK is whether a Take lets the request go.
-	OK bool
+	// OK is whether a Take lets the request go; Wait, when it does not,
+	// how long until it may: the later of its window's start and the
+	// guard's next free slot (one window while only requests on their way
+	// hold it).
+	OK   bool
+	Wait time.Duration
 }
 
 // GroupPlace is a request's window and its position (ratelimit.Slot's:
@@ -105,9 +109,12 @@ const (
 
 func res(id int, class int8) GroupStep { return GroupStep{ID: id, Class: class} }
 func rel(id int) GroupStep             { return GroupStep{Op: Release, ID: id} }
-func take(id int, ok bool) GroupStep   { return GroupStep{Op: Take, ID: id, OK: ok} }
-func cancel(id int) GroupStep          { return GroupStep{Op: Cancel, ID: id} }
-func settle(id int) GroupStep          { return GroupStep{Op: Settle, ID: id} }
+func take(id int) GroupStep            { return GroupStep{Op: Take, ID: id, OK: true} }
+func refused(id int, wait time.Duration) GroupStep {
+	return GroupStep{Op: Take, ID: id, Wait: wait}
+}
+func cancel(id int) GroupStep { return GroupStep{Op: Cancel, ID: id} }
+func settle(id int) GroupStep { return GroupStep{Op: Settle, ID: id} }
 func block(until time.Duration) GroupStep {
 	return GroupStep{Op: Block, At: until}
 }
@@ -233,40 +240,45 @@ var Groups = []GroupCase{
 	},
 	{
 		Name:  "a request sent is on its way (position 0), and those behind it move up",
-		Count: 2, Steps: []GroupStep{res(1, normal), res(2, normal), res(3, normal), take(2, true)},
+		Count: 2, Steps: []GroupStep{res(1, normal), res(2, normal), res(3, normal), take(2)},
 		Want: map[int]GroupPlace{1: {0, 0, 0}, 2: {0, 0, 0}, 3: {1, 1, 0}},
 	},
 	{
 		Name:  "a cancelled request keeps its place",
-		Count: 2, Steps: []GroupStep{res(1, normal), res(2, normal), res(3, normal), take(1, true), cancel(1)},
+		Count: 2, Steps: []GroupStep{res(1, normal), res(2, normal), res(3, normal), take(1), cancel(1)},
 		Want: map[int]GroupPlace{1: {0, 0, 0}, 2: {0, 1, 0}, 3: {1, 2, 0}},
 	},
 	{
 		Name:  "an answered request's window keeps counting it",
-		Count: 2, Steps: []GroupStep{res(1, normal), res(2, normal), take(1, true), settle(1), res(3, normal)},
+		Count: 2, Steps: []GroupStep{res(1, normal), res(2, normal), take(1), settle(1), res(3, normal)},
 		Want: map[int]GroupPlace{2: {0, 0, 0}, 3: {1, 1, 0}},
 	},
 	{
 		Name:  "an interaction passes the bulk request waiting, not the one sent",
-		Count: 2, Steps: []GroupStep{res(1, bulk), res(2, bulk), take(1, true), res(3, interactive)},
+		Count: 2, Steps: []GroupStep{res(1, bulk), res(2, bulk), take(1), res(3, interactive)},
 		Want: map[int]GroupPlace{1: {0, 0, 0}, 3: {0, 0, 0}, 2: {1, 1, 0}},
 	},
 	{
 		Name:  "the guard holds a slot while its request is on its way, and one window after the answer, which spaces the next windows by its round trip",
-		Count: 1, Steps: []GroupStep{res(1, normal), res(2, normal), take(1, true), move(time.Second), take(2, false),
-			settle(1), take(2, false), res(3, normal)},
+		Count: 1, Steps: []GroupStep{res(1, normal), res(2, normal), take(1), move(time.Second), refused(2, time.Second),
+			settle(1), refused(2, time.Second), res(3, normal)},
 		Want: map[int]GroupPlace{2: {1, 0, 0}, 3: {3, 1, 0}},
 	},
 	{
+		Name:  "a request waits for the later of its window's start and a free slot",
+		Count: 1, Steps: []GroupStep{res(1, normal), res(2, normal), take(1), move(500 * time.Millisecond), refused(2, time.Second)},
+		Want: map[int]GroupPlace{1: {0, 0, 0}, 2: {1, 0, 0}},
+	},
+	{
 		Name:  "a window opened after an answer starts a window plus the round trip after the last",
-		Count: 1, Steps: append(steps(1, 3, normal), take(1, true), move(100*time.Millisecond), settle(1), res(4, normal)),
+		Count: 1, Steps: append(steps(1, 3, normal), take(1), move(100*time.Millisecond), settle(1), res(4, normal)),
 		Want: map[int]GroupPlace{2: {1, 0, 0}, 3: {2, 1, 0}, 4: {3, 2, 100 * time.Millisecond}},
 	},
 	{
 		Name:  "the round trip decays by an eighth per answer, in whole milliseconds",
-		Count: 1, Steps: []GroupStep{res(1, normal), take(1, true), move(2 * time.Second), settle(1), res(2, normal),
-			move(3 * time.Second), take(2, true), move(4 * time.Second), settle(2), res(3, normal), res(4, normal),
-			move(5 * time.Second), take(3, true), move(6 * time.Second), settle(3), res(5, normal)},
+		Count: 1, Steps: []GroupStep{res(1, normal), take(1), move(2 * time.Second), settle(1), res(2, normal),
+			move(3 * time.Second), take(2), move(4 * time.Second), settle(2), res(3, normal), res(4, normal),
+			move(5 * time.Second), take(3), move(6 * time.Second), settle(3), res(5, normal)},
 		Want: map[int]GroupPlace{4: {7, 0, 750 * time.Millisecond}, 5: {10, 1, 282 * time.Millisecond}},
 	},
 	{
@@ -286,12 +298,12 @@ var Groups = []GroupCase{
 	},
 	{
 		Name:  "a request sent before a block and cancelled after it goes first",
-		Count: 1, Steps: []GroupStep{res(1, normal), res(2, normal), take(1, true), block(2 * time.Second), cancel(1)},
+		Count: 1, Steps: []GroupStep{res(1, normal), res(2, normal), take(1), block(2 * time.Second), cancel(1)},
 		Want: map[int]GroupPlace{1: {0, 0, 0}, 2: {3, 1, 0}}, // the guard is full while 1 is on its way: a window later
 	},
 	{
 		Name:  "a block that ends as a sent request's window began leaves that window counting it",
-		Count: 2, Steps: []GroupStep{res(1, normal), res(2, normal), take(1, true), block(0), cancel(1), res(3, normal)},
+		Count: 2, Steps: []GroupStep{res(1, normal), res(2, normal), take(1), block(0), cancel(1), res(3, normal)},
 		Want: map[int]GroupPlace{1: {0, 0, 0}, 2: {0, 1, 0}, 3: {1, 2, 0}},
 	},
 }
@@ -315,7 +327,7 @@ func GroupTable() string {
 				if s.OK {
 					st = append(st, "T"+id)
 				} else {
-					st = append(st, "T"+id+" refused")
+					st = append(st, "T"+id+" (waits "+seconds(s.Wait)+")")
 				}
 			case Cancel:
 				st = append(st, "C"+id)

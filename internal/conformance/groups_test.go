@@ -26,8 +26,9 @@ func TestGroupsGroup(t *testing.T) {
 				case Release:
 					g.Release(id)
 				case Take:
-					ok, _ := g.Take(now, id)
+					ok, wait := g.Take(now, id)
 					require.Equal(t, s.OK, ok, "step %d: take %d", i, s.ID)
+					require.Equal(t, s.Wait, wait, "step %d: take %d's wait", i, s.ID)
 					taken[s.ID] = now
 				case Cancel:
 					g.Cancel(now, id)
