@@ -440,3 +440,43 @@ func TestGroupDamagedRecordIsForgotten(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, n, "the damaged record is dropped")
 }
+
+// A take whose process never answers (it crashed) leaves its record in
+// the group only while its lease lives: the next script after that drops
+// it, so a busy group does not keep every crashed request's record. A
+// take answered in time leaves nothing behind.
+func TestGroupUnansweredTakeIsForgotten(t *testing.T) {
+	srv := redistest.Start(t)
+	start := time.Unix(1_700_000_000, 0)
+	r := newGroupRig(t, srv, "unanswered", start, 2, time.Second)
+	ctx := context.Background()
+	D := r.s.ns + ":d:" + r.g[0].Key
+	r.reserve(1, 0)
+	r.reserve(2, 0)
+	ok, _ := r.take(1) // its process crashes: no answer
+	require.True(t, ok)
+	ok, _ = r.take(2)
+	require.True(t, ok)
+	r.answer(2, true, 10*time.Millisecond)
+	taken, err := r.s.rdb.ZRange(ctx, D+":t", 0, -1).Result()
+	require.NoError(t, err)
+	require.Equal(t, []string{r.s.groupID("1")}, taken, "only the unanswered take is tracked")
+	ttl, err := r.s.rdb.PTTL(ctx, D+":t").Result()
+	require.NoError(t, err)
+	require.Positive(t, ttl, "D:t expires with the group's keys")
+
+	r.clock.set(start.Add(r.s.cfg.LeaseTTL - time.Millisecond))
+	r.reserve(3, 0)
+	has, err := r.s.rdb.HExists(ctx, D+":r", r.s.groupID("1")).Result()
+	require.NoError(t, err)
+	require.True(t, has, "kept while its lease lives")
+
+	r.clock.set(start.Add(r.s.cfg.LeaseTTL))
+	r.reserve(4, 0)
+	ids, err := r.s.rdb.HKeys(ctx, D+":r").Result()
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []string{r.s.groupID("3"), r.s.groupID("4")}, ids, "the crashed take's record is dropped")
+	n, err := r.s.rdb.ZCard(ctx, D+":t").Result()
+	require.NoError(t, err)
+	assert.Zero(t, n)
+}

@@ -30,6 +30,10 @@ import (
 //	D:i  zset  the same, of class interactive
 //	D:g  zset  the guard: lease -> held until (ms); in flight until the
 //	           lease expires, then one window after the answer
+//	D:t  zset  the taken reservations: request id -> when its lease
+//	           expires (ms); a record still taken then is dropped (its
+//	           process is gone, or its answer comes too late to matter:
+//	           the guard let its slot go)
 //
 // Invariants (every script keeps them, atomically): a window of D:w holds
 // at most Count reservations (D:c); a waiting reservation is in D:r and in
@@ -103,7 +107,7 @@ local function gkeep(D, per, now, ttl)
   if gl[2] then h = math.max(h, tonumber(gl[2])) end
   h = math.max(h, tonumber(redis.call('HGET', D .. ':s', 'blk') or '0'))
   local ms = h - now + ttl + per
-  for _, k in ipairs({':s', ':w', ':c', ':o', ':r', ':b', ':n', ':i', ':g'}) do
+  for _, k in ipairs({':s', ':w', ':c', ':o', ':r', ':b', ':n', ':i', ':g', ':t'}) do
     redis.call('PEXPIRE', D .. k, ms)
   end
 end
@@ -122,9 +126,10 @@ local function gguard(D, n, per, now)
   local first = redis.call('ZRANGE', G, 0, 0, 'WITHSCORES')
   return math.max(1, math.min(tonumber(first[2]) - now, per))
 end
--- gdrop forgets the windows that are over, and the reservations missed
--- for longer than a lease lives (their process is gone: they no longer
--- count ahead of anyone; a live one reserves again when it asks).
+-- gdrop forgets the windows that are over, the reservations missed for
+-- longer than a lease lives (their process is gone: they no longer count
+-- ahead of anyone; a live one reserves again when it asks), and the
+-- records of takes whose lease ended unanswered (D:t).
 local function gdrop(D, per, ttl, now)
   local W = D .. ':w'
   local over = redis.call('ZRANGEBYSCORE', W, '-inf', now - per)
@@ -133,6 +138,13 @@ local function gdrop(D, per, ttl, now)
     redis.call('ZREMRANGEBYSCORE', W, '-inf', now - per)
     redis.call('ZREMRANGEBYSCORE', D .. ':o', '-inf', now - per)
   end
+  -- taken, and never answered while the lease lived
+  local T = D .. ':t'
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', T, '-inf', now)) do
+    local rec = redis.call('HGET', D .. ':r', id)
+    if rec and string.match(rec, '^%d+|%d+|[^|]') then redis.call('HDEL', D .. ':r', id) end
+  end
+  redis.call('ZREMRANGEBYSCORE', T, '-inf', now)
   local cut = gstale(per, ttl, now)
   for _, k in pairs(GSETS) do
     local stale = redis.call('ZRANGEBYSCORE', D .. k, '-inf', cut)
@@ -371,6 +383,7 @@ local function gtake(g, id, lease, now, ttl)
   redis.call('HSET', D .. ':r', id, grec(start, seq, lease, g[5], g[6]))
   gqrem(D, seq, id)
   redis.call('ZADD', D .. ':g', now + ttl, lease)
+  redis.call('ZADD', D .. ':t', now + ttl, id)
   gkeep(D, per, now, ttl)
 end
 -- ganswer ends the take of id under lease: counted (the request was
@@ -384,6 +397,7 @@ local function ganswer(D, per, ttl, id, lease, now, counted, rtt)
   local rec = redis.call('HGET', D .. ':r', id)
   local start, seq, glease, c, mv = 0, 0, '', 0, 0
   if rec then start, seq, glease, c, mv = gparse(rec) end
+  if glease == lease then redis.call('ZREM', D .. ':t', id) end
   if counted then
     redis.call('ZADD', D .. ':g', now + per, lease)
     if glease == lease then redis.call('HDEL', D .. ':r', id) end
