@@ -136,14 +136,10 @@ func (s *groupSet) ready(c *Call, now time.Time) (ok bool, wait time.Duration, m
 	ok = true
 	var at time.Time
 	s.each(c, now, func(g *ratelimit.Group) bool {
-		// Reserved with c's class when it has no reservation (a retry,
-		// after its attempt settled): Ready alone would make it normal.
-		g.ReserveClass(now, c.ID, int8(c.Class))
-		if r, w := g.Ready(now, c.ID); !r {
-			ok, wait = false, max(wait, w)
-			if sl, found := g.Estimate(now, c.ID); found {
-				at = later(at, sl.Start)
-			}
+		// With c's class when it has no reservation (a retry, after its
+		// attempt settled): Ready alone would make it normal.
+		if r, w, sl := g.ReadyClass(now, c.ID, int8(c.Class)); !r {
+			ok, wait, at = false, max(wait, w), later(at, sl.Start)
 		}
 		return true
 	})

@@ -265,6 +265,19 @@ func (g *Group) Ready(now time.Time, id uint64) (ok bool, wait time.Duration) {
 	return g.ready(now, g.reserve(now, id))
 }
 
+// ReadyClass is Ready for a request of a class (ReserveClass's, when it
+// has no reservation yet: a retry after its attempt settled keeps its
+// class), in one look: when it may not go, slot is its place (Estimate's).
+func (g *Group) ReadyClass(now time.Time, id uint64, class int8) (ok bool, wait time.Duration, slot Slot) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	r := g.reserveClass(now, id, min(max(class, classLowest), classHighest))
+	if ok, wait = g.ready(now, r); ok {
+		return true, 0, Slot{}
+	}
+	return false, wait, g.slot(r)
+}
+
 // Take is Ready that takes the slot when the request may go. Taking a
 // slot taken already succeeds.
 func (g *Group) Take(now time.Time, id uint64) (ok bool, wait time.Duration) {

@@ -472,3 +472,30 @@ func TestGroupCancelAfterBlock(t *testing.T) {
 	checkGroupIndex(t, g, "after Cancel")
 	g.mu.Unlock()
 }
+
+// ReadyClass reserves a request without a reservation with its class,
+// and when the request may not go tells its place as Estimate does.
+func TestGroupReadyClass(t *testing.T) {
+	start := time.Unix(1_800_000_000, 0)
+	at := func(ms int) time.Time { return start.Add(time.Duration(ms) * time.Millisecond) }
+	g := NewGroup(1, time.Second)
+	g.ReserveClass(at(0), 1, -1)
+	g.ReserveClass(at(0), 2, -1)
+	ok, wait, slot := g.ReadyClass(at(0), 3, 1) // a retry of an interaction: it passes the bulk requests
+	assert.True(t, ok, "it takes 1's place in the first window")
+	assert.Zero(t, wait)
+	assert.Zero(t, slot)
+	ok, wait, slot = g.ReadyClass(at(0), 4, 1)
+	assert.False(t, ok)
+	assert.Equal(t, time.Second, wait, "behind 3, in 1's place in the second window")
+	assert.Equal(t, Slot{Start: at(1000), End: at(2000), Position: 1}, slot)
+	est, found := g.Estimate(at(0), 4)
+	require.True(t, found)
+	assert.Equal(t, est, slot, "its place, as Estimate tells it")
+	ok, _, slot = g.ReadyClass(at(0), 5, 0)
+	assert.False(t, ok)
+	assert.Equal(t, Slot{Start: at(2000), End: at(3000), Position: 2}, slot, "normal: ahead of 1 and 2, behind 3 and 4")
+	g.mu.Lock()
+	checkGroupIndex(t, g, "after ReadyClass")
+	g.mu.Unlock()
+}
