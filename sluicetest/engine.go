@@ -343,7 +343,7 @@ func (e *Engine) countInvalid(now time.Time, ip string) {
 		}
 		e.bans[ip] = until
 		e.stats.lastBanExpires = until
-		l.times, l.head = nil, 0 // the ban starts a clean slate
+		l.times, l.head, l.old = nil, 0, 0 // the ban starts a clean slate
 	}
 }
 

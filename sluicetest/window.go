@@ -108,22 +108,30 @@ type slidingLog struct {
 	window time.Duration
 	times  []time.Time // ascending
 	head   int         // times[:head] have expired
+	// times[:old] expired a window before the cut: nothing needs them
+	// (fitsByArrival may judge an event stamped up to a window before the
+	// latest, so the window before the cut stays).
+	old int
 }
 
+// prune moves head past the events expired at now, and drops the old
+// ones once they are half the log: amortized O(1) per event. (It used to
+// look for the old ones back from head at every call once half the log
+// had expired, which a steady load keeps true: a window's events each
+// time, a fifth of the CPU of a benchmark at 20,000 requests a second.)
 func (l *slidingLog) prune(now time.Time) {
 	cut := now.Add(-l.window)
 	for l.head < len(l.times) && !l.times[l.head].After(cut) {
 		l.head++
 	}
-	if l.head > 64 && l.head*2 > len(l.times) {
-		// Keep a window before the cut: fitsByArrival may judge an
-		// event stamped up to a window before the latest.
-		keep := l.head
-		for keep > 0 && l.times[keep-1].After(cut.Add(-l.window)) {
-			keep--
-		}
-		l.times = append(l.times[:0], l.times[keep:]...)
-		l.head -= keep
+	before := cut.Add(-l.window)
+	for l.old < l.head && !l.times[l.old].After(before) {
+		l.old++
+	}
+	if l.old > 64 && l.old*2 > len(l.times) {
+		l.times = append(l.times[:0], l.times[l.old:]...)
+		l.head -= l.old
+		l.old = 0
 	}
 }
 
