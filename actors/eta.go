@@ -108,11 +108,21 @@ type etaMsg struct {
 	ring ringKeys
 }
 
-// ringKeys maps each actor waiting in a window's admission queue (by its
-// key, Route.Major) to its place, for each window. A bucket served in part
-// keeps its place for the rest of its requests: the forecast starts from
-// these places rather than from what the actors would be given afresh.
-type ringKeys [numWindows]map[string]admission.Place
+// ringKeys is, for each window, its admission queue's line as the
+// forecast starts from it (lineState).
+type ringKeys [numWindows]lineState
+
+// lineState is a window's admission queue as the global forecast needs
+// it: each actor waiting (by its key, Route.Major) with its place (a
+// bucket served in part keeps its place for the rest of its requests:
+// the forecast starts from these places rather than from what the actors
+// would be given afresh), and the lower classes' share as it stands (the
+// line serves a lower class when its count is due, not after a fresh
+// count).
+type lineState struct {
+	places map[string]admission.Place
+	share  admission.Share
+}
 
 // Values of Call.due that are not a time.
 const (
@@ -466,9 +476,9 @@ func (s *System) globalSlots(out []RequestETA, parts []laneETA, waiting []int, n
 			continue
 		}
 		_, per := src.Limit()
-		var places map[string]admission.Place
+		var line lineState
 		if ring != nil {
-			places = ring[w]
+			line = ring[w]
 		}
 		// The granted slots left to the replay: those no call left out
 		// holds (a grant an actor could not mark yet, or one it is
@@ -482,7 +492,7 @@ func (s *System) globalSlots(out []RequestETA, parts []laneETA, waiting []int, n
 		if _, ok := s.clock.Local(now); ok {
 			lag = 0
 		}
-		at := admissionForecast(mine, src, now, rtt, lag, held, onWire, places)
+		at := admissionForecast(mine, src, now, rtt, lag, held, onWire, line)
 		for j, e := range mine {
 			// Later than its own limits let it go, because the window held
 			// it (not because the replay's coarser bucket model, a window

@@ -26,7 +26,7 @@ func (f fixedSlots) Forecast(now time.Time, k int) time.Time {
 // forecastAt is admissionForecast's forecast times.
 func forecastAt(ws []waiter, src slotSource, now time.Time, rtt time.Duration, held int, onWire map[string]bool) []int64 {
 	var out []int64
-	for _, s := range admissionForecast(ws, src, now, rtt, rtt/2, held, onWire, nil) {
+	for _, s := range admissionForecast(ws, src, now, rtt, rtt/2, held, onWire, lineState{}) {
 		out = append(out, s.at)
 	}
 	return out
@@ -106,6 +106,31 @@ func TestAdmissionForecast(t *testing.T) {
 			assert.Equal(t, ns(time.Duration(k)*step), at[id], "interactive %d", id)
 		}
 	})
+	t.Run("the share goes on from the line's count", func(t *testing.T) {
+		// The same, but the line has handed six slots in a row to a higher
+		// class while a lower one waited: the bulk call takes the second
+		// slot, not the eighth.
+		one := fixedSlots{n: 1, per: time.Second}
+		ws := []waiter{w(0, "bulk", 0, false)}
+		ws[0].class = admission.Bulk
+		for id := uint64(1); id <= 10; id++ {
+			x := w(id, "i"+string(rune('a'+id)), 0, false)
+			x.class = admission.Interactive
+			ws = append(ws, x)
+		}
+		var line lineState
+		for range admission.ShareEvery - 2 {
+			line.share.Served(1, false, true)
+		}
+		var at []int64
+		for _, s := range admissionForecast(ws, one, now, rtt, rtt/2, 0, nil, line) {
+			at = append(at, s.at)
+		}
+		step := rtt + time.Second
+		assert.Equal(t, ns(step), at[0], "the bulk call takes the second slot")
+		assert.Equal(t, ns(0), at[1])
+		assert.Equal(t, ns(2*step), at[2])
+	})
 	t.Run("held slots go first", func(t *testing.T) {
 		ws := []waiter{w(0, "a", 0, false), w(1, "b", 0, false), w(2, "c", 0, false)}
 		at := forecastAt(ws, src, now, rtt, 1, nil)
@@ -171,7 +196,7 @@ func TestAdmissionForecastFollowsTheBucket(t *testing.T) {
 		ws := lane("b", 0, 2, false)
 		ws[0].due, ws[1].due = ns(pace), ns(0)
 		in := slices.Clone(ws)
-		got := admissionForecast(ws, fixedSlots{n: 10, per: time.Second}, now, rtt, rtt/2, 0, nil, nil)
+		got := admissionForecast(ws, fixedSlots{n: 10, per: time.Second}, now, rtt, rtt/2, 0, nil, lineState{})
 		assert.Equal(t, in, ws, "the input stands")
 		assert.Equal(t, ns(pace), got[1].at)
 		assert.Greater(t, got[1].at, ws[1].due, "later than the due it was given")
@@ -179,7 +204,7 @@ func TestAdmissionForecastFollowsTheBucket(t *testing.T) {
 
 		// The same with a window of one slot a second: its lane's first
 		// call waits for it, and every later window of the lane opens late.
-		got = admissionForecast(ws, fixedSlots{n: 1, per: time.Second}, now, rtt, rtt/2, 0, nil, nil)
+		got = admissionForecast(ws, fixedSlots{n: 1, per: time.Second}, now, rtt, rtt/2, 0, nil, lineState{})
 		assert.Equal(t, ns(pace), got[0].at)
 		assert.Equal(t, ns(pace+rtt+time.Second), got[1].at)
 		assert.True(t, got[1].waited, "the window held it: its ETA is raised")
@@ -191,7 +216,7 @@ func TestAdmissionForecastFollowsTheBucket(t *testing.T) {
 		src := fixedSlots{n: 1, per: time.Second}
 		at := forecastAt(ws, src, now, rtt, 0, nil)
 		assert.Equal(t, []int64{ns(0), ns(rtt + time.Second)}, at, "in submission order")
-		got := admissionForecast(ws, src, now, rtt, rtt/2, 0, nil, map[string]admission.Place{"a": {Deadline: time.Unix(0, ns(-time.Second)), First: 1}})
+		got := admissionForecast(ws, src, now, rtt, rtt/2, 0, nil, lineState{places: map[string]admission.Place{"a": {Deadline: time.Unix(0, ns(-time.Second)), First: 1}}})
 		assert.Equal(t, ns(0), got[1].at, "a keeps its place")
 		assert.Equal(t, ns(rtt+time.Second), got[0].at)
 	})
@@ -226,7 +251,7 @@ func TestAdmissionForecastKeepsTheWindow(t *testing.T) {
 		if rng.IntN(2) == 0 {
 			places = map[string]admission.Place{string(rune('a' + rng.IntN(5))): {Deadline: now.Add(-time.Duration(rng.IntN(2000)) * time.Millisecond), First: uint64(rng.IntN(40))}}
 		}
-		got := admissionForecast(ws, src, now, rtt, rtt/2, 0, nil, places)
+		got := admissionForecast(ws, src, now, rtt, rtt/2, 0, nil, lineState{places: places})
 		at := make([]int64, len(got))
 		for i, g := range got {
 			at[i] = g.at
@@ -270,7 +295,7 @@ func TestAdmissionForecastCut(t *testing.T) {
 	w := func(id uint64, actor string) waiter {
 		return waiter{id: id, submitted: ns(time.Duration(id) * time.Microsecond), due: ns(0), actor: actor, lane: actor + "\x00POST /m", target: int(id)}
 	}
-	got := admissionForecast([]waiter{w(0, "a"), w(1, "b"), w(2, "c"), w(3, "d")}, src, now, rtt, rtt/2, 0, nil, nil)
+	got := admissionForecast([]waiter{w(0, "a"), w(1, "b"), w(2, "c"), w(3, "d")}, src, now, rtt, rtt/2, 0, nil, lineState{})
 	want := []slotTime{
 		{at: ns(0), early: ns(0), late: ns(0)},                               // first of the burst, two slots left
 		{at: ns(0), early: ns(0), late: ns(next)},                            // last of the burst, c and d behind it
@@ -280,7 +305,7 @@ func TestAdmissionForecastCut(t *testing.T) {
 	assert.Equal(t, want, got)
 
 	// Alone, a call is at no cut.
-	got = admissionForecast([]waiter{w(0, "a")}, src, now, rtt, rtt/2, 0, nil, nil)
+	got = admissionForecast([]waiter{w(0, "a")}, src, now, rtt, rtt/2, 0, nil, lineState{})
 	assert.Equal(t, []slotTime{{at: ns(0), early: ns(0), late: ns(0)}}, got)
 }
 

@@ -16,7 +16,7 @@ import (
 //
 // The window does not serve calls in submission order. The supervisor
 // serves bucket actors, the highest class first (admission.Class, with the
-// lower classes' share: admission.Share, from none served yet), then
+// lower classes' share: admission.Share, from the line's count), then
 // earliest virtual deadline first (admission.Deadline): the submission time of the actor's earliest ready
 // call, less admission.PathWeight times how long the actor's queue still
 // needs at its bucket's pace; ties
@@ -111,10 +111,11 @@ type forecastLaneState struct {
 // how many slots the window has already granted to actors that have not
 // used them: the first calls served use those. onWire holds the lanes
 // (forecastLane) with a call on the wire: an unknown lane's pioneer is
-// out, its other calls wait for its answer. places are the places of the
-// actors waiting in the admission queue now (nil: none known). ws is not
+// out, its other calls wait for its answer. line is the admission queue
+// now: the places of the actors waiting in it (nil: none known) and the
+// lower classes' share, which the replay goes on from. ws is not
 // modified.
-func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt, lag time.Duration, held int, onWire map[string]bool, places map[string]admission.Place) []slotTime {
+func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt, lag time.Duration, held int, onWire map[string]bool, line lineState) []slotTime {
 	out := make([]slotTime, len(ws))
 	if len(ws) == 0 {
 		return out
@@ -154,7 +155,7 @@ func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt, lag time
 	// readyRanks counts the ready calls of each rank (index rank-Bulk); the
 	// share gives a lower rank a slot as the line does.
 	var readyRanks [len(admission.Classes)]int
-	var share admission.Share
+	share, places := line.share, line.places
 	popReady := func() int {
 		top := ws[ready.idx[0]].rank
 		lower := false

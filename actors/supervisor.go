@@ -549,18 +549,20 @@ func (s *supervisor) retryAfter(a *windowAdmission, wait time.Duration) {
 	s.timers.after(a.retry, wait, func(gen uint64) any { return &globalRetryMsg{gen: gen, window: w} })
 }
 
-// ringOf is every waiting actor's place in w's admission queue, for the
-// global forecasts (nil for an empty queue). O(the queue).
-func (s *supervisor) ringOf(w Window) map[string]admission.Place {
-	places := s.windows[w].q.Places()
+// ringOf is w's admission queue for the global forecasts: every waiting
+// actor's place (nil for an empty queue) and the share. O(the queue).
+func (s *supervisor) ringOf(w Window) lineState {
+	q := s.windows[w].q
+	line := lineState{share: q.Share()}
+	places := q.Places()
 	if places == nil {
-		return nil
+		return line
 	}
-	out := make(map[string]admission.Place, len(places))
+	line.places = make(map[string]admission.Place, len(places))
 	for ch, p := range places {
-		out[ch.key] = p
+		line.places[ch.key] = p
 	}
-	return out
+	return line
 }
 
 // unring takes ch out of its window's line and drops its keep.

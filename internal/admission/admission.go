@@ -331,6 +331,10 @@ func (q *Queue[K]) Places() map[K]Place {
 	return out
 }
 
+// Share is the lower classes' share as it stands: the global forecast
+// starts from it, as the line goes on from it.
+func (q *Queue[K]) Share() Share { return q.share }
+
 // Head is the bucket first in line and whether it needs a slot of the
 // window (the ban breaker's probe takes it alone).
 func (q *Queue[K]) Head() (key K, place Place, global, ok bool) {
