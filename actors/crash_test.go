@@ -290,3 +290,90 @@ func TestCrashingSupervisorKeepsItsChildren(t *testing.T) {
 	assert.Empty(t, srv.Stats().Violations())
 	assert.Len(t, started, 2, "one supervisor and one bucket started, neither again: no restart took the children down")
 }
+
+// A panic while the ban breaker's probe is being put on the wire abandons
+// the probe: the supervisor, which holds every request while a probe is
+// out, probes again after its backoff instead of waiting for an answer
+// that never comes, and the requests held go once the ban is lifted.
+func TestCrashWhileDispatchingTheBanProbe(t *testing.T) {
+	rules := channelRules()
+	rules.InvalidLimit = 5
+	rules.BanDuration = sluicetest.Duration(600 * time.Millisecond)
+	srv, err := sluicetest.NewServer(sluicetest.Options{Rules: rules, Tokens: []string{"test"}})
+	require.NoError(t, err)
+	var armed, crashed atomic.Bool
+	hook := func(m any) {
+		// Once the ban is met, everything waits behind the breaker: the
+		// next dispatch is its probe's.
+		if p, ok := m.(dispatchPoint); ok && !p.placed && armed.Load() && crashed.CompareAndSwap(false, true) {
+			panic("injected dispatch bug")
+		}
+	}
+	base, _ := url.Parse(srv.APIBase())
+	sys, err := Start(Config{
+		BaseURL: base, Authorization: "Bot test",
+		Transport: transport.Config{TLSConfig: srv.ClientTLSConfig()},
+		Global:    ratelimit.NewSlidingWindow(1000, time.Second),
+		Store:     ratelimit.NewMemoryStore(), Clock: time.Now,
+		MaxRetries: 3, MaxErrorRetries: 2, BanBackoff: 100 * time.Millisecond,
+		crashHook: hook,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		require.NoError(t, sys.Close(context.Background()))
+		srv.Close()
+	})
+	send := func(path, auth string) *Call {
+		req, _ := http.NewRequest("GET", path, nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		route, err := routes.Parse("GET", path)
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // a held request fails, not hangs
+		t.Cleanup(cancel)
+		c := NewCall(sys.NextID(), ctx, req, route, false, sys.Now())
+		sys.Submit(c)
+		return c
+	}
+	// Six requests with a token of the caller's own that the API refuses:
+	// the simulator bans the IP after the sixth.
+	for i := range 6 {
+		c := send(fmt.Sprintf("/channels/%d/messages/1", i), "Bot wrong")
+		<-c.Done()
+		resp, err := c.Result()
+		require.NoError(t, err)
+		require.Equal(t, 401, resp.StatusCode)
+	}
+	require.Equal(t, 1, srv.Stats().Bans)
+	first := send("/channels/100/messages/1", "")
+	<-first.Done()
+	_, err = first.Result()
+	require.ErrorIs(t, err, ErrBanned, "the first request meets the ban")
+	armed.Store(true)
+
+	var calls []*Call
+	for i := range 10 {
+		calls = append(calls, send(fmt.Sprintf("/channels/%d/messages/1", 200+i), ""))
+	}
+	counts := map[string]int{}
+	for _, c := range calls {
+		<-c.Done()
+		resp, err := c.Result()
+		switch {
+		case errors.Is(err, ErrActorCrashed):
+			counts["crashed"]++
+		case err == nil && resp.StatusCode == 200:
+			counts["ok"]++
+		case errors.Is(err, ErrBanned):
+			counts["banned"]++
+		default:
+			counts[fmt.Sprint(err)]++
+		}
+	}
+	t.Logf("10 requests behind the breaker, the first probe's dispatch panicked: %v", counts)
+	require.True(t, crashed.Load(), "the probe's dispatch panicked")
+	assert.Equal(t, 1, counts["crashed"], "the probe's own request")
+	assert.Equal(t, 10, counts["crashed"]+counts["ok"]+counts["banned"], "every other request has its answer: none waits for the lost probe")
+	assert.Positive(t, counts["ok"], "the ban lifts and the rest go")
+}
