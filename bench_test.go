@@ -81,10 +81,14 @@ func benchTarget(b *testing.B, impl string) benchDoer {
 		}
 	})
 	switch impl {
-	case "sluice":
+	case "sluice", "sluice-one-connection":
+		conns := 0 // the default pool: one connection per callsPerConn requests waiting
+		if impl == "sluice-one-connection" {
+			conns = 1 // bare-http2's one connection: the actors' cost alone
+		}
 		lim, err := sluice.New(sluice.Options{
 			BaseURL: srv.APIBase(), Token: testToken, TLSConfig: srv.ClientTLSConfig(),
-			GlobalLimit: benchGlobal,
+			GlobalLimit: benchGlobal, Connections: conns,
 		})
 		if err != nil {
 			b.Fatal(err)
@@ -187,9 +191,11 @@ func benchReportRate(b *testing.B) {
 
 // BenchmarkDo: 64 concurrent callers, requests round-robin over 1,000
 // buckets, against an upstream that never limits; sluice against a bare
-// http.Client on one HTTP/2 TLS connection to the same simulator.
+// http.Client on one HTTP/2 TLS connection to the same simulator. impl
+// sluice-one-connection is sluice held to that one connection: its pool
+// grows to 16 for 64 callers.
 func BenchmarkDo(b *testing.B) {
-	for _, impl := range []string{"sluice", "actor-skeleton", "bare-http2"} {
+	for _, impl := range []string{"sluice", "sluice-one-connection", "actor-skeleton", "bare-http2"} {
 		b.Run("impl="+impl, func(b *testing.B) {
 			do := benchTarget(b, impl)
 			paths := benchPaths(benchChannels)
