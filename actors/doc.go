@@ -74,7 +74,7 @@
 // pioneer goes before every known one), one grant of reserved slots each
 // (an actor served in part keeps its place for the rest), slots kept for
 // a bucket about to reopen, paced while a long backlog waits; the global
-// part of an ETA replays that order (forecast.go). While any actor waits, none reserves
+// part of an ETA replays that order (internal/forecast). While any actor waits, none reserves
 // on its own, so a hot channel is served before
 // cold ones with little to send, and waiting for the global window never
 // spends a bucket window: the bucket slot is taken only when the global

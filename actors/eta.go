@@ -10,6 +10,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/sluicehq/sluice/internal/admission"
+	"github.com/sluicehq/sluice/internal/forecast"
 )
 
 // A call's ETA is the latest of what each limit it is under tells,
@@ -21,7 +22,7 @@ import (
 //   - its declared groups (ratelimit.Group.Estimate): its reserved window;
 //   - its global window (System.globalSlots): a replay of the
 //     supervisor's admission over the calls waiting for the window
-//     (admissionForecast in forecast.go).
+//     (forecast.Replay, internal/forecast).
 //
 // The bucket actor that holds the call tells the first (an etaMsg, routed
 // through the supervisor so it arrives after the call's enqueueMsg); the
@@ -109,20 +110,8 @@ type etaMsg struct {
 }
 
 // ringKeys is, for each window, its admission queue's line as the
-// forecast starts from it (lineState).
-type ringKeys [numWindows]lineState
-
-// lineState is a window's admission queue as the global forecast needs
-// it: each actor waiting (by its key, Route.Major) with its place (a
-// bucket served in part keeps its place for the rest of its requests:
-// the forecast starts from these places rather than from what the actors
-// would be given afresh), and the lower classes' share as it stands (the
-// line serves a lower class when its count is due, not after a fresh
-// count).
-type lineState struct {
-	places map[string]admission.Place
-	share  admission.Share
-}
+// forecast starts from it.
+type ringKeys [numWindows]forecast.Line
 
 // Values of Call.due that are not a time.
 const (
@@ -407,11 +396,11 @@ func (s *System) finish(parts []laneETA, now time.Time, ring *ringKeys) []Reques
 
 // globalSlots raises the ETAs of the waiting calls (indexes into out) to
 // their global window's forecast: a replay of the supervisor's admission
-// over every call waiting for the window (admissionForecast), each from
+// over every call waiting for the window (forecast.Replay), each from
 // the time its own limits let it go (Call.due; for the asked calls, their
 // ETA so far).
 func (s *System) globalSlots(out []RequestETA, parts []laneETA, waiting []int, now time.Time, ring *ringKeys) {
-	var ws []waiter
+	var ws [numWindows][]forecast.Waiter
 	asked := make(map[uint64]bool, len(waiting))
 	var holding [numWindows]int // calls left out that hold a granted slot
 	for _, i := range waiting {
@@ -424,9 +413,9 @@ func (s *System) globalSlots(out []RequestETA, parts []laneETA, waiting []int, n
 			continue // needs no global slot, or holds one already
 		}
 		e := out[i].ETA
-		ws = append(ws, waiterOf(c, e.Start.UnixNano(), !e.Known && e.Limit != BoundDeclared, i))
+		ws[c.window] = append(ws[c.window], waiterOf(c, e.Start.UnixNano(), !e.Known && e.Limit != BoundDeclared, i))
 	}
-	if len(ws) == 0 {
+	if len(ws[BotWindow])+len(ws[IPWindow]) == 0 {
 		return
 	}
 	var onWire map[string]bool
@@ -449,34 +438,29 @@ func (s *System) globalSlots(out []RequestETA, parts []laneETA, waiting []int, n
 		case dueUnset:
 			due = now.UnixNano()
 		}
-		ws = append(ws, waiterOf(c, due, c.guess.Load(), -1))
+		ws[c.window] = append(ws[c.window], waiterOf(c, due, c.guess.Load(), -1))
 		return true
 	})
 	rtt := time.Duration(s.rtt.Load())
 	for w := range Window(numWindows) {
-		var mine []waiter
-		for _, e := range ws {
-			if e.window == w {
-				mine = append(mine, e)
-			}
-		}
-		if len(mine) == 0 || !slices.ContainsFunc(mine, func(e waiter) bool { return e.target >= 0 }) {
+		mine := ws[w]
+		if !slices.ContainsFunc(mine, func(e forecast.Waiter) bool { return e.Target >= 0 }) {
 			continue
 		}
-		src, ok := s.windows[w].limiter.(slotSource)
+		src, ok := s.windows[w].limiter.(forecast.Source)
 		if !ok {
 			// A custom limiter tells only its wait for the next slot.
 			for _, e := range mine {
-				if e.target >= 0 {
-					if start := now.Add(s.windows[w].limiter.Wait(now)); start.After(out[e.target].ETA.Start) {
-						raise(&out[e.target].ETA, start, start)
+				if e.Target >= 0 {
+					if start := now.Add(s.windows[w].limiter.Wait(now)); start.After(out[e.Target].ETA.Start) {
+						raise(&out[e.Target].ETA, start, start)
 					}
 				}
 			}
 			continue
 		}
 		_, per := src.Limit()
-		var line lineState
+		var line forecast.Line
 		if ring != nil {
 			line = ring[w]
 		}
@@ -492,30 +476,30 @@ func (s *System) globalSlots(out []RequestETA, parts []laneETA, waiting []int, n
 		if _, ok := s.clock.Local(now); ok {
 			lag = 0
 		}
-		at := admissionForecast(mine, src, now, rtt, lag, held, onWire, line)
+		at := forecast.Replay(mine, src, now, rtt, lag, held, onWire, line)
 		for j, e := range mine {
 			// Later than its own limits let it go, because the window held
 			// it (not because the replay's coarser bucket model, a window
 			// from its first call's slot, drifts later than its bucket's
 			// own ETA: one saturated bucket at 150 ms had its ETAs a
 			// window late).
-			if e.target >= 0 && at[j].at > e.due && at[j].waited {
+			if e.Target >= 0 && at[j].At > e.Due && at[j].Waited {
 				// From the earliest it may go to one period after the
 				// forecast: the slot's period, and the doubt of the
 				// round trips before it; at a burst's cut, to one
 				// period after the next burst (burstCut).
-				end := now.Add(time.Duration(max(at[j].at, at[j].late) - now.UnixNano())).Add(per)
-				raise(&out[e.target].ETA, now.Add(time.Duration(at[j].early-now.UnixNano())), end)
+				end := now.Add(time.Duration(max(at[j].At, at[j].Late) - now.UnixNano())).Add(per)
+				raise(&out[e.Target].ETA, now.Add(time.Duration(at[j].Early-now.UnixNano())), end)
 			}
 		}
 	}
 }
 
 // waiterOf is c as the global forecast sees it, due at due (Unix ns).
-func waiterOf(c *Call, due int64, guess bool, target int) waiter {
-	return waiter{
-		id: c.ID, submitted: c.Submitted.UnixNano(), due: due, guess: guess, pace: c.pace.Load(), limit: int(c.limit.Load()), probe: c.reprobe.Load(), window: c.window,
-		actor: c.Route.Major, lane: forecastLane(c), target: target, class: c.Class,
+func waiterOf(c *Call, due int64, guess bool, target int) forecast.Waiter {
+	return forecast.Waiter{
+		ID: c.ID, Submitted: c.Submitted.UnixNano(), Due: due, Guess: guess, Pace: c.pace.Load(), Limit: int(c.limit.Load()), Probe: c.reprobe.Load(),
+		Actor: c.Route.Major, Lane: forecastLane(c), Target: target, Class: c.Class,
 	}
 }
 
@@ -531,4 +515,33 @@ func (s *System) requests(parts []laneETA, now time.Time, ring *ringKeys) []Requ
 	out := s.finish(parts, now, ring)
 	slices.SortFunc(out, func(a, b RequestETA) int { return cmp.Compare(a.ID, b.ID) })
 	return out
+}
+
+// forecastLane names c's lane for the forecast: its actor and its route
+// family (method, template), which is immutable, unlike the lane a bucket
+// actor keeps it in.
+func forecastLane(c *Call) string {
+	return c.Route.Major + "\x00" + c.Route.TemplateKey()
+}
+
+// observeRTT adds an answer's round trip to System.rtt, which follows the
+// shortest at once and longer ones slowly (1/32 per answer): close to the
+// least round trip lately, so a burst's queueing does not stretch every
+// later forecast, and a global forecast starts early rather than late (a
+// forecast window is one period wide from its start). Concurrent answers
+// may overwrite each other's updates: an estimate loses little.
+func (s *System) observeRTT(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	old := s.rtt.Load()
+	if old == 0 {
+		s.rtt.Store(int64(d))
+		return
+	}
+	if int64(d) < old {
+		s.rtt.Store(int64(d))
+		return
+	}
+	s.rtt.Store(old + (int64(d)-old)/32)
 }

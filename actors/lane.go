@@ -275,21 +275,16 @@ func (l *lane) room(now time.Time) int {
 	return 1 + st.Remaining
 }
 
-// unknownPace is the pace assumed for a bucket whose limit is not known
-// yet, to weigh its backlog in the admission queue (see
-// supervisor.admit): about Discord's most common route limits.
-const unknownPace = 100 * time.Millisecond
-
 // backlog is how long the lane's queue needs at its bucket's own pace, in
 // whole windows: the refills its last request waits for, times the window.
 // Not the time to the last one's window: that counts when the current
 // window happens to end, so two buckets of one shape, queues of one
 // length, would tell apart by noise and be served in its order rather
 // than in their requests' (admission.Deadline); the global forecast
-// reckons the same way (admissionForecast).
+// reckons the same way (forecast.Replay).
 func (l *lane) backlog(now time.Time) time.Duration {
 	if !l.state.Known {
-		return time.Duration(len(l.queue)) * unknownPace
+		return time.Duration(len(l.queue)) * admission.UnknownPace
 	}
 	if len(l.queue) == 0 {
 		return 0

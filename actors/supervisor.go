@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/fsm"
 	"github.com/sluicehq/sluice/internal/admission"
+	"github.com/sluicehq/sluice/internal/forecast"
 	"github.com/sluicehq/sluice/ratelimit"
 	"github.com/sluicehq/sluice/supervision"
 	"github.com/sluicehq/sluice/transport"
@@ -551,16 +552,16 @@ func (s *supervisor) retryAfter(a *windowAdmission, wait time.Duration) {
 
 // ringOf is w's admission queue for the global forecasts: every waiting
 // actor's place (nil for an empty queue) and the share. O(the queue).
-func (s *supervisor) ringOf(w Window) lineState {
+func (s *supervisor) ringOf(w Window) forecast.Line {
 	q := s.windows[w].q
-	line := lineState{share: q.Share()}
+	line := forecast.Line{Share: q.Share()}
 	places := q.Places()
 	if places == nil {
 		return line
 	}
-	line.places = make(map[string]admission.Place, len(places))
+	line.Places = make(map[string]admission.Place, len(places))
 	for ch, p := range places {
-		line.places[ch.key] = p
+		line.Places[ch.key] = p
 	}
 	return line
 }

@@ -67,6 +67,11 @@ const PathWeight = 8
 // finished a window later (scenario 14 of docs/comparison.md).
 const PioneerFirst = 1000 * time.Hour
 
+// UnknownPace is the pace assumed for a bucket whose limit is not known
+// yet, to weigh its backlog (Ask.Path, and the forecast's replay of it):
+// about Discord's most common route limits.
+const UnknownPace = 100 * time.Millisecond
+
 // SoonGrace is how long after its bucket's reopening a keep (Soon) lasts
 // without the bucket asking: its timer's lag and its pump, which a starved
 // machine stretches (50 ms lapsed before a hot bucket asked under the race

@@ -1,4 +1,33 @@
-package actors
+// Package forecast replays the global admission over the requests
+// waiting for a global window, to tell when each is expected to take its
+// slot: the global part of an ETA. It is pure: time is an argument, and
+// the replay works on its own copy of what it is given.
+//
+// The window does not serve requests in submission order. The supervisor
+// serves bucket actors, the highest class first (admission.Class, with the
+// lower classes' share: admission.Share, from the line's count), then
+// earliest virtual deadline first (admission.Deadline): the submission
+// time of the actor's earliest ready request, less admission.PathWeight
+// times how long the actor's queue still needs at its bucket's pace; ties
+// go to the earliest request's id. An actor served gets a slot for each of
+// its ready requests in one grant, so a channel's requests that its
+// bucket lets go together go together, ahead of other channels' requests
+// submitted between them; a hot channel's long backlog goes ahead of
+// everything. And a bucket whose limit is not known yet sends one
+// pioneer, the rest of its queue a round trip after it.
+//
+// Replay replays that, from what every waiting request publishes (its
+// bucket actor's stamps, its route, its submission: Waiter) and the
+// admission queue now (Line: an actor served in part keeps its place for
+// the rest): time advances from one free global slot to the next (the
+// window's own forecast, ratelimit.SlidingWindow.Forecast, for the slots
+// it holds; a slot taken at t frees again at t + round trip + period); at
+// each, the ready requests of the actor first in line take it. A bucket's
+// requests become ready window by window, as its bucket lets them
+// (laneState): the global limit may hold a window's requests past its
+// reset, and then the next window opens late. O(n log n) in the requests
+// waiting for the window; it stops once every asked request has its slot.
+package forecast
 
 import (
 	"cmp"
@@ -11,64 +40,45 @@ import (
 	"github.com/sluicehq/sluice/internal/admission"
 )
 
-// The global part of an ETA: a replay of the supervisor's admission over
-// the calls waiting for a global window.
-//
-// The window does not serve calls in submission order. The supervisor
-// serves bucket actors, the highest class first (admission.Class, with the
-// lower classes' share: admission.Share, from the line's count), then
-// earliest virtual deadline first (admission.Deadline): the submission time of the actor's earliest ready
-// call, less admission.PathWeight times how long the actor's queue still
-// needs at its bucket's pace; ties
-// go to the earliest call's id. An actor served gets a slot for each of
-// its ready calls in one grant, so a channel's calls that its bucket lets
-// go together go together, ahead of other channels' calls submitted
-// between them; a hot channel's long backlog goes ahead of everything.
-// And a bucket whose limit is not known yet sends one pioneer, the rest
-// of its queue a round trip after it.
-//
-// The forecast replays that, from what every waiting call publishes
-// (Call.due, Call.guess, Call.pace, Call.limit and Call.reprobe, the bucket
-// actor's stamps; its route; its submission) and the actors' places in
-// the admission queue now (ringKeys: an actor served in part keeps its
-// place for the rest): time advances from one free global slot to the
-// next (the window's own forecast, ratelimit.SlidingWindow.Forecast, for
-// the slots it holds; a slot taken at t frees again at t + round trip +
-// period); at each, the ready calls of the actor with the earliest
-// deadline take it. A bucket's calls become ready window by window, as its
-// bucket lets them (forecastLaneState): the global limit may hold a
-// window's calls past its reset, and then the next window opens late. O(n
-// log n) in the calls waiting for the window; it stops once every asked
-// call has its slot.
-
-// waiter is a call waiting for a global window's slot, as the forecast
-// sees it.
-type waiter struct {
-	id        uint64
-	submitted int64  // Unix ns
-	due       int64  // when its bucket and groups let it go, Unix ns
-	guess     bool   // its bucket's limit is unknown: due is a lower bound
-	pace      int64  // its bucket's window with the margin (ns), 0: unknown
-	limit     int    // its bucket's count per window, 0: unknown
-	probe     bool   // its bucket's next window holds for a probe
-	actor     string // its bucket actor's key (Route.Major)
-	lane      string // its lane: forecastLane
-	window    Window // the global window it counts on
-	target    int    // index of the asked ETA it answers, -1: it only counts
-	class     admission.Class
+// Waiter is a request waiting for a global window's slot, as the forecast
+// sees it (the bucket actor's stamps on its call).
+type Waiter struct {
+	ID        uint64
+	Submitted int64  // Unix ns
+	Due       int64  // when its bucket and groups let it go, Unix ns
+	Guess     bool   // its bucket's limit is unknown: Due is a lower bound
+	Pace      int64  // its bucket's window with the margin (ns), 0: unknown
+	Limit     int    // its bucket's count per window, 0: unknown
+	Probe     bool   // its bucket's next window holds for a probe
+	Actor     string // its bucket actor's key (Route.Major)
+	Lane      string // its lane: its actor and route family, which never change
+	Target    int    // index of the asked ETA it answers, -1: it only counts
+	Class     admission.Class
 
 	rank       admission.Class // the class of the grant it is forecast in: its actor's highest ready
 	key, first int64           // the virtual deadline of the grant it is forecast in, and its tie-break
 	early      int64           // the earliest it may go (Unix ns): due, or its pioneer's earliest answer
 }
 
-// slotSource is what the forecast needs of a global window.
-type slotSource interface {
+// Line is a window's admission queue as the forecast starts from it: each
+// actor waiting (by its key, Route.Major) with its place (a bucket served
+// in part keeps its place for the rest of its requests: the forecast
+// starts from these places rather than from what the actors would be
+// given afresh), and the lower classes' share as it stands (the line
+// serves a lower class when its count is due, not after a fresh count).
+type Line struct {
+	Places map[string]admission.Place
+	Share  admission.Share
+}
+
+// Source is what the forecast needs of a global window
+// (ratelimit.SlidingWindow).
+type Source interface {
 	Forecast(now time.Time, k int) time.Time
 	Limit() (int, time.Duration)
 }
 
-// forecastLaneState is one lane in the replay.
+// laneState is one lane in the replay.
 //
 // A lane whose limit is known releases its calls window by window, as its
 // bucket actor does: the calls its current window has room for at once
@@ -84,7 +94,7 @@ type slotSource interface {
 // lets one call go, and the rest of its room a round trip after it.
 // A lane whose limit is not known sends its pioneer (the first) alone;
 // the rest is released a round trip after it, at the times stamped.
-type forecastLaneState struct {
+type laneState struct {
 	limit   int     // its bucket's count per window; 0: not replayed window by window
 	pace    int64   // its bucket's window with the margin (ns), 0: unknown
 	guess   bool    // its limit is unknown
@@ -101,7 +111,7 @@ type forecastLaneState struct {
 	waited  bool    // a call of it took its slot after it was released: its later windows open late
 }
 
-// admissionForecast returns, for each waiter, when the supervisor is
+// Replay returns, for each waiter, when the supervisor is
 // expected to let it take a global slot, and the earliest it may (zero
 // for those not reached: only counting waiters may be left so). A
 // bucket's window ends a pace and lag after its first call takes its slot
@@ -115,8 +125,8 @@ type forecastLaneState struct {
 // now: the places of the actors waiting in it (nil: none known) and the
 // lower classes' share, which the replay goes on from. ws is not
 // modified.
-func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt, lag time.Duration, held int, onWire map[string]bool, line lineState) []slotTime {
-	out := make([]slotTime, len(ws))
+func Replay(ws []Waiter, src Source, now time.Time, rtt, lag time.Duration, held int, onWire map[string]bool, line Line) []Slot {
+	out := make([]Slot, len(ws))
 	if len(ws) == 0 {
 		return out
 	}
@@ -127,26 +137,26 @@ func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt, lag time
 	n, per := src.Limit()
 	targets := 0
 	for i := range ws {
-		if ws[i].target >= 0 {
+		if ws[i].Target >= 0 {
 			targets++
 		}
 	}
 	nowNs := now.UnixNano()
 
-	pending := &waiterHeap{ws: ws, less: func(a, b *waiter) bool {
-		return a.due < b.due || a.due == b.due && a.id < b.id
+	pending := &waiterHeap{ws: ws, less: func(a, b *Waiter) bool {
+		return a.Due < b.Due || a.Due == b.Due && a.ID < b.ID
 	}}
 	// inLine is the order without classes: the share's (admission.Share).
-	inLine := func(a, b *waiter) bool {
+	inLine := func(a, b *Waiter) bool {
 		if a.key != b.key {
 			return a.key < b.key
 		}
 		if a.first != b.first {
 			return a.first < b.first
 		}
-		return a.id < b.id
+		return a.ID < b.ID
 	}
-	ready := &waiterHeap{ws: ws, less: func(a, b *waiter) bool {
+	ready := &waiterHeap{ws: ws, less: func(a, b *Waiter) bool {
 		if a.rank != b.rank {
 			return a.rank > b.rank
 		}
@@ -155,7 +165,7 @@ func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt, lag time
 	// readyRanks counts the ready calls of each rank (index rank-Bulk); the
 	// share gives a lower rank a slot as the line does.
 	var readyRanks [len(admission.Classes)]int
-	share, places := line.share, line.places
+	share, places := line.Share, line.Places
 	popReady := func() int {
 		top := ws[ready.idx[0]].rank
 		lower := false
@@ -180,36 +190,36 @@ func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt, lag time
 	var wakes wakeHeap // lanes' window ends
 
 	// Each lane in submission order.
-	lanes := map[string]*forecastLaneState{}
+	lanes := map[string]*laneState{}
 	order := make([]int, len(ws))
 	for i := range ws {
 		order[i] = i
-		ws[i].early = ws[i].due
+		ws[i].early = ws[i].Due
 	}
-	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(ws[a].id, ws[b].id) })
-	laneOf := make([]*forecastLaneState, len(ws))
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(ws[a].ID, ws[b].ID) })
+	laneOf := make([]*laneState, len(ws))
 	for _, i := range order {
 		w := &ws[i]
-		li := lanes[w.lane]
+		li := lanes[w.Lane]
 		if li == nil {
-			li = &forecastLaneState{pioneer: -1, limit: w.limit, probe: w.probe}
-			lanes[w.lane] = li
-			if w.guess && !onWire[w.lane] {
+			li = &laneState{pioneer: -1, limit: w.Limit, probe: w.Probe}
+			lanes[w.Lane] = li
+			if w.Guess && !onWire[w.Lane] {
 				li.pioneer = i
 			}
 		}
-		if w.guess || w.limit <= 0 || w.pace <= 0 || w.limit != li.limit {
+		if w.Guess || w.Limit <= 0 || w.Pace <= 0 || w.Limit != li.limit {
 			li.limit = 0
 		}
-		li.pace = max(li.pace, w.pace)
-		li.guess = li.guess || w.guess
+		li.pace = max(li.pace, w.Pace)
+		li.guess = li.guess || w.Guess
 		li.queue = append(li.queue, i)
 		laneOf[i] = li
 	}
 	// release makes call i due at (and not before earliest, had every
 	// answer come back in half the round trip).
 	release := func(i int, at, earliest int64) {
-		ws[i].due = max(ws[i].due, at)
+		ws[i].Due = max(ws[i].Due, at)
 		ws[i].early = max(ws[i].early, earliest)
 		laneOf[i].out++
 		heap.Push(pending, i)
@@ -225,12 +235,12 @@ func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt, lag time
 			// Its current window: the calls stamped due by now; it ends
 			// when the first call stamped later is due.
 			k := 0
-			for k < len(li.queue) && ws[li.queue[k]].due <= nowNs+int64(sameWindow) {
+			for k < len(li.queue) && ws[li.queue[k]].Due <= nowNs+int64(sameWindow) {
 				k++
 			}
 			li.end, li.started = math.MaxInt64, true
 			if k < len(li.queue) {
-				li.end = ws[li.queue[k]].due
+				li.end = ws[li.queue[k]].Due
 				heap.Push(&wakes, wake{at: li.end, lane: li})
 			}
 			for _, i := range li.queue[:k] {
@@ -239,8 +249,8 @@ func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt, lag time
 			li.queue = li.queue[k:]
 		default:
 			for _, i := range li.queue {
-				ws[i].due = max(ws[i].due, nowNs)
-				li.dues = append(li.dues, ws[i].due)
+				ws[i].Due = max(ws[i].Due, nowNs)
+				li.dues = append(li.dues, ws[i].Due)
 				release(i, nowNs, nowNs)
 			}
 			li.queue = nil
@@ -261,7 +271,7 @@ func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt, lag time
 	// slots for all of them and keeps those the probe leaves until its
 	// answer (bucket.probeAwaited); the first to take a slot is the probe,
 	// the others go at its answer.
-	open := func(li *forecastLaneState, t int64) {
+	open := func(li *laneState, t int64) {
 		li.started, li.end = false, math.MaxInt64
 		k := min(max(0, li.limit-li.out), len(li.queue))
 		if li.probe {
@@ -276,10 +286,10 @@ func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt, lag time
 	// path is how long a lane still needs after the calls it releases by
 	// t, at its bucket's pace (lane.backlog: the refills its last call
 	// waits for).
-	path := func(li *forecastLaneState, t int64) int64 {
+	path := func(li *laneState, t int64) int64 {
 		switch {
 		case li.guess:
-			return int64(li.out+len(li.queue)) * int64(unknownPace)
+			return int64(li.out+len(li.queue)) * int64(admission.UnknownPace)
 		case li.pace <= 0:
 			return 0
 		case li.limit > 0:
@@ -303,31 +313,31 @@ func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt, lag time
 			open(wk.lane, wk.at)
 		}
 		batch = batch[:0]
-		for pending.Len() > 0 && ws[pending.idx[0]].due <= t {
+		for pending.Len() > 0 && ws[pending.idx[0]].Due <= t {
 			batch = append(batch, heap.Pop(pending).(int))
 		}
 		if len(batch) == 0 {
 			return
 		}
 		slices.SortFunc(batch, func(a, b int) int {
-			return cmp.Or(cmp.Compare(ws[a].actor, ws[b].actor), cmp.Compare(ws[a].id, ws[b].id))
+			return cmp.Or(cmp.Compare(ws[a].Actor, ws[b].Actor), cmp.Compare(ws[a].ID, ws[b].ID))
 		})
 		for lo := 0; lo < len(batch); {
-			hi, since, first, long, pioneer, rank := lo, ws[batch[lo]].submitted, int64(ws[batch[lo]].id), int64(0), false, admission.Bulk
-			for ; hi < len(batch) && ws[batch[hi]].actor == ws[batch[lo]].actor; hi++ {
+			hi, since, first, long, pioneer, rank := lo, ws[batch[lo]].Submitted, int64(ws[batch[lo]].ID), int64(0), false, admission.Bulk
+			for ; hi < len(batch) && ws[batch[hi]].Actor == ws[batch[lo]].Actor; hi++ {
 				w := &ws[batch[hi]]
-				rank = max(rank, w.class)
-				if w.submitted < since {
-					since, first = w.submitted, int64(w.id)
+				rank = max(rank, w.Class)
+				if w.Submitted < since {
+					since, first = w.Submitted, int64(w.ID)
 				}
-				long = max(long, path(laneOf[batch[hi]], w.due))
+				long = max(long, path(laneOf[batch[hi]], w.Due))
 				pioneer = pioneer || laneOf[batch[hi]].pioneer == batch[hi]
 			}
 			key := admission.Deadline(time.Unix(0, t), time.Unix(0, since), time.Duration(long), pioneer).UnixNano()
-			if p, ok := places[ws[batch[lo]].actor]; ok && !placed[ws[batch[lo]].actor] {
+			if p, ok := places[ws[batch[lo]].Actor]; ok && !placed[ws[batch[lo]].Actor] {
 				// Waiting in the queue already: its place there stands
 				// (a deadline only moves earlier while it waits).
-				placed[ws[batch[lo]].actor] = true
+				placed[ws[batch[lo]].Actor] = true
 				if d := p.Deadline.UnixNano(); d < key || d == key && p.First < uint64(first) {
 					key, first = d, int64(p.First)
 				}
@@ -349,7 +359,7 @@ func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt, lag time
 	slots := make(slotHeap, 0, min(n, len(ws)))
 	for k := range min(n, len(ws)) {
 		at := src.Forecast(now, k).UnixNano()
-		slots = append(slots, slotTime{at: at, early: at})
+		slots = append(slots, Slot{At: at, Early: at})
 	}
 	heap.Init(&slots)
 	recycle, quick := int64(rtt+per), int64(rtt/2+per)
@@ -359,13 +369,13 @@ func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt, lag time
 	for served := 0; targets > 0; {
 		t := clock
 		if served >= held {
-			t = max(t, slots[0].at)
+			t = max(t, slots[0].At)
 		}
 		admit(t)
 		if ready.Len() == 0 {
 			next := int64(math.MaxInt64)
 			if pending.Len() > 0 {
-				next = ws[pending.idx[0]].due
+				next = ws[pending.idx[0]].Due
 			}
 			if wakes.Len() > 0 {
 				next = min(next, wakes[0].at)
@@ -388,7 +398,7 @@ func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt, lag time
 			if t < li.answer {
 				// Its bucket holds it until then, not the window.
 				sent = li.answer
-				ws[i].due = max(ws[i].due, sent)
+				ws[i].Due = max(ws[i].Due, sent)
 				ws[i].early = max(ws[i].early, li.soonest)
 			} else {
 				li.probing = false
@@ -397,8 +407,8 @@ func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt, lag time
 		early, late := ws[i].early, sent
 		if served >= held {
 			cut.serve(t, slots, ready)
-			early = max(early, slots[0].early)
-			slots[0] = slotTime{at: sent + recycle, early: early + quick}
+			early = max(early, slots[0].Early)
+			slots[0] = Slot{At: sent + recycle, Early: early + quick}
 			heap.Fix(&slots, 0)
 			if cut.tail(ready) {
 				late = cut.next(slots) // it may slip to the next burst
@@ -407,11 +417,11 @@ func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt, lag time
 				early = min(early, max(ws[i].early, cut.prevEarly)) // it may have gone in the last one
 			}
 		}
-		if t > ws[i].due {
+		if t > ws[i].Due {
 			li.waited = true // the window held it past the time its lane released it
 		}
-		out[i] = slotTime{at: sent, early: early, late: max(late, sent), waited: li.waited}
-		if ws[i].target >= 0 {
+		out[i] = Slot{At: sent, Early: early, Late: max(late, sent), Waited: li.waited}
+		if ws[i].Target >= 0 {
 			targets--
 		}
 		served++
@@ -447,7 +457,7 @@ func admissionForecast(ws []waiter, src slotSource, now time.Time, rtt, lag time
 // wake is a replayed lane's window end.
 type wake struct {
 	at   int64
-	lane *forecastLaneState
+	lane *laneState
 }
 
 // wakeHeap is a min-heap of window ends.
@@ -461,13 +471,6 @@ func (h *wakeHeap) Pop() any {
 	x := (*h)[len(*h)-1]
 	*h = (*h)[:len(*h)-1]
 	return x
-}
-
-// forecastLane names c's lane for the forecast: its actor and its route
-// family (method, template), which is immutable, unlike the lane a bucket
-// actor keeps it in.
-func forecastLane(c *Call) string {
-	return c.Route.Major + "\x00" + c.Route.TemplateKey()
 }
 
 // sameWindow is how close two due times of a lane are for the forecast
@@ -525,10 +528,10 @@ func (b *burstCut) serve(t int64, slots slotHeap, ready *waiterHeap) {
 		for _, j := range ready.idx {
 			b.passed[j] = true
 		}
-		b.prevEarly, b.curEarly = b.curEarly, slots[0].early
+		b.prevEarly, b.curEarly = b.curEarly, slots[0].Early
 		b.at, b.left, b.rank = t, 0, 0
 		for _, sl := range slots {
-			if sl.at <= t+b.horizon {
+			if sl.At <= t+b.horizon {
 				b.left++
 			}
 		}
@@ -548,8 +551,8 @@ func (b *burstCut) tail(ready *waiterHeap) bool {
 func (b *burstCut) next(slots slotHeap) int64 {
 	at := int64(math.MaxInt64)
 	for _, sl := range slots {
-		if sl.at > b.at+b.horizon {
-			at = min(at, sl.at)
+		if sl.At > b.at+b.horizon {
+			at = min(at, sl.At)
 		}
 	}
 	return at
@@ -561,25 +564,28 @@ func (b *burstCut) head(i int) bool {
 	return b.passed[i] && b.rank <= b.edge && b.prevEarly != 0
 }
 
-// slotTime is when a global slot is forecast to be taken (at), the
-// earliest it may be (early), and the latest (late; at or the next
-// burst's time for a call near a cut, see burstCut), in Unix ns.
+// Slot is when a global slot is forecast to be taken (At), the earliest
+// it may be (Early), and the latest (Late; At or the next burst's time for
+// a request near a cut, see burstCut), in Unix ns; all zero for a request
+// the replay did not reach (only requests that count, not asked about,
+// may be left so).
 //
-// waited is set when the window held the call, or an earlier call of its
-// lane, past the time its lane released it: only then does the window,
-// not the replay's coarser model of the bucket, put it later than its due.
-type slotTime struct {
-	at, early, late int64
-	waited          bool
+// Waited is set when the window held the request, or an earlier one of
+// its lane, past the time its lane released it: only then does the
+// window, not the replay's coarser model of the bucket, put it later than
+// its Due.
+type Slot struct {
+	At, Early, Late int64
+	Waited          bool
 }
 
 // slotHeap is a min-heap of slots by their forecast time.
-type slotHeap []slotTime
+type slotHeap []Slot
 
 func (h slotHeap) Len() int           { return len(h) }
-func (h slotHeap) Less(i, j int) bool { return h[i].at < h[j].at }
+func (h slotHeap) Less(i, j int) bool { return h[i].At < h[j].At }
 func (h slotHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *slotHeap) Push(x any)        { *h = append(*h, x.(slotTime)) }
+func (h *slotHeap) Push(x any)        { *h = append(*h, x.(Slot)) }
 func (h *slotHeap) Pop() any {
 	x := (*h)[len(*h)-1]
 	*h = (*h)[:len(*h)-1]
@@ -588,9 +594,9 @@ func (h *slotHeap) Pop() any {
 
 // waiterHeap is a heap of indexes into ws.
 type waiterHeap struct {
-	ws   []waiter
+	ws   []Waiter
 	idx  []int
-	less func(a, b *waiter) bool
+	less func(a, b *Waiter) bool
 }
 
 func (h *waiterHeap) Len() int           { return len(h.idx) }
@@ -601,26 +607,4 @@ func (h *waiterHeap) Pop() any {
 	x := h.idx[len(h.idx)-1]
 	h.idx = h.idx[:len(h.idx)-1]
 	return x
-}
-
-// observeRTT adds an answer's round trip to System.rtt, which follows the
-// shortest at once and longer ones slowly (1/32 per answer): close to the
-// least round trip lately, so a burst's queueing does not stretch every
-// later forecast, and a global forecast starts early rather than late (a
-// forecast window is one period wide from its start). Concurrent answers
-// may overwrite each other's updates: an estimate loses little.
-func (s *System) observeRTT(d time.Duration) {
-	if d <= 0 {
-		return
-	}
-	old := s.rtt.Load()
-	if old == 0 {
-		s.rtt.Store(int64(d))
-		return
-	}
-	if int64(d) < old {
-		s.rtt.Store(int64(d))
-		return
-	}
-	s.rtt.Store(old + (int64(d)-old)/32)
 }
