@@ -76,6 +76,27 @@ func channelRules() sluicetest.RuleSet {
 	}}}
 }
 
+// outcomes waits for every call's outcome and counts them: "crashed"
+// (ErrActorCrashed), "ok" (a 200), "banned" (ErrBanned), or the error.
+func outcomes(calls []*Call) map[string]int {
+	counts := map[string]int{}
+	for _, c := range calls {
+		<-c.Done()
+		resp, err := c.Result()
+		switch {
+		case errors.Is(err, ErrActorCrashed):
+			counts["crashed"]++
+		case err == nil && resp.StatusCode == 200:
+			counts["ok"]++
+		case errors.Is(err, ErrBanned):
+			counts["banned"]++
+		default:
+			counts[fmt.Sprint(err)]++
+		}
+	}
+	return counts
+}
+
 func TestCrashingBucketLosesNothingElse(t *testing.T) {
 	var headers atomic.Int64
 	var panics atomic.Int64
@@ -90,19 +111,7 @@ func TestCrashingBucketLosesNothingElse(t *testing.T) {
 	for i := range 300 {
 		calls = append(calls, submit(sys, "GET", fmt.Sprintf("/channels/%d/messages/%d", 1+i%3, i)))
 	}
-	counts := map[string]int{}
-	for _, c := range calls {
-		<-c.Done()
-		resp, err := c.Result()
-		switch {
-		case errors.Is(err, ErrActorCrashed):
-			counts["crashed"]++
-		case err == nil && resp.StatusCode == 200:
-			counts["ok"]++
-		default:
-			counts[fmt.Sprint(err)]++
-		}
-	}
+	counts := outcomes(calls)
 	t.Logf("300 requests, a panic every 25th result message (%d panics): %v", panics.Load(), counts)
 	assert.Equal(t, int(panics.Load()), counts["crashed"], "only the request in the failing message is lost")
 	assert.Equal(t, 300-counts["crashed"], counts["ok"], "every other request completes")
@@ -356,21 +365,7 @@ func TestCrashWhileDispatchingTheBanProbe(t *testing.T) {
 	for i := range 10 {
 		calls = append(calls, send(fmt.Sprintf("/channels/%d/messages/1", 200+i), ""))
 	}
-	counts := map[string]int{}
-	for _, c := range calls {
-		<-c.Done()
-		resp, err := c.Result()
-		switch {
-		case errors.Is(err, ErrActorCrashed):
-			counts["crashed"]++
-		case err == nil && resp.StatusCode == 200:
-			counts["ok"]++
-		case errors.Is(err, ErrBanned):
-			counts["banned"]++
-		default:
-			counts[fmt.Sprint(err)]++
-		}
-	}
+	counts := outcomes(calls)
 	t.Logf("10 requests behind the breaker, the first probe's dispatch panicked: %v", counts)
 	require.True(t, crashed.Load(), "the probe's dispatch panicked")
 	assert.Equal(t, 1, counts["crashed"], "the probe's own request")

@@ -83,11 +83,8 @@ func TestAdmissionForecast(t *testing.T) {
 		assert.Equal(t, ns(0), at[0], "then the longest backlog submitted first")
 		assert.Equal(t, ns(rtt+time.Second), at[2], "the other backlog a second later")
 	})
-	t.Run("a higher class first, a lower one keeps its share", func(t *testing.T) {
-		// One bulk channel submitted first, then 10 interactive ones; one
-		// slot per period: seven interactive calls, then the bulk one
-		// (admission.Share), then the rest.
-		one := fixedSlots{n: 1, per: time.Second}
+	// One bulk channel submitted first, then 10 interactive ones.
+	bulkBehindInteractions := func() []Waiter {
 		ws := []Waiter{w(0, "bulk", 0, false)}
 		ws[0].Class = admission.Bulk
 		for id := uint64(1); id <= 10; id++ {
@@ -95,6 +92,14 @@ func TestAdmissionForecast(t *testing.T) {
 			x.Class = admission.Interactive
 			ws = append(ws, x)
 		}
+		return ws
+	}
+	t.Run("a higher class first, a lower one keeps its share", func(t *testing.T) {
+		// One bulk channel submitted first, then 10 interactive ones; one
+		// slot per period: seven interactive calls, then the bulk one
+		// (admission.Share), then the rest.
+		one := fixedSlots{n: 1, per: time.Second}
+		ws := bulkBehindInteractions()
 		at := forecastAt(ws, one, now, rtt, 0, nil)
 		step := rtt + time.Second
 		assert.Equal(t, ns(time.Duration(admission.ShareEvery-1)*step), at[0], "the bulk call takes the eighth slot")
@@ -111,13 +116,7 @@ func TestAdmissionForecast(t *testing.T) {
 		// class while a lower one waited: the bulk call takes the second
 		// slot, not the eighth.
 		one := fixedSlots{n: 1, per: time.Second}
-		ws := []Waiter{w(0, "bulk", 0, false)}
-		ws[0].Class = admission.Bulk
-		for id := uint64(1); id <= 10; id++ {
-			x := w(id, "i"+string(rune('a'+id)), 0, false)
-			x.Class = admission.Interactive
-			ws = append(ws, x)
-		}
+		ws := bulkBehindInteractions()
 		var line Line
 		for range admission.ShareEvery - 2 {
 			line.Share.Served(1, false, true)
