@@ -17,8 +17,10 @@ import (
 // request's answer and nothing more.
 //
 // Invariants: probeAt is meaningful only while latched; at most one probe
-// is out at a time (probing), and it is released exactly once, when the
-// probe's call gets its outcome (probeEnded).
+// is out at a time (probing), and it is released exactly once (release),
+// when the probe's call gets its outcome or, if that came before the call
+// became the probe (its context ended as it was submitted), at once: the
+// call's authSlot hands the release over to whichever comes second.
 type authLatch struct {
 	latched atomic.Bool
 	probeAt atomic.Int64 // limiter clock, Unix nanoseconds: when a probe may go
@@ -33,7 +35,11 @@ func (a *authLatch) refuses(c *Call, now time.Time, bot bool) bool {
 		return false
 	}
 	if now.UnixNano() >= a.probeAt.Load() && a.probing.CompareAndSwap(false, true) {
+		c.authSlot.Store(true)
 		c.authProbe.Store(true)
+		if c.Finished() {
+			a.release(c) // its outcome's release may have come first, and missed it
+		}
 		return false
 	}
 	return !c.authProbe.Load()
@@ -52,5 +58,9 @@ func (a *authLatch) rejected(now time.Time, probe time.Duration) bool {
 // accepted records an answer other than 401 to the probe: the token works.
 func (a *authLatch) accepted() bool { return a.latched.CompareAndSwap(true, false) }
 
-// probeEnded releases the probe slot once the probe's call has its outcome.
-func (a *authLatch) probeEnded() { a.probing.Store(false) }
+// release gives the probe slot back if c holds it, once.
+func (a *authLatch) release(c *Call) {
+	if c.authSlot.CompareAndSwap(true, false) {
+		a.probing.Store(false)
+	}
+}

@@ -66,6 +66,7 @@ type Call struct {
 	first       bool        // a first pioneer: its template had never been answered
 	probe       bool        // the attempt is the ban breaker's probe
 	authProbe   atomic.Bool // the call checks a rejected token again (authLatch)
+	authSlot    atomic.Bool // it holds authLatch's probe slot until released, once
 	withToken   bool        // sent with the configured token (set by System.classify)
 	sealed      [2]string   // the Authorization and User-Agent values System.seal gives Req
 	span        trace.Span  // nil without a TracerProvider; set before submission

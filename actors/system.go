@@ -363,9 +363,7 @@ func (s *System) finished(c *Call) {
 	if len(c.Limits) > 0 {
 		s.groups.release(c, s.now())
 	}
-	if c.authProbe.Load() {
-		s.auth.probeEnded()
-	}
+	s.auth.release(c)
 	s.tel.finish(c)
 	s.live.remove(c.ID)
 	s.pending.Add(-1)
