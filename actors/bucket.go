@@ -189,7 +189,10 @@ func (b *bucket) recoverCrash(ctx actor.Context) {
 	// A panic in dispatch is the dispatched call's: popped for the wire and
 	// not handed to a worker, nothing else will answer it, and it was not
 	// sent. The message's own call was handled by then (queued, answered,
-	// or on the wire, where its worker answers it): it stays as it is.
+	// or on the wire, where its worker answers it): it stays as it is. So
+	// does a new call that went on the wire before a panic later in the
+	// handler (c.lane is set only by dispatch): its worker answers it, and
+	// answered ErrActorCrashed it might be sent again by its caller.
 	dispatched := b.dispatching
 	if c := dispatched; c != nil {
 		b.dispatching = nil
@@ -197,7 +200,7 @@ func (b *bucket) recoverCrash(ctx actor.Context) {
 	}
 	switch m := m.(type) {
 	case *enqueueMsg:
-		if dispatched == nil {
+		if dispatched == nil && m.call.lane == nil {
 			fail(m.call)
 		}
 	case *resultMsg:
@@ -582,8 +585,15 @@ func (b *bucket) pump(ctx actor.Context) {
 		b.timers().after(timerWake, wake, func(gen uint64) any { return &wakeMsg{gen: gen} })
 	}
 	b.markHolders()
+	if h := b.sys.crashHook; h != nil {
+		h(pumpedPoint{})
+	}
 	b.maybeIdle(ctx)
 }
+
+// pumpedPoint is what crashHook sees near the end of pump, after every
+// dispatch: a panic there comes after a worker took the calls sent.
+type pumpedPoint struct{}
 
 // try sends c, the head of l, if its bucket, its declared groups and
 // admission let it go at now. It reports whether the actor went on (went:

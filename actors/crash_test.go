@@ -201,6 +201,40 @@ func TestCrashWhileDispatchingAnswersTheCall(t *testing.T) {
 	}
 }
 
+// A panic late in a handler, after its new request went on the wire,
+// leaves that request to its worker: it gets its real answer, never
+// ErrActorCrashed for a request the API received (its caller might send
+// it again). A request the panic caught before the wire is answered
+// ErrActorCrashed, as before.
+func TestCrashAfterTheWireKeepsTheAnswer(t *testing.T) {
+	var armed atomic.Bool
+	var pumps, panics atomic.Int64
+	hook := func(m any) {
+		if _, ok := m.(pumpedPoint); ok && armed.Load() && pumps.Add(1)%9 == 4 && panics.Load() < 6 { // fewer than maxCrashes per actor
+			panics.Add(1)
+			panic("injected bug after dispatch")
+		}
+	}
+	sys, srv := start(t, channelRules(), hook)
+	var warm []*Call // the buckets known: a new request goes on the wire as it is enqueued
+	for i := range 3 {
+		warm = append(warm, submit(sys, "GET", fmt.Sprintf("/channels/%d/messages/1000", 1+i)))
+	}
+	require.Equal(t, map[string]int{"ok": 3}, outcomes(warm))
+	armed.Store(true)
+	var calls []*Call
+	for i := range 60 {
+		calls = append(calls, submit(sys, "GET", fmt.Sprintf("/channels/%d/messages/%d", 1+i%3, i)))
+	}
+	counts := outcomes(calls)
+	st := srv.Stats()
+	t.Logf("60 requests, %d panics after dispatch: %v; the simulator received %d", panics.Load(), counts, st.Requests)
+	require.NotZero(t, panics.Load())
+	assert.Equal(t, 60, counts["crashed"]+counts["ok"], "every request has its outcome")
+	assert.Equal(t, st.Requests-3, counts["ok"], "every request the API received has its answer")
+	assert.Empty(t, st.Violations())
+}
+
 func TestRestartIntensityIsBounded(t *testing.T) {
 	var crash atomic.Bool
 	crash.Store(true)
