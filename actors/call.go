@@ -179,6 +179,17 @@ func (c *Call) watch(s *System) {
 			}
 		}))
 	}
+	if c.Finished() {
+		// Close completed it as the watchers were being set, after its
+		// outcome stopped what it found: stop them here (a context's
+		// hook would keep the call until that context ends).
+		if stop, ok := c.stopCtx.Load().(func() bool); ok {
+			stop()
+		}
+		if t := c.timer.Load(); t != nil {
+			t.Stop()
+		}
+	}
 }
 
 // deadline is when the call gives up: its context's deadline, else the
