@@ -2,6 +2,7 @@ package supervision
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/ratelimit"
@@ -21,10 +22,19 @@ const (
 )
 
 // Budget counts invalid answers (401, 403 and 429 except shared-scope ones)
-// in a sliding window. It is safe for concurrent use.
+// in a sliding window. It is safe for concurrent use. Refusing, which
+// every request asks, takes no lock while the budget has not been
+// exhausted lately: only Record fills the window.
 type Budget struct {
-	window *ratelimit.SlidingWindow
-	warnAt int
+	window  *ratelimit.SlidingWindow
+	ceiling int           // the window's count (immutable)
+	per     time.Duration // the window's period (immutable)
+	warnAt  int
+	// fullUntil (Unix ns) is at or after the end of every span in which
+	// the window has been full: before it Refusing asks the window, after
+	// it the window is not full (only Record fills it, and Record moves
+	// fullUntil on when it does). It only grows.
+	fullUntil atomic.Int64
 
 	mu     sync.Mutex
 	warned bool
@@ -33,7 +43,9 @@ type Budget struct {
 // NewBudget refuses requests once ceiling invalid answers fall within
 // window, and warns once at warnAt (0: never).
 func NewBudget(ceiling int, window time.Duration, warnAt int) *Budget {
-	return &Budget{window: ratelimit.NewSlidingWindow(ceiling, window), warnAt: warnAt}
+	w := ratelimit.NewSlidingWindow(ceiling, window)
+	n, per := w.Limit()
+	return &Budget{window: w, ceiling: n, per: per, warnAt: warnAt}
 }
 
 // Record counts one invalid answer received at now and returns the level
@@ -43,7 +55,10 @@ func (b *Budget) Record(now time.Time) (count int, level Level) {
 		b.window.Settle(now) // an answer counts for one window from now
 	}
 	count = b.window.Count(now)
-	if n, _ := b.window.Limit(); count >= n {
+	if count >= b.ceiling {
+		until := now.Add(b.window.Wait(now)).UnixNano()
+		for old := b.fullUntil.Load(); until > old && !b.fullUntil.CompareAndSwap(old, until); old = b.fullUntil.Load() {
+		}
 		return count, Exhausted
 	}
 	b.mu.Lock()
@@ -57,13 +72,14 @@ func (b *Budget) Record(now time.Time) (count int, level Level) {
 
 // Refusing reports whether requests are refused at now, and for how long.
 func (b *Budget) Refusing(now time.Time) (wait time.Duration, count int, window time.Duration) {
-	n, per := b.window.Limit()
-	return b.window.Wait(now), n, per
+	if now.UnixNano() >= b.fullUntil.Load() {
+		return 0, b.ceiling, b.per
+	}
+	return b.window.Wait(now), b.ceiling, b.per
 }
 
 // Left returns how many more invalid answers the budget accepts at now
 // before it refuses requests.
 func (b *Budget) Left(now time.Time) int {
-	n, _ := b.window.Limit()
-	return max(0, n-b.window.Count(now))
+	return max(0, b.ceiling-b.window.Count(now))
 }

@@ -1,10 +1,12 @@
 package supervision
 
 import (
+	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 var t0 = time.Unix(1_000_000, 0)
@@ -104,4 +106,27 @@ func TestBudget(t *testing.T) {
 	assert.Equal(t, Exhausted, lvl)
 	_, lvl = b.Record(at(20_300))
 	assert.Equal(t, Fine, lvl, "the warning is given once")
+}
+
+// Refusing, lock-free while the budget was not exhausted lately, tells
+// what the window does: on random answers at random times, it refuses
+// exactly while the window is full, for as long as the window says.
+func TestBudgetRefusingMatchesTheWindow(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 36))
+	for round := range 200 {
+		ceiling := 1 + rng.IntN(5)
+		b := NewBudget(ceiling, time.Second, 0)
+		ms := 0
+		for step := range 60 {
+			ms += rng.IntN(400)
+			now := at(ms)
+			if rng.IntN(3) == 0 {
+				b.Record(now)
+			}
+			wait, n, per := b.Refusing(now)
+			require.Equal(t, b.window.Wait(now), wait, "round %d, step %d", round, step)
+			require.Equal(t, ceiling, n)
+			require.Equal(t, time.Second, per)
+		}
+	}
 }
