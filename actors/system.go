@@ -156,7 +156,7 @@ type System struct {
 	hardCancel context.CancelFunc
 
 	workers sync.WaitGroup // goroutines: requests, dials, watchers
-	workMu  sync.Mutex     // guards noWork against workers.Add
+	workMu  sync.RWMutex   // guards noWork against workers.Add: goWork reads, Close writes
 	workCh  chan job       // idle workers receive work here (unbuffered)
 	noWork  bool           // set by Close: goWork starts nothing more
 	calls   sync.WaitGroup // submitted calls without an outcome
@@ -619,8 +619,8 @@ func (j job) run(s *System) {
 // goWork runs j on a worker goroutine that Close waits for: an idle one if
 // there is one, else a new one. It returns false once Close has begun.
 func (s *System) goWork(j job) bool {
-	s.workMu.Lock()
-	defer s.workMu.Unlock()
+	s.workMu.RLock() // dispatches from every actor hand off at once; Close alone writes
+	defer s.workMu.RUnlock()
 	if s.noWork {
 		return false
 	}
