@@ -38,6 +38,10 @@ type bucket struct {
 	// firstOut is set while one of pioneers (below) is a first pioneer (a
 	// template never answered), which goes alone.
 	firstOut bool
+	// currentSends is how many times the call of current (below), if it
+	// carries one, had been put on the wire when its handler began: more
+	// after a panic means this handler sent it (recoverCrash).
+	currentSends int32
 
 	// lanes are the buckets of this major, unknown routes included (few:
 	// one per route family used on a channel). Served round-robin from
@@ -130,13 +134,7 @@ func (b *bucket) traceKey(msg any) string {
 }
 
 func (b *bucket) laneOf(msg any) *lane {
-	var c *Call
-	switch m := msg.(type) {
-	case *enqueueMsg:
-		c = m.call
-	case *resultMsg:
-		c = m.call
-	}
+	c := callOf(msg)
 	if c == nil {
 		return nil
 	}
@@ -153,12 +151,26 @@ func (b *bucket) Receive(ctx actor.Context) {
 		b.recoverCrash(ctx)
 		return
 	}
-	b.current = msg
+	b.current, b.currentSends = msg, 0
+	if c := callOf(msg); c != nil {
+		b.currentSends = int32(c.sends.Load())
+	}
 	if h := b.sys.crashHook; h != nil {
 		h(msg)
 	}
 	b.receive(ctx, msg)
 	b.current = nil
+}
+
+// callOf is the call msg carries, if any.
+func callOf(msg any) *Call {
+	switch m := msg.(type) {
+	case *enqueueMsg:
+		return m.call
+	case *resultMsg:
+		return m.call
+	}
+	return nil
 }
 
 // recoverCrash runs in the restarting incarnation: the calls carried by the
@@ -190,21 +202,23 @@ func (b *bucket) recoverCrash(ctx actor.Context) {
 	// not handed to a worker, nothing else will answer it, and it was not
 	// sent. The message's own call was handled by then (queued, answered,
 	// or on the wire, where its worker answers it): it stays as it is. So
-	// does a new call that went on the wire before a panic later in the
-	// handler (c.lane is set only by dispatch): its worker answers it, and
-	// answered ErrActorCrashed it might be sent again by its caller.
+	// does the message's call if this handler put it on the wire (a new
+	// call, or one its answer put back at the head of its queue) before a
+	// panic later on (wired): its worker answers it, and answered
+	// ErrActorCrashed it might be sent again by its caller.
 	dispatched := b.dispatching
+	wired := func(c *Call) bool { return c.lane != nil && c.sends.Load() > int64(b.currentSends) }
 	if c := dispatched; c != nil {
 		b.dispatching = nil
 		b.notSent(ctx, c, now, fmt.Errorf("%w while handling %s", ErrActorCrashed, c.Route.Redacted()))
 	}
 	switch m := m.(type) {
 	case *enqueueMsg:
-		if dispatched == nil && m.call.lane == nil {
+		if dispatched == nil && !wired(m.call) {
 			fail(m.call)
 		}
 	case *resultMsg:
-		if dispatched == nil {
+		if dispatched == nil && !wired(m.call) {
 			fail(m.call)
 		}
 	case *grantMsg:

@@ -235,6 +235,43 @@ func TestCrashAfterTheWireKeepsTheAnswer(t *testing.T) {
 	assert.Empty(t, st.Violations())
 }
 
+// The same when the handler is the request's answer: an answer that says
+// the request never reached the server puts it back at the head of its
+// queue, and the handler sends it again; a panic later in that handler
+// leaves it to its new worker.
+func TestCrashAfterTheWireAgainKeepsTheAnswer(t *testing.T) {
+	var armed, rewritten, panicked atomic.Bool
+	var target atomic.Pointer[Call]
+	hook := func(m any) {
+		switch m := m.(type) {
+		case *resultMsg:
+			if armed.Load() && rewritten.CompareAndSwap(false, true) {
+				// Its answer says it was never sent: back to the head of
+				// the queue, and on the wire again in this handler.
+				m.resp, m.headers, m.err = nil, ratelimit.Headers{}, &transport.ConnectionDiedError{Reason: errors.New("injected"), Sent: false}
+				target.Store(m.call)
+			}
+		case pumpedPoint:
+			if c := target.Load(); c != nil && c.sends.Load() == 2 && panicked.CompareAndSwap(false, true) {
+				panic("injected bug after the second dispatch")
+			}
+		}
+	}
+	sys, srv := start(t, channelRules(), hook)
+	warm := submit(sys, "GET", "/channels/1/messages/1000") // one actor: its handlers run one at a time
+	require.Equal(t, map[string]int{"ok": 1}, outcomes([]*Call{warm}))
+	armed.Store(true)
+	var calls []*Call
+	for i := range 5 {
+		calls = append(calls, submit(sys, "GET", fmt.Sprintf("/channels/1/messages/%d", i)))
+	}
+	counts := outcomes(calls)
+	t.Logf("%v; the simulator received %d", counts, srv.Stats().Requests)
+	require.True(t, panicked.Load(), "the handler that sent the request again panicked")
+	assert.Equal(t, map[string]int{"ok": 5}, counts, "the request sent again has its answer")
+	assert.Empty(t, srv.Stats().Violations())
+}
+
 func TestRestartIntensityIsBounded(t *testing.T) {
 	var crash atomic.Bool
 	crash.Store(true)

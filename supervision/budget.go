@@ -23,17 +23,18 @@ const (
 
 // Budget counts invalid answers (401, 403 and 429 except shared-scope ones)
 // in a sliding window. It is safe for concurrent use. Refusing, which
-// every request asks, takes no lock while the budget has not been
-// exhausted lately: only Record fills the window.
+// every request asks, takes no lock unless an invalid answer came within
+// the last window: only Record fills the window.
 type Budget struct {
 	window  *ratelimit.SlidingWindow
 	ceiling int           // the window's count (immutable)
 	per     time.Duration // the window's period (immutable)
 	warnAt  int
-	// fullUntil (Unix ns) is at or after the end of every span in which
-	// the window has been full: before it Refusing asks the window, after
-	// it the window is not full (only Record fills it, and Record moves
-	// fullUntil on when it does). It only grows.
+	// fullUntil (Unix ns) is at or after the end of every answer's hold in
+	// the window (its time plus the period): before it Refusing asks the
+	// window, from it on the window is empty. Record moves it on before
+	// it counts the answer, so no Refusing can see the window filled and
+	// fullUntil not yet moved. It only grows.
 	fullUntil atomic.Int64
 
 	mu     sync.Mutex
@@ -51,14 +52,17 @@ func NewBudget(ceiling int, window time.Duration, warnAt int) *Budget {
 // Record counts one invalid answer received at now and returns the level
 // the count is at.
 func (b *Budget) Record(now time.Time) (count int, level Level) {
+	// The window holds this answer until now+per at the latest (or, after
+	// an answer recorded at a later time, until that one's end, which
+	// its Record set already).
+	until := now.Add(b.per).UnixNano()
+	for old := b.fullUntil.Load(); until > old && !b.fullUntil.CompareAndSwap(old, until); old = b.fullUntil.Load() {
+	}
 	if ok, _ := b.window.Reserve(now); ok {
 		b.window.Settle(now) // an answer counts for one window from now
 	}
 	count = b.window.Count(now)
 	if count >= b.ceiling {
-		until := now.Add(b.window.Wait(now)).UnixNano()
-		for old := b.fullUntil.Load(); until > old && !b.fullUntil.CompareAndSwap(old, until); old = b.fullUntil.Load() {
-		}
 		return count, Exhausted
 	}
 	b.mu.Lock()

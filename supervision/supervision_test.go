@@ -130,3 +130,29 @@ func TestBudgetRefusingMatchesTheWindow(t *testing.T) {
 		}
 	}
 }
+
+// Refusing never says no while another goroutine's Record has just
+// filled the window: the lock-free answer is moved on before the answer
+// is counted.
+func TestBudgetRefusingWhileRecording(t *testing.T) {
+	for round := range 300 {
+		b := NewBudget(1, time.Second, 0)
+		now := at(round)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			b.Record(now)
+		}()
+		for b.window.Wait(now) == 0 {
+			select {
+			case <-done:
+			default:
+				continue
+			}
+			break
+		}
+		wait, _, _ := b.Refusing(now)
+		require.Equal(t, time.Second, wait, "round %d: the window is full", round)
+		<-done
+	}
+}
