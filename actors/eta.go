@@ -415,7 +415,7 @@ func (s *System) globalSlots(out []RequestETA, parts []laneETA, waiting []int, n
 		e := out[i].ETA
 		ws[c.window] = append(ws[c.window], waiterOf(c, e.Start.UnixNano(), !e.Known && e.Limit != BoundDeclared, i))
 	}
-	if len(ws[BotWindow])+len(ws[IPWindow]) == 0 {
+	if !slices.ContainsFunc(ws[:], func(w []forecast.Waiter) bool { return len(w) > 0 }) {
 		return
 	}
 	var onWire map[string]bool

@@ -120,7 +120,7 @@ type laneState struct {
 // it dates windows from the answers). held is
 // how many slots the window has already granted to actors that have not
 // used them: the first calls served use those. onWire holds the lanes
-// (forecastLane) with a call on the wire: an unknown lane's pioneer is
+// (actors.forecastLane) with a call on the wire: an unknown lane's pioneer is
 // out, its other calls wait for its answer. line is the admission queue
 // now: the places of the actors waiting in it (nil: none known) and the
 // lower classes' share, which the replay goes on from. ws is not
@@ -269,7 +269,7 @@ func Replay(ws []Waiter, src Source, now time.Time, rtt, lag time.Duration, held
 	// calls as the window has room for beside those still waiting. A
 	// window that holds for a probe releases them too: the actor asks
 	// slots for all of them and keeps those the probe leaves until its
-	// answer (bucket.probeAwaited); the first to take a slot is the probe,
+	// answer (the actors' bucket.probeAwaited); the first to take a slot is the probe,
 	// the others go at its answer.
 	open := func(li *laneState, t int64) {
 		li.started, li.end = false, math.MaxInt64
@@ -284,7 +284,7 @@ func Replay(ws []Waiter, src Source, now time.Time, rtt, lag time.Duration, held
 	}
 
 	// path is how long a lane still needs after the calls it releases by
-	// t, at its bucket's pace (lane.backlog: the refills its last call
+	// t, at its bucket's pace (the actors' lane.backlog: the refills its last call
 	// waits for).
 	path := func(li *laneState, t int64) int64 {
 		switch {
