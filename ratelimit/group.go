@@ -82,9 +82,10 @@ type Group struct {
 	n     int
 	per   time.Duration
 	guard *SlidingWindow
-	// rtt is the longest recent round trip (send to answer), decaying by
-	// an eighth per answer, in whole milliseconds (as a shared store's
-	// scripts count it): the chain's windows are spaced per+rtt.
+	// rtt is the longest recent round trip (send to answer, rounded up to
+	// the millisecond), decaying by an eighth per answer, in whole
+	// milliseconds (as a shared store's scripts count it): the chain's
+	// windows are spaced per+rtt.
 	rtt  time.Duration
 	wins []groupWindow // the schedule, oldest first; none is over
 	out  map[uint64]*reservation
@@ -350,6 +351,7 @@ func (g *Group) Settle(now, sentAt time.Time, id uint64) {
 	g.forget(id, r)
 	g.guard.Settle(now)
 	if d := now.Sub(sentAt); d > 0 {
+		d = (d + time.Millisecond - 1).Truncate(time.Millisecond) // whole ms, up
 		g.rtt = max(d, g.rtt-(g.rtt/8).Truncate(time.Millisecond))
 	}
 }
@@ -363,6 +365,7 @@ func (g *Group) Cancel(now time.Time, id uint64) {
 	if r, ok := g.out[id]; ok && r.taken {
 		r.taken = false
 		g.enwait(r)
+		g.noteAged(r) // a Block may have made its window afresh, without it
 		g.guard.Cancel(now)
 	}
 }

@@ -438,6 +438,9 @@ func checkGroupIndex(t *testing.T, g *Group, what string) {
 			}
 		}
 		require.Equal(t, pos, g.slot(r).Position, "%s: position", what)
+		if r.moves >= MaxGroupMoves {
+			require.False(t, g.aged[r.class-classLowest].Before(r.start), "%s: a reservation that moves no more, after its class's floor", what)
+		}
 	}
 }
 

@@ -156,9 +156,9 @@ func TestGroupsRedis(t *testing.T) {
 
 // The Lua scripts and ratelimit.Group, side by side on random loads of
 // reservations of random classes, releases, takes (which must go in both
-// or in neither, or wait as long), cancels, answers after a round trip of up to two
-// windows, blocks (some ending no later than the last, some now) and the
-// clock moving on a window or two (windows end, and their requests,
+// or in neither, or wait as long), cancels, answers after a round trip of
+// up to two windows, blocks (some ending no later than the last, some
+// now) and the clock moving on by up to two windows, in ms (windows end, and their requests,
 // missed, are placed again when next asked about, ahead of the others
 // meanwhile): every request with a reservation has the same window and
 // position in both, and as many wait.
@@ -166,7 +166,7 @@ func TestGroupClassesRedisMatchesGroup(t *testing.T) {
 	srv := redistest.Start(t)
 	start := time.Unix(1_700_000_000, 0)
 	const window = time.Second
-	for seed := range uint64(60) {
+	for seed := range uint64(100) {
 		rng := rand.New(rand.NewPCG(seed, 39))
 		n := 1 + rng.IntN(3)
 		r := newGroupRig(t, srv, "classes-"+strconv.FormatUint(seed, 10), start, n, window)
@@ -177,7 +177,10 @@ func TestGroupClassesRedisMatchesGroup(t *testing.T) {
 		for step, id := 0, 1; step < 80; step++ {
 			switch k := rng.IntN(13); {
 			case k == 3:
-				now = now.Add(time.Duration(1+rng.IntN(2)) * window) // 16 s at most: within the lease TTL (40 s)
+				// Any number of ms (round trips and window starts are not
+				// whole windows): 16 s in all at most, within the lease
+				// TTL (40 s).
+				now = now.Add(time.Duration(1+rng.IntN(2000)) * time.Millisecond)
 				r.clock.set(now)
 			case k < 2 && len(live) > 0:
 				i := rng.IntN(len(live))
@@ -479,4 +482,43 @@ func TestGroupUnansweredTakeIsForgotten(t *testing.T) {
 	n, err := r.s.rdb.ZCard(ctx, D+":t").Result()
 	require.NoError(t, err)
 	assert.Zero(t, n)
+}
+
+// An estimate tells a reservation and makes none: a take whose lease
+// ended unanswered is forgotten before the estimate looks (it used to
+// find the record, then reserve the request afresh, as normal, with a
+// new place).
+func TestGroupEstimateAfterAnUnansweredTakeReservesNothing(t *testing.T) {
+	srv := redistest.Start(t)
+	start := time.Unix(1_700_000_000, 0)
+	r := newGroupRig(t, srv, "estimate-unanswered", start, 2, time.Second)
+	r.reserve(1, -1)
+	ok, _ := r.take(1)
+	require.True(t, ok)
+	r.clock.set(start.Add(r.s.cfg.LeaseTTL))
+	_, found := r.estimate(1)
+	assert.False(t, found, "its process is gone: no reservation")
+	has, err := r.s.rdb.HExists(context.Background(), r.s.ns+":d:"+r.g[0].Key+":r", r.s.groupID("1")).Result()
+	require.NoError(t, err)
+	assert.False(t, has, "the estimate reserved nothing")
+}
+
+// A request taken, then taken again by a new attempt (its old record
+// dropped, a waiting one made), keeps that waiting record when the first
+// take's lease ends: only a record still taken then is dropped.
+func TestGroupRetakenRequestOutlivesTheOldLease(t *testing.T) {
+	srv := redistest.Start(t)
+	start := time.Unix(1_700_000_000, 0)
+	r := newGroupRig(t, srv, "retaken", start, 1, time.Second)
+	r.reserve(1, 0)
+	ok, _ := r.take(1) // the first attempt, never answered
+	require.True(t, ok)
+	r.clock.set(start.Add(10 * time.Millisecond))
+	ok, _ = r.take(1) // a second attempt: reserved again, it waits
+	require.False(t, ok)
+	r.clock.set(start.Add(r.s.cfg.LeaseTTL))
+	r.reserve(2, 0)
+	has, err := r.s.rdb.HExists(context.Background(), r.s.ns+":d:"+r.g[0].Key+":r", r.s.groupID("1")).Result()
+	require.NoError(t, err)
+	assert.True(t, has, "the second attempt's reservation stays")
 }

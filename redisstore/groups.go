@@ -366,7 +366,7 @@ end
 -- (a reservation taken by an attempt whose answer is not reported yet is
 -- dropped: this attempt needs a place of its own), as the table gtake
 -- reads, and how long until the request may go (0: now): its window's
--- start, or when the guard has a slot.
+-- start or when the guard has a slot, whichever is later.
 local function gready(D, n, per, ttl, id, now, c)
   local start, seq, lease, rc, mv = greserve(D, n, per, ttl, id, now, c)
   if lease ~= '' then
@@ -410,6 +410,7 @@ local function ganswer(D, per, ttl, id, lease, now, counted, rtt)
     if glease == lease then
       redis.call('HSET', D .. ':r', id, grec(start, seq, '', c, mv))
       gqadd(D, start, seq, id, c)
+      gaged(D, c, mv, start) -- a block may have made its window afresh, without it
     end
   end
 end
@@ -480,6 +481,7 @@ local out = {}
 for j = 0, ng - 1 do
   local D = gkey(P, ARGV[6 + 3 * j])
   local n, per = tonumber(ARGV[7 + 3 * j]), tonumber(ARGV[8 + 3 * j])
+  if estimate then gdrop(D, per, ttl, now) end -- what it forgets is no reservation to tell
   if estimate and redis.call('HEXISTS', D .. ':r', id) == 0 then
     table.insert(out, 0); table.insert(out, 0); table.insert(out, 0)
   else

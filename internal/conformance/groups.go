@@ -50,8 +50,10 @@ const (
 	Reserve GroupOp = iota
 	// Release drops request ID's waiting reservation.
 	Release
-	// Take lets request ID go if it may (Take; in Redis, the reserve
-	// script's groups), which must be OK.
+	// Take lets request ID, waiting, go if it may (Take; in Redis, the
+	// reserve script's groups), which must be OK. (A take of a request on
+	// its way differs by contract: Go's Take succeeds again, a shared
+	// store's reserve is a new attempt, which reserves afresh.)
 	Take
 	// Cancel gives back request ID's taken slot: it was never sent, and
 	// keeps its reservation.
@@ -119,6 +121,15 @@ func block(until time.Duration) GroupStep {
 	return GroupStep{Op: Block, At: until}
 }
 func move(to time.Duration) GroupStep { return GroupStep{Op: Move, At: to} }
+
+// rels returns a release of each id from..to.
+func rels(from, to int) []GroupStep {
+	var s []GroupStep
+	for id := from; id <= to; id++ {
+		s = append(s, rel(id))
+	}
+	return s
+}
 
 // steps returns a reservation of each id from..to, of class.
 func steps(from, to int, class int8) []GroupStep {
@@ -300,6 +311,12 @@ var Groups = []GroupCase{
 		Name:  "a request sent before a block and cancelled after it goes first",
 		Count: 1, Steps: []GroupStep{res(1, normal), res(2, normal), take(1), block(2 * time.Second), cancel(1)},
 		Want: map[int]GroupPlace{1: {0, 0, 0}, 2: {3, 1, 0}}, // the guard is full while 1 is on its way: a window later
+	},
+	{
+		Name:  "a request that moves no more, sent before a block and cancelled after it, is still passed by no one",
+		Count: 2, Steps: append(append(append(append([]GroupStep{res(1, bulk)}, steps(2, 15, interactive)...), rels(2, 15)...),
+			move(7*time.Second), take(1), res(100, bulk), block(7*time.Second)), cancel(1), res(200, interactive)),
+		Want: map[int]GroupPlace{1: {7, 0, 0}, 100: {7, 1, 0}, 200: {8, 2, 0}},
 	},
 	{
 		Name:  "a block that ends as a sent request's window began leaves that window counting it",
