@@ -183,12 +183,18 @@ func (c *Call) watch(s *System) {
 		// Close completed it as the watchers were being set, after its
 		// outcome stopped what it found: stop them here (a context's
 		// hook would keep the call until that context ends).
-		if stop, ok := c.stopCtx.Load().(func() bool); ok {
-			stop()
-		}
-		if t := c.timer.Load(); t != nil {
-			t.Stop()
-		}
+		c.unwatch()
+	}
+}
+
+// unwatch stops what watch started, as far as it has: at the outcome, and
+// again by watch if the outcome came while it was starting them.
+func (c *Call) unwatch() {
+	if stop, ok := c.stopCtx.Load().(func() bool); ok {
+		stop()
+	}
+	if t := c.timer.Load(); t != nil {
+		t.Stop()
 	}
 }
 
@@ -221,12 +227,7 @@ func (c *Call) Complete(resp *http.Response, err error) bool {
 		won = true
 		c.resp, c.err = resp, err
 		c.fin.Store(true)
-		if stop, ok := c.stopCtx.Load().(func() bool); ok {
-			stop()
-		}
-		if t := c.timer.Load(); t != nil {
-			t.Stop()
-		}
+		c.unwatch()
 		c.runOnDone() // before done: a waiter sees the bookkeeping (span, counts) finished
 		close(c.done)
 	})

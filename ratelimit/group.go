@@ -215,6 +215,9 @@ type Slot struct {
 	Position int
 }
 
+// clampClass takes a class outside the classes as the nearest.
+func clampClass(c int8) int8 { return min(max(c, classLowest), classHighest) }
+
 // MaxGroupLimit bounds the n of NewGroup.
 const MaxGroupLimit = MaxGlobalLimit
 
@@ -251,8 +254,7 @@ func (g *Group) Reserve(now time.Time, id uint64) Slot {
 func (g *Group) ReserveClass(now time.Time, id uint64, class int8) Slot {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	r := g.reserveClass(now, id, min(max(class, classLowest), classHighest))
-	return g.slot(r)
+	return g.slot(g.reserveClass(now, id, clampClass(class)))
 }
 
 // Ready reports whether request id may be sent at now, reserving its slot
@@ -272,7 +274,7 @@ func (g *Group) Ready(now time.Time, id uint64) (ok bool, wait time.Duration) {
 func (g *Group) ReadyClass(now time.Time, id uint64, class int8) (ok bool, wait time.Duration, slot Slot) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	r := g.reserveClass(now, id, min(max(class, classLowest), classHighest))
+	r := g.reserveClass(now, id, clampClass(class))
 	if ok, wait = g.ready(now, r); ok {
 		return true, 0, Slot{}
 	}

@@ -46,6 +46,13 @@ func (r *groupRig) release(id int) {
 	require.NoError(r.t, r.s.sc.groupRelease.Run(context.Background(), r.s.rdb, []string{r.s.ns}, args...).Err())
 }
 
+// recorded reports whether request id has a record (D:r) in the group.
+func (r *groupRig) recorded(id int) bool {
+	has, err := r.s.rdb.HExists(context.Background(), r.s.ns+":d:"+r.g[0].Key+":r", r.s.groupID(strconv.Itoa(id))).Result()
+	require.NoError(r.t, err)
+	return has
+}
+
 func (r *groupRig) estimate(id int) (ratelimit.Slot, bool) {
 	slots, found, err := r.s.EstimateGroups(context.Background(), r.clock.now(), strconv.Itoa(id), r.g)
 	require.NoError(r.t, err)
@@ -439,9 +446,7 @@ func TestGroupDamagedRecordIsForgotten(t *testing.T) {
 	assert.Equal(t, Shared, r.s.Mode(), "the store stays on Redis")
 	require.NoError(t, r.s.rdb.HSet(ctx, D+":r", id, "garbage").Err())
 	r.release(1)
-	n, err := r.s.rdb.HExists(ctx, D+":r", id).Result()
-	require.NoError(t, err)
-	assert.False(t, n, "the damaged record is dropped")
+	assert.False(t, r.recorded(1), "the damaged record is dropped")
 }
 
 // A take whose process never answers (it crashed) leaves its record in
@@ -470,9 +475,7 @@ func TestGroupUnansweredTakeIsForgotten(t *testing.T) {
 
 	r.clock.set(start.Add(r.s.cfg.LeaseTTL - time.Millisecond))
 	r.reserve(3, 0)
-	has, err := r.s.rdb.HExists(ctx, D+":r", r.s.groupID("1")).Result()
-	require.NoError(t, err)
-	require.True(t, has, "kept while its lease lives")
+	require.True(t, r.recorded(1), "kept while its lease lives")
 
 	r.clock.set(start.Add(r.s.cfg.LeaseTTL))
 	r.reserve(4, 0)
@@ -498,9 +501,7 @@ func TestGroupEstimateAfterAnUnansweredTakeReservesNothing(t *testing.T) {
 	r.clock.set(start.Add(r.s.cfg.LeaseTTL))
 	_, found := r.estimate(1)
 	assert.False(t, found, "its process is gone: no reservation")
-	has, err := r.s.rdb.HExists(context.Background(), r.s.ns+":d:"+r.g[0].Key+":r", r.s.groupID("1")).Result()
-	require.NoError(t, err)
-	assert.False(t, has, "the estimate reserved nothing")
+	assert.False(t, r.recorded(1), "the estimate reserved nothing")
 }
 
 // A request taken, then taken again by a new attempt (its old record
@@ -518,7 +519,5 @@ func TestGroupRetakenRequestOutlivesTheOldLease(t *testing.T) {
 	require.False(t, ok)
 	r.clock.set(start.Add(r.s.cfg.LeaseTTL))
 	r.reserve(2, 0)
-	has, err := r.s.rdb.HExists(context.Background(), r.s.ns+":d:"+r.g[0].Key+":r", r.s.groupID("1")).Result()
-	require.NoError(t, err)
-	assert.True(t, has, "the second attempt's reservation stays")
+	assert.True(t, r.recorded(1), "the second attempt's reservation stays")
 }

@@ -142,7 +142,10 @@ local function gdrop(D, per, ttl, now)
   local T = D .. ':t'
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', T, '-inf', now)) do
     local rec = redis.call('HGET', D .. ':r', id)
-    if rec and string.match(rec, '^%d+|%d+|[^|]') then redis.call('HDEL', D .. ':r', id) end
+    if rec then
+      local _, _, lease = gparse(rec)
+      if lease and lease ~= '' then redis.call('HDEL', D .. ':r', id) end
+    end
   end
   redis.call('ZREMRANGEBYSCORE', T, '-inf', now)
   local cut = gstale(per, ttl, now)

@@ -122,22 +122,18 @@ func block(until time.Duration) GroupStep {
 }
 func move(to time.Duration) GroupStep { return GroupStep{Op: Move, At: to} }
 
-// rels returns a release of each id from..to.
-func rels(from, to int) []GroupStep {
+// each returns step(id) for each id from..to.
+func each(from, to int, step func(id int) GroupStep) []GroupStep {
 	var s []GroupStep
 	for id := from; id <= to; id++ {
-		s = append(s, rel(id))
+		s = append(s, step(id))
 	}
 	return s
 }
 
 // steps returns a reservation of each id from..to, of class.
 func steps(from, to int, class int8) []GroupStep {
-	var s []GroupStep
-	for id := from; id <= to; id++ {
-		s = append(s, res(id, class))
-	}
-	return s
+	return each(from, to, func(id int) GroupStep { return res(id, class) })
 }
 
 // IDs returns the ids of c's Want, in order.
@@ -314,7 +310,7 @@ var Groups = []GroupCase{
 	},
 	{
 		Name:  "a request that moves no more, sent before a block and cancelled after it, is still passed by no one",
-		Count: 2, Steps: append(append(append(append([]GroupStep{res(1, bulk)}, steps(2, 15, interactive)...), rels(2, 15)...),
+		Count: 2, Steps: append(append(append(append([]GroupStep{res(1, bulk)}, steps(2, 15, interactive)...), each(2, 15, rel)...),
 			move(7*time.Second), take(1), res(100, bulk), block(7*time.Second)), cancel(1), res(200, interactive)),
 		Want: map[int]GroupPlace{1: {7, 0, 0}, 100: {7, 1, 0}, 200: {8, 2, 0}},
 	},
