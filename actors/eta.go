@@ -109,9 +109,9 @@ type etaMsg struct {
 	ring ringKeys
 }
 
-// ringKeys is, for each window, its admission queue's line as the
-// forecast starts from it.
-type ringKeys [numWindows]forecast.Line
+// ringKeys is, for each window, a copy of its admission queue for the
+// forecast to go on from (nil: none taken).
+type ringKeys [numWindows]*admission.Queue[string]
 
 // Values of Call.due that are not a time.
 const (
@@ -418,7 +418,7 @@ func (s *System) globalSlots(out []RequestETA, parts []laneETA, waiting []int, n
 	if !slices.ContainsFunc(ws[:], func(w []forecast.Waiter) bool { return len(w) > 0 }) {
 		return
 	}
-	var onWire map[string]bool
+	var onWire map[forecast.Lane]bool
 	s.live.each(func(c *Call) bool {
 		if asked[c.ID] || c.Route.GlobalExempt || c.direct || c.Finished() {
 			return true
@@ -431,7 +431,7 @@ func (s *System) globalSlots(out []RequestETA, parts []laneETA, waiting []int, n
 		switch due {
 		case dueNever:
 			if onWire == nil {
-				onWire = map[string]bool{}
+				onWire = map[forecast.Lane]bool{}
 			}
 			onWire[forecastLane(c)] = true
 			return true
@@ -460,7 +460,7 @@ func (s *System) globalSlots(out []RequestETA, parts []laneETA, waiting []int, n
 			continue
 		}
 		_, per := src.Limit()
-		var line forecast.Line
+		var line *admission.Queue[string]
 		if ring != nil {
 			line = ring[w]
 		}
@@ -499,7 +499,7 @@ func (s *System) globalSlots(out []RequestETA, parts []laneETA, waiting []int, n
 func waiterOf(c *Call, due int64, guess bool, target int) forecast.Waiter {
 	return forecast.Waiter{
 		ID: c.ID, Submitted: c.Submitted.UnixNano(), Due: due, Guess: guess, Pace: c.pace.Load(), Limit: int(c.limit.Load()), Probe: c.reprobe.Load(),
-		Actor: c.Route.Major, Lane: forecastLane(c), Target: target, Class: c.Class,
+		Actor: c.Route.Major, Route: c.Route.TemplateKey(), Target: target, Class: c.Class,
 	}
 }
 
@@ -520,8 +520,8 @@ func (s *System) requests(parts []laneETA, now time.Time, ring *ringKeys) []Requ
 // forecastLane names c's lane for the forecast: its actor and its route
 // family (method, template), which is immutable, unlike the lane a bucket
 // actor keeps it in.
-func forecastLane(c *Call) string {
-	return c.Route.Major + "\x00" + c.Route.TemplateKey()
+func forecastLane(c *Call) forecast.Lane {
+	return forecast.Lane{Actor: c.Route.Major, Route: c.Route.TemplateKey()}
 }
 
 // observeRTT adds an answer's round trip to System.rtt, which follows the

@@ -192,7 +192,6 @@ type Queue[K comparable] struct {
 	classes [3]int
 	// Serve's scratch space, reused from one call to the next.
 	grants []Grant[K]
-	held   []*entry[K]
 	serves uint64 // Serve calls so far: an entry's grant index is valid in the one it names
 	// onSlot, when set (tests: export_test.go), is told each slot Serve
 	// hands out, in order.
@@ -323,22 +322,23 @@ func (q *Queue[K]) Pending() int {
 	return n
 }
 
-// Places is every waiting bucket's place (nil for an empty line), for the
-// global forecast.
-func (q *Queue[K]) Places() map[K]Place {
-	if len(q.ring) == 0 {
-		return nil
+// Copy returns a copy of q for the global forecast to go on from, its keys
+// renamed by key (which must not map two keys to one): the line, each
+// bucket's place and want, the keeps, the pacer and the share, as they
+// stand. The copy shares nothing with q; its owner may use it on another
+// goroutine. O(the line and the keeps).
+func Copy[K, J comparable](q *Queue[K], key func(K) J) *Queue[J] {
+	out := &Queue[J]{limit: q.limit, period: q.period, pacer: q.pacer, share: q.share, classes: q.classes,
+		ring: make(ring[J], len(q.ring)), byKey: make(map[J]*entry[J], len(q.ring)), keeps: make(map[J]keep, len(q.keeps))}
+	for i, e := range q.ring {
+		c := &entry[J]{key: key(e.key), place: e.place, want: e.want, global: e.global, index: i}
+		out.ring[i], out.byKey[c.key] = c, c
 	}
-	out := make(map[K]Place, len(q.ring))
-	for _, e := range q.ring {
-		out[e.key] = e.place
+	for k, v := range q.keeps {
+		out.keeps[key(k)] = v
 	}
 	return out
 }
-
-// Share is the lower classes' share as it stands: the global forecast
-// starts from it, as the line goes on from it.
-func (q *Queue[K]) Share() Share { return q.share }
 
 // Head is the bucket first in line and whether it needs a slot of the
 // window (the ban breaker's probe takes it alone).
@@ -365,12 +365,9 @@ func (q *Queue[K]) Refund(n int) { q.pacer.refund(n) }
 // queue reuses their memory (the supervisor serves at every ask and every
 // slot given back).
 func (q *Queue[K]) Serve(now time.Time, w Window, paused bool) (grants []Grant[K], retry time.Duration, again bool) {
-	clear(q.grants)                          // the last call's grants: no key kept alive by them
-	grants, held := q.grants[:0], q.held[:0] // held: waiting for the window
-	defer func() {
-		clear(held)
-		q.grants, q.held = grants, held[:0]
-	}()
+	clear(q.grants) // the last call's grants: no key kept alive by them
+	grants = q.grants[:0]
+	defer func() { q.grants = grants }()
 	// shareHeld: the share's pick was held back by a keep (slots kept for
 	// buckets ahead of it): the rest of this call serves in line, as the
 	// slots the pick cannot use would otherwise go unused.
@@ -383,6 +380,7 @@ func (q *Queue[K]) Serve(now time.Time, w Window, paused bool) (grants []Grant[K
 		}
 		e, lower := q.next(shareHeld)
 		if !e.global { // exempt: needs no global slot
+			heap.Remove(&q.ring, e.index)
 			q.forget(e)
 			grants = append(grants, Grant[K]{Key: e.key})
 			continue
@@ -441,29 +439,23 @@ func (q *Queue[K]) Serve(now time.Time, w Window, paused bool) (grants []Grant[K
 			e.serve, e.grant = q.serves, len(grants)
 			grants = append(grants, Grant[K]{Key: e.key, Slots: slots, More: slots < e.want})
 		}
-		switch {
-		case slots == e.want:
+		if slots == e.want {
+			heap.Remove(&q.ring, e.index)
 			q.forget(e)
-		case paused:
-			// Served in part, or not at all: it keeps its place in line
-			// for the rest, which goes as the window's next slots free
-			// (asking again would put it behind every bucket ready since).
-			e.want -= slots
-			held = append(held, e)
-		default:
-			// Stopped by the share (its slots, or its pick's, held back
-			// by a keep): back in line, served again in this call.
-			e.want -= slots
-			heap.Push(&q.ring, e)
+			continue
 		}
-	}
-	for _, e := range held {
-		heap.Push(&q.ring, e)
+		// Served in part, or not at all: it keeps its place in line for
+		// the rest, which goes as the window's next slots free (asking
+		// again would put it behind every bucket ready since), or, when
+		// the share stopped it (its slots, or its pick's, held back by a
+		// keep), later in this call. Its place did not change: it stays
+		// where it is in the ring.
+		e.want -= slots
 	}
 	return grants, retry, again
 }
 
-// next takes the next bucket to serve out of the ring: the first in line,
+// next is the next bucket to serve, left in the ring: the first in line,
 // or, when the lower classes' share is due (Share) and not held, the first
 // in line by deadline among the buckets of a lower class than its (lower
 // set).
@@ -474,10 +466,10 @@ func (q *Queue[K]) next(shareHeld bool) (e *entry[K], lower bool) {
 			func(x *entry[K]) (Class, bool) { return x.place.Class, true },
 			func(a, b *entry[K]) bool { return a.place.sooner(b.place) })
 		if at >= 0 { // always, but for a count out of step
-			return heap.Remove(&q.ring, at).(*entry[K]), true
+			return q.ring[at], true
 		}
 	}
-	return heap.Pop(&q.ring).(*entry[K]), false
+	return head, false
 }
 
 // serveExempt answers the buckets in line that need no slot (interaction

@@ -3,6 +3,7 @@ package forecast
 import (
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -23,10 +24,22 @@ func (f fixedSlots) Forecast(now time.Time, k int) time.Time {
 	return now.Add(time.Duration(k/f.n) * f.per)
 }
 
+// countWindow is a global window with left slots.
+type countWindow struct{ left int }
+
+func (w *countWindow) Reserve(time.Time) (bool, time.Duration) {
+	if w.left == 0 {
+		return false, time.Second
+	}
+	w.left--
+	return true, 0
+}
+func (w *countWindow) Count(time.Time) int { return 0 }
+
 // forecastAt is Replay's forecast times.
-func forecastAt(ws []Waiter, src Source, now time.Time, rtt time.Duration, held int, onWire map[string]bool) []int64 {
+func forecastAt(ws []Waiter, src Source, now time.Time, rtt time.Duration, held int, onWire map[Lane]bool) []int64 {
 	var out []int64
-	for _, s := range Replay(ws, src, now, rtt, rtt/2, held, onWire, Line{}) {
+	for _, s := range Replay(ws, src, now, rtt, rtt/2, held, onWire, nil) {
 		out = append(out, s.At)
 	}
 	return out
@@ -43,7 +56,7 @@ func TestAdmissionForecast(t *testing.T) {
 		if guess {
 			pace = 0
 		}
-		return Waiter{ID: id, Submitted: ns(time.Duration(id) * time.Microsecond), Due: ns(due), Guess: guess, Pace: pace, Actor: actor, Lane: actor + "\x00POST /m", Target: int(id)}
+		return Waiter{ID: id, Submitted: ns(time.Duration(id) * time.Microsecond), Due: ns(due), Guess: guess, Pace: pace, Actor: actor, Route: "POST /m", Target: int(id)}
 	}
 	src := fixedSlots{n: 2, per: time.Second}
 	rtt := 10 * time.Millisecond
@@ -71,7 +84,7 @@ func TestAdmissionForecast(t *testing.T) {
 		assert.Equal(t, ns(0), at[2], "b takes the other free slot")
 		assert.Equal(t, ns(rtt+time.Second), at[3])
 		assert.Equal(t, ns(rtt+time.Second), at[1], "after its pioneer's answer, behind c (submitted first)")
-		at = forecastAt(ws, src, now, rtt, 0, map[string]bool{"u\x00POST /m": true})
+		at = forecastAt(ws, src, now, rtt, 0, map[Lane]bool{{"u", "POST /m"}: true})
 		assert.Equal(t, ns(0), at[0], "with its pioneer out, the queue goes as it may")
 	})
 	t.Run("a pioneer goes before a longer known backlog", func(t *testing.T) {
@@ -117,10 +130,11 @@ func TestAdmissionForecast(t *testing.T) {
 		// slot, not the eighth.
 		one := fixedSlots{n: 1, per: time.Second}
 		ws := bulkBehindInteractions()
-		var line Line
-		for range admission.ShareEvery - 2 {
-			line.Share.Served(1, false, true)
-		}
+		line := admission.New[string](one.n, one.per)
+		line.Want(now, "bulk", admission.Ask{Want: 1, Global: true, Since: now, Class: admission.Bulk})
+		line.Want(now, "x", admission.Ask{Want: admission.ShareEvery - 2, Global: true, Since: now, First: 100, Class: admission.Interactive})
+		grants, _, _ := line.Serve(now, &countWindow{left: admission.ShareEvery - 2}, false)
+		require.Equal(t, []admission.Grant[string]{{Key: "x", Slots: admission.ShareEvery - 2}}, grants)
 		var at []int64
 		for _, s := range Replay(ws, one, now, rtt, rtt/2, 0, nil, line) {
 			at = append(at, s.At)
@@ -154,7 +168,7 @@ func TestAdmissionForecastFollowsTheBucket(t *testing.T) {
 			id := first + uint64(k)
 			ws = append(ws, Waiter{ID: id, Submitted: ns(time.Duration(id) * time.Microsecond),
 				Due: ns(time.Duration(k/2) * pace), Pace: int64(pace), Limit: 2, Probe: probe,
-				Actor: actor, Lane: actor + "\x00POST /m", Target: int(id)})
+				Actor: actor, Route: "POST /m", Target: int(id)})
 		}
 		return ws
 	}
@@ -195,7 +209,7 @@ func TestAdmissionForecastFollowsTheBucket(t *testing.T) {
 		ws := lane("b", 0, 2, false)
 		ws[0].Due, ws[1].Due = ns(pace), ns(0)
 		in := slices.Clone(ws)
-		got := Replay(ws, fixedSlots{n: 10, per: time.Second}, now, rtt, rtt/2, 0, nil, Line{})
+		got := Replay(ws, fixedSlots{n: 10, per: time.Second}, now, rtt, rtt/2, 0, nil, nil)
 		assert.Equal(t, in, ws, "the input stands")
 		assert.Equal(t, ns(pace), got[1].At)
 		assert.Greater(t, got[1].At, ws[1].Due, "later than the due it was given")
@@ -203,7 +217,7 @@ func TestAdmissionForecastFollowsTheBucket(t *testing.T) {
 
 		// The same with a window of one slot a second: its lane's first
 		// call waits for it, and every later window of the lane opens late.
-		got = Replay(ws, fixedSlots{n: 1, per: time.Second}, now, rtt, rtt/2, 0, nil, Line{})
+		got = Replay(ws, fixedSlots{n: 1, per: time.Second}, now, rtt, rtt/2, 0, nil, nil)
 		assert.Equal(t, ns(pace), got[0].At)
 		assert.Equal(t, ns(pace+rtt+time.Second), got[1].At)
 		assert.True(t, got[1].Waited, "the window held it: its ETA is raised")
@@ -215,7 +229,9 @@ func TestAdmissionForecastFollowsTheBucket(t *testing.T) {
 		src := fixedSlots{n: 1, per: time.Second}
 		at := forecastAt(ws, src, now, rtt, 0, nil)
 		assert.Equal(t, []int64{ns(0), ns(rtt + time.Second)}, at, "in submission order")
-		got := Replay(ws, src, now, rtt, rtt/2, 0, nil, Line{Places: map[string]admission.Place{"a": {Deadline: time.Unix(0, ns(-time.Second)), First: 1}}})
+		line := admission.New[string](src.n, src.per)
+		line.Want(now, "a", admission.Ask{Want: 1, Global: true, Since: now.Add(-time.Second), First: 1})
+		got := Replay(ws, src, now, rtt, rtt/2, 0, nil, line)
 		assert.Equal(t, ns(0), got[1].At, "a keeps its place")
 		assert.Equal(t, ns(rtt+time.Second), got[0].At)
 	})
@@ -240,17 +256,20 @@ func TestAdmissionForecastKeepsTheWindow(t *testing.T) {
 				Actor: string(rune('a' + rng.IntN(5))), Target: -1, Pace: int64(rng.IntN(3)) * int64(50*time.Millisecond),
 				Limit: rng.IntN(3), Probe: rng.IntN(3) == 0,
 			}
-			ws[i].Lane = ws[i].Actor + "\x00POST /m"
+			ws[i].Route = "POST /m"
 			if rng.IntN(2) == 0 {
 				ws[i].Target = i
 			}
 		}
 		in := slices.Clone(ws)
-		var places map[string]admission.Place
+		var line *admission.Queue[string]
 		if rng.IntN(2) == 0 {
-			places = map[string]admission.Place{string(rune('a' + rng.IntN(5))): {Deadline: now.Add(-time.Duration(rng.IntN(2000)) * time.Millisecond), First: uint64(rng.IntN(40))}}
+			// One actor waits in line already, with an earlier place.
+			line = admission.New[string](src.n, src.per)
+			line.Want(now, string(rune('a'+rng.IntN(5))), admission.Ask{Want: 1 + rng.IntN(3), Global: true,
+				Since: now.Add(-time.Duration(rng.IntN(2000)) * time.Millisecond), First: uint64(rng.IntN(40))})
 		}
-		got := Replay(ws, src, now, rtt, rtt/2, 0, nil, Line{Places: places})
+		got := Replay(ws, src, now, rtt, rtt/2, 0, nil, line)
 		at := make([]int64, len(got))
 		for i, g := range got {
 			at[i] = g.At
@@ -292,9 +311,9 @@ func TestAdmissionForecastCut(t *testing.T) {
 	next := rtt + per
 	src := fixedSlots{n: 2, per: per} // edge: one call on each side
 	w := func(id uint64, actor string) Waiter {
-		return Waiter{ID: id, Submitted: ns(time.Duration(id) * time.Microsecond), Due: ns(0), Actor: actor, Lane: actor + "\x00POST /m", Target: int(id)}
+		return Waiter{ID: id, Submitted: ns(time.Duration(id) * time.Microsecond), Due: ns(0), Actor: actor, Route: "POST /m", Target: int(id)}
 	}
-	got := Replay([]Waiter{w(0, "a"), w(1, "b"), w(2, "c"), w(3, "d")}, src, now, rtt, rtt/2, 0, nil, Line{})
+	got := Replay([]Waiter{w(0, "a"), w(1, "b"), w(2, "c"), w(3, "d")}, src, now, rtt, rtt/2, 0, nil, nil)
 	want := []Slot{
 		{At: ns(0), Early: ns(0), Late: ns(0)},                               // first of the burst, two slots left
 		{At: ns(0), Early: ns(0), Late: ns(next)},                            // last of the burst, c and d behind it
@@ -304,6 +323,98 @@ func TestAdmissionForecastCut(t *testing.T) {
 	assert.Equal(t, want, got)
 
 	// Alone, a call is at no cut.
-	got = Replay([]Waiter{w(0, "a")}, src, now, rtt, rtt/2, 0, nil, Line{})
+	got = Replay([]Waiter{w(0, "a")}, src, now, rtt, rtt/2, 0, nil, nil)
 	assert.Equal(t, []Slot{{At: ns(0), Early: ns(0), Late: ns(0)}}, got)
+}
+
+// spreadSlots is a global window of n slots per period whose slots free
+// one by one over the period from now.
+type spreadSlots struct {
+	n   int
+	per time.Duration
+}
+
+func (f spreadSlots) Limit() (int, time.Duration) { return f.n, f.per }
+func (f spreadSlots) Forecast(now time.Time, k int) time.Time {
+	return now.Add(time.Duration(k) * f.per / time.Duration(f.n))
+}
+
+// BenchmarkReplay is one ETA's replay of a global-bound backlog: 1,000
+// calls over 100 channels of 5 per second (two windows each), a window of
+// 250 per second, a line of 60 actors, one asked call near the end.
+func BenchmarkReplay(b *testing.B) {
+	now := time.Unix(1000, 0)
+	var ws []Waiter
+	for ch := range 100 {
+		actor := "channel_id=" + strconv.Itoa(ch)
+		for k := range 10 {
+			id := uint64(ch*10 + k)
+			ws = append(ws, Waiter{ID: id, Submitted: now.Add(-time.Second).UnixNano() + int64(id), Due: now.Add(time.Duration(k/5) * time.Second).UnixNano(),
+				Pace: int64(time.Second), Limit: 5, Actor: actor, Route: "POST /m", Target: -1})
+		}
+	}
+	ws[995].Target = 0
+	src := spreadSlots{n: 250, per: time.Second}
+	b.ReportAllocs()
+	for b.Loop() {
+		line := admission.New[string](250, time.Second)
+		for ch := range 60 {
+			line.Want(now, "channel_id="+strconv.Itoa(ch), admission.Ask{Want: 5, Global: true, Path: time.Second, Since: now.Add(-time.Second), First: uint64(ch * 10)})
+		}
+		Replay(ws, src, now, 20*time.Millisecond, 0, 0, nil, line)
+	}
+}
+
+// The replay serves from the live line's copy, so every rule of the line
+// holds in the forecast: slots kept for a bucket about to reopen, and the
+// pacer.
+func TestReplayRunsTheLine(t *testing.T) {
+	now := time.Unix(1000, 0)
+	ns := func(d time.Duration) int64 { return now.Add(d).UnixNano() }
+	rtt := 10 * time.Millisecond
+	w := func(id uint64, actor string, due time.Duration) Waiter {
+		return Waiter{ID: id, Submitted: ns(0), Due: ns(due), Pace: int64(time.Second), Limit: 2,
+			Actor: actor, Route: "POST /m", Target: int(id)}
+	}
+	t.Run("slots kept for a bucket about to reopen", func(t *testing.T) {
+		// h's bucket reopens in 300 ms with a long backlog: the line keeps
+		// the window's two slots for it from c, behind it in line.
+		src := fixedSlots{n: 2, per: time.Second}
+		ws := []Waiter{w(0, "c", 0), w(1, "c", 0), w(2, "h", 300*time.Millisecond), w(3, "h", 300*time.Millisecond)}
+		ws[2].Submitted, ws[3].Submitted = ns(-10*time.Second), ns(-10*time.Second) // h waits longer
+		line := admission.New[string](src.n, src.per)
+		line.Soon(now, "h", admission.Keep{At: now.Add(300 * time.Millisecond), Want: 2, Path: 3 * time.Second, Since: now.Add(-10 * time.Second)})
+		at := make([]int64, 0, len(ws))
+		for _, s := range Replay(ws, src, now, rtt, 0, 0, nil, line) {
+			at = append(at, s.At)
+		}
+		later := ns(300*time.Millisecond + rtt + time.Second)
+		assert.Equal(t, []int64{later, later, ns(300 * time.Millisecond), ns(300 * time.Millisecond)}, at, "h takes the kept slots, c the next ones")
+
+		// Without the keep, c takes both slots now.
+		at = forecastAt(ws, src, now, rtt, 0, nil)
+		assert.Equal(t, ns(0), at[0])
+		assert.Equal(t, ns(0), at[1])
+		assert.Equal(t, ns(rtt+time.Second), at[2])
+	})
+	t.Run("the pacer", func(t *testing.T) {
+		// The line spent its pacer's burst 100 ms ago on a bucket with a
+		// long backlog: it hands out one slot per 100 ms (10 per second),
+		// though the window has 10 free.
+		src := fixedSlots{n: 10, per: time.Second}
+		line := admission.New[string](src.n, src.per)
+		line.Want(now.Add(-100*time.Millisecond), "x", admission.Ask{Want: 10, Global: true, Path: 5 * time.Second, Since: now.Add(-time.Second)})
+		grants, _, _ := line.Serve(now.Add(-100*time.Millisecond), &countWindow{left: 10}, false)
+		require.Equal(t, []admission.Grant[string]{{Key: "x", Slots: 10}}, grants)
+		var ws []Waiter
+		for id := range uint64(4) {
+			ws = append(ws, w(id, "c"+strconv.Itoa(int(id)), 0))
+		}
+		var at []int64
+		for _, s := range Replay(ws, src, now, rtt, 0, 0, nil, line) {
+			at = append(at, s.At)
+		}
+		assert.Equal(t, []int64{ns(0), ns(100 * time.Millisecond), ns(200 * time.Millisecond), ns(300 * time.Millisecond)}, at)
+		assert.Equal(t, []int64{ns(0), ns(0), ns(0), ns(0)}, forecastAt(ws, src, now, rtt, 0, nil), "an idle line: all at once")
+	})
 }
