@@ -710,13 +710,6 @@ func (s *System) SharedGlobalBlocked(w Window, wait time.Duration) {
 	s.root.Send(s.sup, &globalHitMsg{window: w, until: until})
 }
 
-// fastShare is the share of the global window a bucket actor may reserve
-// on its own, while nobody waits; the rest is handed out by the
-// supervisor's admission queue, longest backlog first, so the last slots
-// of a window go where they are most needed (a hot channel) rather than to
-// whoever asked first.
-const fastShare = 0.5
-
 // keeper is a GlobalLimiter that can keep slots free (ratelimit.SlidingWindow).
 type keeper interface {
 	ReserveKeeping(now time.Time, keep int) bool

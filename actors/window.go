@@ -101,7 +101,7 @@ func newGlobalWindow(l ratelimit.GlobalLimiter, shared ratelimit.Shared) *global
 	w := &globalWindow{limiter: l, shared: shared}
 	if k, ok := l.(keeper); ok {
 		n, _ := k.Limit()
-		w.keeper, w.keep = k, int(float64(n)*(1-fastShare))
+		w.keeper, w.keep = k, int(float64(n)*(1-admission.FastShare))
 	}
 	return w
 }

@@ -72,6 +72,13 @@ const PioneerFirst = 1000 * time.Hour
 // about Discord's most common route limits.
 const UnknownPace = 100 * time.Millisecond
 
+// FastShare is the share of a global window a bucket may reserve on its
+// own, while nobody waits in line: not through the line, and not paced.
+// The rest is handed out by the line, longest backlog first, so the last
+// slots of a window go where they are most needed (a hot channel) rather
+// than to whoever asked first.
+const FastShare = 0.5
+
 // SoonGrace is how long after its bucket's reopening a keep (Soon) lasts
 // without the bucket asking: its timer's lag and its pump, which a starved
 // machine stretches (50 ms lapsed before a hot bucket asked under the race

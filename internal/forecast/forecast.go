@@ -123,6 +123,7 @@ type actorState struct {
 type batch struct {
 	key   string
 	calls []int
+	asked int64 // the last admit that asked for it
 }
 
 // Replay returns, for each waiter, when the supervisor is
@@ -290,64 +291,6 @@ func Replay(ws []Waiter, src Source, now time.Time, rtt, lag time.Duration, held
 	ready := map[string]*batch{}
 	nReady := 0
 	cut := newBurstCut(len(ws), n, rtt)
-	// admit opens the windows that end by t and moves the calls due by t
-	// to ready. Each actor's calls that become ready together are a batch
-	// and ask the line together, as the actor does (bucket.askAdmission):
-	// the earliest submission among them, the longest path of their
-	// lanes. A batch asks under its actor's key, and at the start it
-	// takes the place its actor has in line. A later batch of an actor
-	// still in line asks apart, for a place of its own: an actor waiting
-	// for admission sets no timer for its bucket's reopening, so it asks
-	// for the calls its bucket freed meanwhile at its next pump, most
-	// often its grant's, afresh. (Merged into the earlier batch's ask instead, 84-88% of the
-	// ETAs of bench/cmd/eta's scenario 17 were in window after the first
-	// answer, against 94-97%.)
-	var asking []*batch
-	batches := 0
-	admit := func(t int64) {
-		for wakes.Len() > 0 && wakes[0].at <= t {
-			wk := heap.Pop(&wakes).(wake)
-			open(wk.lane, wk.at)
-		}
-		asking = asking[:0]
-		for pending.Len() > 0 && ws[pending.idx[0]].Due <= t {
-			i := heap.Pop(pending).(int)
-			a := laneOf[i].actor
-			if a.batch == nil || a.at != t {
-				k := ws[i].Actor
-				if t != nowNs && (line.Waiting(k) || ready[k] != nil) {
-					batches++
-					k += "\x00" + strconv.Itoa(batches)
-				}
-				a.batch, a.at = &batch{key: k}, t
-				ready[k] = a.batch
-				asking = append(asking, a.batch)
-			}
-			a.batch.calls = append(a.batch.calls, i)
-			nReady++
-			cut.ready(i)
-		}
-		for _, b := range asking {
-			calls := b.calls
-			slices.SortFunc(calls, func(x, y int) int {
-				return cmp.Or(cmp.Compare(ws[y].Class, ws[x].Class), cmp.Compare(ws[x].ID, ws[y].ID))
-			})
-			ask := admission.Ask{Want: len(calls), Global: true, Since: time.Unix(0, ws[calls[0]].Submitted), First: ws[calls[0]].ID, Class: admission.Bulk}
-			long := int64(0)
-			for _, j := range calls {
-				w := &ws[j]
-				if s := time.Unix(0, w.Submitted); s.Before(ask.Since) || s.Equal(ask.Since) && w.ID < ask.First {
-					ask.Since, ask.First = s, w.ID
-				}
-				ask.Class = max(ask.Class, w.Class)
-				long = max(long, path(laneOf[j], w.Due))
-				ask.Pioneer = ask.Pioneer || laneOf[j].pioneer == j
-			}
-			ask.Path = time.Duration(long)
-			line.Want(time.Unix(0, t), b.key, ask)
-		}
-	}
-
 	// The window's free slots: those it holds free at their forecast
 	// times, then each slot taken again one round trip and one period
 	// after it was. Each slot also keeps its earliest time, had every
@@ -362,6 +305,14 @@ func Replay(ws []Waiter, src Source, now time.Time, rtt, lag time.Duration, held
 	heap.Init(&win.slots)
 	recycle, quick := int64(rtt+per), int64(rtt/2+per)
 
+	// burst is, for a burst beginning at t, its free slots and the next
+	// burst's first (zero when none begins: burstCut.serve).
+	burst := func(t int64) (within int, next int64) {
+		if cut.begins(t) {
+			return win.within(t + cut.horizon)
+		}
+		return 0, 0
+	}
 	// serve is call i taking sl (At -1: a slot granted before) at t.
 	serve := func(i int, sl Slot, t int64, within int, next int64) {
 		li := laneOf[i]
@@ -425,6 +376,86 @@ func Replay(ws []Waiter, src Source, now time.Time, rtt, lag time.Duration, held
 		}
 	}
 
+	// admit opens the windows that end by t and moves the calls due by t
+	// to ready. Each actor's calls that become ready together are a batch
+	// and ask the line together, as the actor does (bucket.askAdmission):
+	// the earliest submission among them, the longest path of their
+	// lanes. A batch asks under its actor's key, and at the start it
+	// takes the place its actor has in line. A later batch of an actor
+	// still in line asks apart, for a place of its own: an actor waiting
+	// for admission sets no timer for its bucket's reopening, so it asks
+	// for the calls its bucket freed meanwhile at its next pump, most
+	// often its grant's, afresh. (Merged into the earlier batch's ask instead, 84-88% of the
+	// ETAs of bench/cmd/eta's scenario 17 were in window after the first
+	// answer, against 94-97%.)
+	var asking []*batch
+	batches := 0
+	keep := int(float64(n) * (1 - admission.FastShare)) // bucket.admit's fast path leaves these free
+	admit := func(t int64) {
+		for wakes.Len() > 0 && wakes[0].at <= t {
+			wk := heap.Pop(&wakes).(wake)
+			open(wk.lane, wk.at)
+		}
+		asking = asking[:0]
+		for pending.Len() > 0 && ws[pending.idx[0]].Due <= t {
+			i := heap.Pop(pending).(int)
+			a := laneOf[i].actor
+			if b := a.batch; b == nil || t-a.at > int64(sameWindow) || ready[b.key] != b {
+				// A new batch: calls due within sameWindow of the last
+				// one's are its actor's one pump (its bucket's reset,
+				// stamped apart only by rounding).
+				k := ws[i].Actor
+				if t != nowNs && (line.Waiting(k) || ready[k] != nil) {
+					batches++
+					k += "\x00" + strconv.Itoa(batches)
+				}
+				a.batch, a.at = &batch{key: k}, t
+				ready[k] = a.batch
+			}
+			if b := a.batch; b.asked != t {
+				b.asked = t
+				asking = append(asking, b)
+			}
+			a.batch.calls = append(a.batch.calls, i)
+			nReady++
+			cut.ready(i)
+		}
+		for _, b := range asking {
+			slices.SortFunc(b.calls, func(x, y int) int {
+				return cmp.Or(cmp.Compare(ws[y].Class, ws[x].Class), cmp.Compare(ws[x].ID, ws[y].ID))
+			})
+			// While nobody waits in line, an actor reserves its slots on
+			// its own, as long as more than the window's fast share is
+			// left (admission.FastShare): not through the line, and not
+			// paced.
+			for len(b.calls) > 0 && line.Len() == 0 && win.fast(t, keep) {
+				i := b.calls[0]
+				b.calls = b.calls[1:]
+				nReady--
+				within, next := burst(t)
+				serve(i, win.take(), t, within, next)
+			}
+			if len(b.calls) == 0 {
+				delete(ready, b.key)
+				continue
+			}
+			calls := b.calls
+			ask := admission.Ask{Want: len(calls), Global: true, Since: time.Unix(0, ws[calls[0]].Submitted), First: ws[calls[0]].ID, Class: admission.Bulk}
+			long := int64(0)
+			for _, j := range calls {
+				w := &ws[j]
+				if s := time.Unix(0, w.Submitted); s.Before(ask.Since) || s.Equal(ask.Since) && w.ID < ask.First {
+					ask.Since, ask.First = s, w.ID
+				}
+				ask.Class = max(ask.Class, w.Class)
+				long = max(long, path(laneOf[j], w.Due))
+				ask.Pioneer = ask.Pioneer || laneOf[j].pioneer == j
+			}
+			ask.Path = time.Duration(long)
+			line.Want(time.Unix(0, t), b.key, ask)
+		}
+	}
+
 	// Time goes from one event to the next: a call due, a lane's window
 	// ending, or the line's next try (a slot freeing, the pacer, a keep
 	// lapsing). At each, the line serves as the supervisor does, and each
@@ -433,10 +464,7 @@ func Replay(ws []Waiter, src Source, now time.Time, rtt, lag time.Duration, held
 		admit(t)
 		retry, again := time.Duration(0), false
 		for line.Len() > 0 {
-			within, next := 0, int64(0) // a burst beginning at t: its free slots, and the next burst's first
-			if cut.begins(t) {
-				within, next = win.within(t + cut.horizon)
-			}
+			within, next := burst(t)
 			var grants []admission.Grant[string]
 			grants, retry, again = line.Serve(time.Unix(0, t), win, false)
 			used := 0
@@ -532,6 +560,18 @@ func (w *window) within(t int64) (k int, next int64) {
 	}
 	return k, next
 }
+
+// fast reports whether an actor may reserve a slot on its own at t: one
+// is free, and more than keep are left after it.
+func (w *window) fast(t int64, keep int) bool {
+	if len(w.slots) == 0 || w.slots[0].At > t {
+		return false
+	}
+	return w.Count(time.Unix(0, t))+1+keep <= w.limit
+}
+
+// take takes the first free slot (fast).
+func (w *window) take() Slot { return heap.Pop(&w.slots).(Slot) }
 
 // giveBack returns the slots taken from the k-th on, unused, and forgets
 // the taken ones; it returns how many it gave back.

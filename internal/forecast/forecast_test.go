@@ -13,15 +13,18 @@ import (
 	"github.com/sluicehq/sluice/internal/admission"
 )
 
-// fixedSlots is a global window with n free slots per period from now.
+// fixedSlots is a global window with n free slots per period from now
+// (and from): with from > 0, none is free now, so no actor may reserve on
+// its own (admission.FastShare) and every call asks the line.
 type fixedSlots struct {
-	n   int
-	per time.Duration
+	n    int
+	per  time.Duration
+	from time.Duration
 }
 
 func (f fixedSlots) Limit() (int, time.Duration) { return f.n, f.per }
 func (f fixedSlots) Forecast(now time.Time, k int) time.Time {
-	return now.Add(time.Duration(k/f.n) * f.per)
+	return now.Add(f.from + time.Duration(k/f.n)*f.per)
 }
 
 // countWindow is a global window with left slots.
@@ -62,11 +65,20 @@ func TestAdmissionForecast(t *testing.T) {
 	rtt := 10 * time.Millisecond
 
 	t.Run("one grant per channel", func(t *testing.T) {
-		// Submitted a1 b1 c1 a2 b2 c2: each channel's two go together.
+		// Submitted a1 b1 c1 a2 b2 c2, all waiting for the window: each
+		// channel's two go together.
 		ws := []Waiter{w(0, "a", 0, false), w(1, "b", 0, false), w(2, "c", 0, false), w(3, "a", 0, false), w(4, "b", 0, false), w(5, "c", 0, false)}
-		at := forecastAt(ws, src, now, rtt, 0, nil)
+		from := time.Millisecond
+		at := forecastAt(ws, fixedSlots{n: 2, per: time.Second, from: from}, now, rtt, 0, nil)
 		step := rtt + time.Second
-		assert.Equal(t, []int64{ns(0), ns(step), ns(2 * step), ns(0), ns(step), ns(2 * step)}, at)
+		assert.Equal(t, []int64{ns(from), ns(from + step), ns(from + 2*step), ns(from), ns(from + step), ns(from + 2*step)}, at)
+
+		// With the window free, a's first call reserves on its own, as its
+		// actor does while nobody waits, leaving half the window to the
+		// line; a's second call then asks behind b and c, submitted before
+		// it, and b, served in part, keeps its place for its second.
+		at = forecastAt(ws, src, now, rtt, 0, nil)
+		assert.Equal(t, []int64{ns(0), ns(0), ns(step), ns(2 * step), ns(step), ns(2 * step)}, at)
 	})
 	t.Run("the longest backlog first", func(t *testing.T) {
 		// h was submitted last, but its bucket holds its queue for a window.
@@ -108,20 +120,21 @@ func TestAdmissionForecast(t *testing.T) {
 		return ws
 	}
 	t.Run("a higher class first, a lower one keeps its share", func(t *testing.T) {
-		// One bulk channel submitted first, then 10 interactive ones; one
-		// slot per period: seven interactive calls, then the bulk one
-		// (admission.Share), then the rest.
-		one := fixedSlots{n: 1, per: time.Second}
+		// One bulk channel submitted first, then 10 interactive ones, all
+		// waiting for the window; one slot per period: seven interactive
+		// calls, then the bulk one (admission.Share), then the rest.
+		from := time.Millisecond
+		one := fixedSlots{n: 1, per: time.Second, from: from}
 		ws := bulkBehindInteractions()
 		at := forecastAt(ws, one, now, rtt, 0, nil)
 		step := rtt + time.Second
-		assert.Equal(t, ns(time.Duration(admission.ShareEvery-1)*step), at[0], "the bulk call takes the eighth slot")
+		assert.Equal(t, ns(from+time.Duration(admission.ShareEvery-1)*step), at[0], "the bulk call takes the eighth slot")
 		for id := 1; id <= 10; id++ {
 			k := id - 1
 			if id >= admission.ShareEvery {
 				k++ // behind the bulk call's slot
 			}
-			assert.Equal(t, ns(time.Duration(k)*step), at[id], "interactive %d", id)
+			assert.Equal(t, ns(from+time.Duration(k)*step), at[id], "interactive %d", id)
 		}
 	})
 	t.Run("the share goes on from the line's count", func(t *testing.T) {
@@ -378,8 +391,9 @@ func TestReplayRunsTheLine(t *testing.T) {
 	}
 	t.Run("slots kept for a bucket about to reopen", func(t *testing.T) {
 		// h's bucket reopens in 300 ms with a long backlog: the line keeps
-		// the window's two slots for it from c, behind it in line.
-		src := fixedSlots{n: 2, per: time.Second}
+		// the window's two slots, free from 1 ms, for it from c, behind it
+		// in line.
+		src := fixedSlots{n: 2, per: time.Second, from: time.Millisecond}
 		ws := []Waiter{w(0, "c", 0), w(1, "c", 0), w(2, "h", 300*time.Millisecond), w(3, "h", 300*time.Millisecond)}
 		ws[2].Submitted, ws[3].Submitted = ns(-10*time.Second), ns(-10*time.Second) // h waits longer
 		line := admission.New[string](src.n, src.per)
@@ -391,17 +405,34 @@ func TestReplayRunsTheLine(t *testing.T) {
 		later := ns(300*time.Millisecond + rtt + time.Second)
 		assert.Equal(t, []int64{later, later, ns(300 * time.Millisecond), ns(300 * time.Millisecond)}, at, "h takes the kept slots, c the next ones")
 
-		// Without the keep, c takes both slots now.
+		// Without the keep, c takes both slots as they free.
 		at = forecastAt(ws, src, now, rtt, 0, nil)
-		assert.Equal(t, ns(0), at[0])
-		assert.Equal(t, ns(0), at[1])
-		assert.Equal(t, ns(rtt+time.Second), at[2])
+		assert.Equal(t, ns(time.Millisecond), at[0])
+		assert.Equal(t, ns(time.Millisecond), at[1])
+		assert.Equal(t, ns(time.Millisecond+rtt+time.Second), at[2])
+	})
+	t.Run("an actor's calls due together ask together", func(t *testing.T) {
+		// One slot a second, free from 1 ms, taken by x. a's two calls are
+		// due 0.4 ms apart (its bucket's reset, stamped apart by
+		// rounding), b's between them: a asks once for both, so both go
+		// ahead of b's, submitted before a's second.
+		src := fixedSlots{n: 1, per: time.Second, from: time.Millisecond}
+		half := 500 * time.Millisecond
+		ws := []Waiter{w(0, "x", 0), w(1, "a", half), w(2, "b", half+200*time.Microsecond), w(3, "a", half+400*time.Microsecond)}
+		for i := range ws {
+			ws[i].Submitted = ns(time.Duration(i) * time.Microsecond)
+			ws[i].Limit, ws[i].Pace = 0, 0 // no window model: due when stamped
+		}
+		at := forecastAt(ws, src, now, rtt, 0, nil)
+		step := rtt + time.Second
+		ms := time.Millisecond
+		assert.Equal(t, []int64{ns(ms), ns(ms + step), ns(ms + 3*step), ns(ms + 2*step)}, at)
 	})
 	t.Run("the pacer", func(t *testing.T) {
 		// The line spent its pacer's burst 100 ms ago on a bucket with a
 		// long backlog: it hands out one slot per 100 ms (10 per second),
-		// though the window has 10 free.
-		src := fixedSlots{n: 10, per: time.Second}
+		// though the window has 10 free from 1 ms.
+		src := fixedSlots{n: 10, per: time.Second, from: time.Millisecond}
 		line := admission.New[string](src.n, src.per)
 		line.Want(now.Add(-100*time.Millisecond), "x", admission.Ask{Want: 10, Global: true, Path: 5 * time.Second, Since: now.Add(-time.Second)})
 		grants, _, _ := line.Serve(now.Add(-100*time.Millisecond), &countWindow{left: 10}, false)
@@ -414,7 +445,8 @@ func TestReplayRunsTheLine(t *testing.T) {
 		for _, s := range Replay(ws, src, now, rtt, 0, 0, nil, line) {
 			at = append(at, s.At)
 		}
-		assert.Equal(t, []int64{ns(0), ns(100 * time.Millisecond), ns(200 * time.Millisecond), ns(300 * time.Millisecond)}, at)
-		assert.Equal(t, []int64{ns(0), ns(0), ns(0), ns(0)}, forecastAt(ws, src, now, rtt, 0, nil), "an idle line: all at once")
+		assert.Equal(t, []int64{ns(time.Millisecond), ns(100 * time.Millisecond), ns(200 * time.Millisecond), ns(300 * time.Millisecond)}, at)
+		ms := ns(time.Millisecond)
+		assert.Equal(t, []int64{ms, ms, ms, ms}, forecastAt(ws, src, now, rtt, 0, nil), "an idle line: all at once")
 	})
 }
