@@ -109,9 +109,9 @@ type etaMsg struct {
 	ring ringKeys
 }
 
-// ringKeys is, for each window, a copy of its admission queue for the
-// forecast to go on from (nil: none taken).
-type ringKeys [numWindows]*admission.Queue[string]
+// ringKeys is, for each window, its admission queue's line as the
+// forecast starts from it.
+type ringKeys [numWindows]forecast.Line
 
 // Values of Call.due that are not a time.
 const (
@@ -460,7 +460,7 @@ func (s *System) globalSlots(out []RequestETA, parts []laneETA, waiting []int, n
 			continue
 		}
 		_, per := src.Limit()
-		var line *admission.Queue[string]
+		var line forecast.Line
 		if ring != nil {
 			line = ring[w]
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/fsm"
 	"github.com/sluicehq/sluice/internal/admission"
+	"github.com/sluicehq/sluice/internal/forecast"
 	"github.com/sluicehq/sluice/ratelimit"
 	"github.com/sluicehq/sluice/supervision"
 	"github.com/sluicehq/sluice/transport"
@@ -549,11 +550,20 @@ func (s *supervisor) retryAfter(a *windowAdmission, wait time.Duration) {
 	s.timers.after(a.retry, wait, func(gen uint64) any { return &globalRetryMsg{gen: gen, window: w} })
 }
 
-// ringOf is a copy of w's admission queue for the global forecasts, keyed
-// by actor (admission.Copy): the line, the keeps, the pacer and the share.
-// O(the queue).
-func (s *supervisor) ringOf(w Window) *admission.Queue[string] {
-	return admission.Copy(s.windows[w].q, func(ch *child) string { return ch.key })
+// ringOf is w's admission queue for the global forecasts: every waiting
+// actor's place (nil for an empty queue) and the share. O(the queue).
+func (s *supervisor) ringOf(w Window) forecast.Line {
+	q := s.windows[w].q
+	line := forecast.Line{Share: q.Share()}
+	places := q.Places()
+	if places == nil {
+		return line
+	}
+	line.Places = make(map[string]admission.Place, len(places))
+	for ch, p := range places {
+		line.Places[ch.key] = p
+	}
+	return line
 }
 
 // unring takes ch out of its window's line and drops its keep.

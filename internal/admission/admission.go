@@ -329,23 +329,22 @@ func (q *Queue[K]) Pending() int {
 	return n
 }
 
-// Copy returns a copy of q for the global forecast to go on from, its keys
-// renamed by key (which must not map two keys to one): the line, each
-// bucket's place and want, the keeps, the pacer and the share, as they
-// stand. The copy shares nothing with q; its owner may use it on another
-// goroutine. O(the line and the keeps).
-func Copy[K, J comparable](q *Queue[K], key func(K) J) *Queue[J] {
-	out := &Queue[J]{limit: q.limit, period: q.period, pacer: q.pacer, share: q.share, classes: q.classes,
-		ring: make(ring[J], len(q.ring)), byKey: make(map[J]*entry[J], len(q.ring)), keeps: make(map[J]keep, len(q.keeps))}
-	for i, e := range q.ring {
-		c := &entry[J]{key: key(e.key), place: e.place, want: e.want, global: e.global, index: i}
-		out.ring[i], out.byKey[c.key] = c, c
+// Places is every waiting bucket's place (nil for an empty line), for the
+// global forecast.
+func (q *Queue[K]) Places() map[K]Place {
+	if len(q.ring) == 0 {
+		return nil
 	}
-	for k, v := range q.keeps {
-		out.keeps[key(k)] = v
+	out := make(map[K]Place, len(q.ring))
+	for _, e := range q.ring {
+		out[e.key] = e.place
 	}
 	return out
 }
+
+// Share is the lower classes' share as it stands: the global forecast
+// starts from it, as the line goes on from it.
+func (q *Queue[K]) Share() Share { return q.share }
 
 // Head is the bucket first in line and whether it needs a slot of the
 // window (the ban breaker's probe takes it alone).

@@ -1,9 +1,6 @@
 package admission_test
 
 import (
-	"math/rand/v2"
-	"slices"
-	"strconv"
 	"testing"
 	"time"
 
@@ -212,102 +209,4 @@ func TestSharePickTakesTheFirstInLineBelowTheTop(t *testing.T) {
 	assert.Equal(t, -1, pick(line, admission.Bulk), "nothing is below bulk")
 	assert.Equal(t, -1, pick(line[:2], admission.Normal))
 	assert.Equal(t, -1, pick(nil, admission.Interactive))
-}
-
-// logWindow is a sliding window of limit slots per period that keeps the
-// times of its reservations: a copy of it goes on as it does.
-type logWindow struct {
-	limit int
-	per   time.Duration
-	taken []time.Time
-}
-
-func (w *logWindow) Reserve(now time.Time) (bool, time.Duration) {
-	w.prune(now)
-	if len(w.taken) < w.limit {
-		w.taken = append(w.taken, now)
-		return true, 0
-	}
-	return false, w.taken[0].Add(w.per).Sub(now)
-}
-
-func (w *logWindow) Count(now time.Time) int { w.prune(now); return len(w.taken) }
-
-func (w *logWindow) prune(now time.Time) {
-	for len(w.taken) > 0 && !w.taken[0].Add(w.per).After(now) {
-		w.taken = w.taken[1:]
-	}
-}
-
-// A copy of a queue (Copy), its keys renamed, goes on exactly as the
-// queue does under the same asks, keeps, removals, refunds and serves, its
-// places, keeps, pacer and share with it; and a copy is the queue's no
-// more: draining another copy changes neither.
-func TestCopyGoesOnAsTheQueue(t *testing.T) {
-	base := time.Unix(1_700_000_000, 0)
-	rng := rand.New(rand.NewPCG(11, 3))
-	name := func(k int) string { return "actor-" + strconv.Itoa(k) }
-	for round := range 300 {
-		q := admission.New[int](4, time.Second)
-		w := &logWindow{limit: 4, per: time.Second}
-		var c *admission.Queue[string]
-		var cw *logWindow
-		now := base
-		copyAt := rng.IntN(40)
-		for step := range 80 {
-			if step == copyAt {
-				c, cw = admission.Copy(q, name), &logWindow{limit: 4, per: time.Second, taken: slices.Clone(w.taken)}
-				other := admission.Copy(q, name)
-				other.Clear()
-				other.Want(now, "x", admission.Ask{Want: 3, Global: true, Since: now, Class: admission.Interactive})
-				other.Serve(now, &logWindow{limit: 4, per: time.Second}, false)
-			}
-			k := rng.IntN(5)
-			switch op := rng.IntN(10); {
-			case op < 4:
-				a := admission.Ask{Want: 1 + rng.IntN(5), Global: rng.IntN(5) != 0, Path: time.Duration(rng.IntN(40)) * 100 * time.Millisecond,
-					Pioneer: rng.IntN(8) == 0, Since: base.Add(time.Duration(rng.IntN(3000)) * time.Millisecond), First: uint64(rng.IntN(100)),
-					Class: admission.Class(rng.IntN(3) - 1)}
-				q.Want(now, k, a)
-				if c != nil {
-					c.Want(now, name(k), a)
-				}
-			case op < 5:
-				kp := admission.Keep{At: now.Add(time.Duration(rng.IntN(1500)) * time.Millisecond), Want: rng.IntN(4),
-					Path: time.Duration(rng.IntN(40)) * 100 * time.Millisecond, Since: base.Add(time.Duration(rng.IntN(3000)) * time.Millisecond),
-					First: uint64(rng.IntN(100)), Class: admission.Class(rng.IntN(3) - 1)}
-				q.Soon(now, k, kp)
-				if c != nil {
-					c.Soon(now, name(k), kp)
-				}
-			case op < 6:
-				q.Remove(k)
-				if c != nil {
-					c.Remove(name(k))
-				}
-			case op < 7:
-				q.Refund(1)
-				if c != nil {
-					c.Refund(1)
-				}
-			default:
-				now = now.Add(time.Duration(rng.IntN(400)) * time.Millisecond)
-				got, retry, again := q.Serve(now, w, false)
-				want := slices.Clone(got)
-				if c != nil {
-					cg, cretry, cagain := c.Serve(now, cw, false)
-					require.Len(t, cg, len(want), "round %d step %d", round, step)
-					for i, g := range want {
-						require.Equal(t, admission.Grant[string]{Key: name(g.Key), Slots: g.Slots, More: g.More}, cg[i], "round %d step %d", round, step)
-					}
-					require.Equal(t, retry, cretry, "round %d step %d", round, step)
-					require.Equal(t, again, cagain, "round %d step %d", round, step)
-				}
-			}
-			if c != nil {
-				require.Equal(t, q.Len(), c.Len(), "round %d step %d", round, step)
-				require.Equal(t, q.Pending(), c.Pending(), "round %d step %d", round, step)
-			}
-		}
-	}
 }

@@ -3,34 +3,30 @@
 // slot: the global part of an ETA. It is pure: time is an argument, and
 // the replay works on its own copy of what it is given.
 //
-// The replay does not model the admission: it runs it. The supervisor
-// serves bucket actors from an admission.Queue (the highest class first,
-// with the lower classes' share; then the earliest virtual deadline; a
-// grant of a slot for each ready request of an actor, so a channel's
-// window goes whole; slots kept for a bucket about to reopen; the pacer).
-// Replay goes on from a copy of that queue as it stands (admission.Copy)
-// and serves it from a replayed window, so an ETA follows every rule of
-// the live line, and a change there is a change here.
+// The window does not serve requests in submission order. The supervisor
+// serves bucket actors, the highest class first (admission.Class, with the
+// lower classes' share: admission.Share, from the line's count), then
+// earliest virtual deadline first (admission.Deadline): the submission
+// time of the actor's earliest ready request, less admission.PathWeight
+// times how long the actor's queue still needs at its bucket's pace; ties
+// go to the earliest request's id. An actor served gets a slot for each of
+// its ready requests in one grant, so a channel's requests that its
+// bucket lets go together go together, ahead of other channels' requests
+// submitted between them; a hot channel's long backlog goes ahead of
+// everything. And a bucket whose limit is not known yet sends one
+// pioneer, the rest of its queue a round trip after it.
 //
-// What the replay models is the rest: what the queue is asked, and when
-// its slots free.
-//   - Requests become ready window by window, as their bucket lets them
-//     (laneState): the global limit may hold a window's requests past its
-//     reset, and then the next window opens late; a window that holds for
-//     a probe lets one go and the rest a round trip after it; a bucket
-//     whose limit is not known sends one pioneer, the rest of its queue a
-//     round trip after it. Each waiting request publishes what this needs
-//     (its bucket actor's stamps, its route, its submission: Waiter).
-//   - The calls of an actor that become ready together ask the line
-//     together (a batch, as the actor's ask), under the actor's key.
-//   - The window's free slots: those it holds free at their forecast
-//     times (ratelimit.SlidingWindow.Forecast); a slot taken at t frees
-//     again at t + round trip + period.
-//
-// Time goes from one event to the next (a request due, a bucket window
-// ending, the line's retry); at each, the line serves. O(n log n) in the
-// requests waiting for the window; it stops once every asked request has
-// its slot.
+// Replay replays that, from what every waiting request publishes (its
+// bucket actor's stamps, its route, its submission: Waiter) and the
+// admission queue now (Line: an actor served in part keeps its place for
+// the rest): time advances from one free global slot to the next (the
+// window's own forecast, ratelimit.SlidingWindow.Forecast, for the slots
+// it holds; a slot taken at t frees again at t + round trip + period); at
+// each, the ready requests of the actor first in line take it. A bucket's
+// requests become ready window by window, as its bucket lets them
+// (laneState): the global limit may hold a window's requests past its
+// reset, and then the next window opens late. O(n log n) in the requests
+// waiting for the window; it stops once every asked request has its slot.
 package forecast
 
 import (
@@ -39,7 +35,6 @@ import (
 	"math"
 	"slices"
 	"sort"
-	"strconv"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/admission"
@@ -60,13 +55,26 @@ type Waiter struct {
 	Target    int    // index of the asked ETA it answers, -1: it only counts
 	Class     admission.Class
 
-	early int64 // the earliest it may go (Unix ns): due, or its pioneer's earliest answer
+	rank       admission.Class // the class of the grant it is forecast in: its actor's highest ready
+	key, first int64           // the virtual deadline of the grant it is forecast in, and its tie-break
+	early      int64           // the earliest it may go (Unix ns): due, or its pioneer's earliest answer
 }
 
 // Lane names a lane in the replay: its bucket actor's key and its route
 // family ("METHOD /template"), which never change, unlike the lane a
 // bucket actor keeps a call in.
 type Lane struct{ Actor, Route string }
+
+// Line is a window's admission queue as the forecast starts from it: each
+// actor waiting (by its key, Route.Major) with its place (a bucket served
+// in part keeps its place for the rest of its requests: the forecast
+// starts from these places rather than from what the actors would be
+// given afresh), and the lower classes' share as it stands (the line
+// serves a lower class when its count is due, not after a fresh count).
+type Line struct {
+	Places map[string]admission.Place
+	Share  admission.Share
+}
 
 // Source is what the forecast needs of a global window
 // (ratelimit.SlidingWindow).
@@ -106,24 +114,6 @@ type laneState struct {
 	answer  int64   // while probing: its probe's answer (Unix ns), 0: not sent
 	soonest int64   // while probing: the earliest the probe may go (its answer may follow at once)
 	waited  bool    // a call of it took its slot after it was released: its later windows open late
-	actor   *actorState
-}
-
-// actorState is one bucket actor in the replay: its latest batch, made
-// at at.
-type actorState struct {
-	batch *batch
-	at    int64
-}
-
-// batch is calls of one actor that became ready together, in line under
-// key: by class (the highest first: the actor spends a grant on its
-// lanes' heads of the highest class first), then id; those not served
-// yet.
-type batch struct {
-	key   string
-	calls []int
-	asked int64 // the last admit that asked for it
 }
 
 // Replay returns, for each waiter, when the supervisor is
@@ -136,11 +126,11 @@ type batch struct {
 // how many slots the window has already granted to actors that have not
 // used them: the first calls served use those. onWire holds the lanes
 // with a call on the wire: an unknown lane's pioneer is
-// out, its other calls wait for its answer. line is a copy of the window's
-// admission queue now, keyed by actor (admission.Copy; nil: an empty
-// line): the replay serves from it as the supervisor does, with its places,
-// keeps, pacer and share, and changes it. ws is not modified.
-func Replay(ws []Waiter, src Source, now time.Time, rtt, lag time.Duration, held int, onWire map[Lane]bool, line *admission.Queue[string]) []Slot {
+// out, its other calls wait for its answer. line is the admission queue
+// now: the places of the actors waiting in it (nil: none known) and the
+// lower classes' share, which the replay goes on from. ws is not
+// modified.
+func Replay(ws []Waiter, src Source, now time.Time, rtt, lag time.Duration, held int, onWire map[Lane]bool, line Line) []Slot {
 	out := make([]Slot, len(ws))
 	if len(ws) == 0 {
 		return out
@@ -150,9 +140,6 @@ func Replay(ws []Waiter, src Source, now time.Time, rtt, lag time.Duration, held
 	// than that raises the ETA), so it works on its own copy.
 	ws = slices.Clone(ws)
 	n, per := src.Limit()
-	if line == nil {
-		line = admission.New[string](n, per)
-	}
 	targets := 0
 	for i := range ws {
 		if ws[i].Target >= 0 {
@@ -164,11 +151,51 @@ func Replay(ws []Waiter, src Source, now time.Time, rtt, lag time.Duration, held
 	pending := &waiterHeap{ws: ws, less: func(a, b *Waiter) bool {
 		return a.Due < b.Due || a.Due == b.Due && a.ID < b.ID
 	}}
+	// inLine is the order without classes: the share's (admission.Share).
+	inLine := func(a, b *Waiter) bool {
+		if a.key != b.key {
+			return a.key < b.key
+		}
+		if a.first != b.first {
+			return a.first < b.first
+		}
+		return a.ID < b.ID
+	}
+	ready := &waiterHeap{ws: ws, less: func(a, b *Waiter) bool {
+		if a.rank != b.rank {
+			return a.rank > b.rank
+		}
+		return inLine(a, b)
+	}}
+	// readyRanks counts the ready calls of each rank (index rank-Bulk); the
+	// share gives a lower rank a slot as the line does.
+	var readyRanks [len(admission.Classes)]int
+	share, places := line.Share, line.Places
+	popReady := func() int {
+		top := ws[ready.idx[0]].rank
+		lower := false
+		for r := admission.Bulk; r < top; r++ {
+			lower = lower || readyRanks[r-admission.Bulk] > 0
+		}
+		var i int
+		if lower && share.Due() {
+			// The first of the lower ranks in line without classes.
+			at := admission.SharePick(ready.idx, top,
+				func(j int) (admission.Class, bool) { return ws[j].rank, true },
+				func(a, b int) bool { return inLine(&ws[a], &ws[b]) })
+			i = heap.Remove(ready, at).(int)
+			share.Served(1, true, false)
+		} else {
+			i = heap.Pop(ready).(int)
+			share.Served(1, false, lower)
+		}
+		readyRanks[ws[i].rank-admission.Bulk]--
+		return i
+	}
 	var wakes wakeHeap // lanes' window ends
 
 	// Each lane in submission order.
 	lanes := map[Lane]*laneState{}
-	actors := map[string]*actorState{}
 	order := make([]int, len(ws))
 	for i := range ws {
 		order[i] = i
@@ -181,12 +208,7 @@ func Replay(ws []Waiter, src Source, now time.Time, rtt, lag time.Duration, held
 		key := Lane{w.Actor, w.Route}
 		li := lanes[key]
 		if li == nil {
-			a := actors[w.Actor]
-			if a == nil {
-				a = &actorState{}
-				actors[w.Actor] = a
-			}
-			li = &laneState{pioneer: -1, limit: w.Limit, probe: w.Probe, actor: a}
+			li = &laneState{pioneer: -1, limit: w.Limit, probe: w.Probe}
 			lanes[key] = li
 			if w.Guess && !onWire[key] {
 				li.pioneer = i
@@ -286,35 +308,93 @@ func Replay(ws []Waiter, src Source, now time.Time, rtt, lag time.Duration, held
 		return int64(later) * li.pace
 	}
 
-	// ready holds the batches in line by their key there; nReady counts
-	// their calls.
-	ready := map[string]*batch{}
-	nReady := 0
-	cut := newBurstCut(len(ws), n, rtt)
+	// admit opens the windows that end by t and moves the calls due by t
+	// to ready, one grant per actor: the actor's earliest submission less
+	// pathWeight times its longest path, or its place in the queue now.
+	var batch []int
+	placed := map[string]bool{} // the actors whose place in places was taken
+	admit := func(t int64) {
+		for wakes.Len() > 0 && wakes[0].at <= t {
+			wk := heap.Pop(&wakes).(wake)
+			open(wk.lane, wk.at)
+		}
+		batch = batch[:0]
+		for pending.Len() > 0 && ws[pending.idx[0]].Due <= t {
+			batch = append(batch, heap.Pop(pending).(int))
+		}
+		if len(batch) == 0 {
+			return
+		}
+		slices.SortFunc(batch, func(a, b int) int {
+			return cmp.Or(cmp.Compare(ws[a].Actor, ws[b].Actor), cmp.Compare(ws[a].ID, ws[b].ID))
+		})
+		for lo := 0; lo < len(batch); {
+			hi, since, first, long, pioneer, rank := lo, ws[batch[lo]].Submitted, int64(ws[batch[lo]].ID), int64(0), false, admission.Bulk
+			for ; hi < len(batch) && ws[batch[hi]].Actor == ws[batch[lo]].Actor; hi++ {
+				w := &ws[batch[hi]]
+				rank = max(rank, w.Class)
+				if w.Submitted < since {
+					since, first = w.Submitted, int64(w.ID)
+				}
+				long = max(long, path(laneOf[batch[hi]], w.Due))
+				pioneer = pioneer || laneOf[batch[hi]].pioneer == batch[hi]
+			}
+			key := admission.Deadline(time.Unix(0, t), time.Unix(0, since), time.Duration(long), pioneer).UnixNano()
+			if p, ok := places[ws[batch[lo]].Actor]; ok && !placed[ws[batch[lo]].Actor] {
+				// Waiting in the queue already: its place there stands
+				// (a deadline only moves earlier while it waits).
+				placed[ws[batch[lo]].Actor] = true
+				if d := p.Deadline.UnixNano(); d < key || d == key && p.First < uint64(first) {
+					key, first = d, int64(p.First)
+				}
+			}
+			for _, i := range batch[lo:hi] {
+				ws[i].rank, ws[i].key, ws[i].first = rank, key, first
+				heap.Push(ready, i)
+				readyRanks[rank-admission.Bulk]++
+			}
+			lo = hi
+		}
+	}
+
 	// The window's free slots: those it holds free at their forecast
 	// times, then each slot taken again one round trip and one period
 	// after it was. Each slot also keeps its earliest time, had every
 	// answer come back in half the round trip: the forecast is less sure
 	// the more cycles of the window it looks ahead.
-	win := &window{limit: n, held: held}
+	slots := make(slotHeap, 0, min(n, len(ws)))
 	for k := range min(n, len(ws)) {
 		at := src.Forecast(now, k).UnixNano()
-		win.slots = append(win.slots, Slot{At: at, Early: at})
+		slots = append(slots, Slot{At: at, Early: at})
 	}
-	win.spare = max(0, n-len(win.slots))
-	heap.Init(&win.slots)
+	heap.Init(&slots)
 	recycle, quick := int64(rtt+per), int64(rtt/2+per)
 
-	// burst is, for a burst beginning at t, its free slots and the next
-	// burst's first (zero when none begins: burstCut.serve).
-	burst := func(t int64) (within int, next int64) {
-		if cut.begins(t) {
-			return win.within(t + cut.horizon)
+	clock := nowNs // the replay's time: it never goes back
+	cut := newBurstCut(len(ws), n, rtt)
+	for served := 0; targets > 0; {
+		t := clock
+		if served >= held {
+			t = max(t, slots[0].At)
 		}
-		return 0, 0
-	}
-	// serve is call i taking sl (At -1: a slot granted before) at t.
-	serve := func(i int, sl Slot, t int64, within int, next int64) {
+		admit(t)
+		if ready.Len() == 0 {
+			next := int64(math.MaxInt64)
+			if pending.Len() > 0 {
+				next = ws[pending.idx[0]].Due
+			}
+			if wakes.Len() > 0 {
+				next = min(next, wakes[0].at)
+			}
+			if next == math.MaxInt64 {
+				break // only held calls would be left: none here
+			}
+			t = max(t, next)
+			clock = t
+			continue
+		}
+		clock = t
+		i := popReady()
 		li := laneOf[i]
 		// sent is when the call goes: when it takes its slot, or, in a
 		// window that holds for its probe, at the probe's answer, with
@@ -331,12 +411,13 @@ func Replay(ws []Waiter, src Source, now time.Time, rtt, lag time.Duration, held
 			}
 		}
 		early, late := ws[i].early, sent
-		if sl.At >= 0 {
-			cut.serve(t, sl.Early, within, next, i)
-			early = max(early, sl.Early)
-			heap.Push(&win.slots, Slot{At: sent + recycle, Early: early + quick})
+		if served >= held {
+			cut.serve(t, slots, ready)
+			early = max(early, slots[0].Early)
+			slots[0] = Slot{At: sent + recycle, Early: early + quick}
+			heap.Fix(&slots, 0)
 			cut.freed(sent + recycle)
-			if cut.tail(nReady) {
+			if cut.tail(ready) {
 				late = cut.next // it may slip to the next burst
 			}
 			if cut.head(i) {
@@ -350,6 +431,7 @@ func Replay(ws []Waiter, src Source, now time.Time, rtt, lag time.Duration, held
 		if ws[i].Target >= 0 {
 			targets--
 		}
+		served++
 		li.out--
 		switch {
 		case li.pioneer == i:
@@ -368,224 +450,15 @@ func Replay(ws []Waiter, src Source, now time.Time, rtt, lag time.Duration, held
 			}
 			if li.probing {
 				// The probe: the rest of the window's room goes at its
-				// answer, expected a round trip later; a fast answer (a
-				// jittery latency's shortest) may come at once, so they
-				// may go as early as it.
+				// answer.
+				// The rest goes at its answer, expected a round trip
+				// later; a fast answer (a jittery latency's shortest)
+				// may come at once, so they may go as early as it.
 				li.answer, li.soonest = t+int64(rtt), early
 			}
 		}
 	}
-
-	// admit opens the windows that end by t and moves the calls due by t
-	// to ready. Each actor's calls that become ready together are a batch
-	// and ask the line together, as the actor does (bucket.askAdmission):
-	// the earliest submission among them, the longest path of their
-	// lanes. A batch asks under its actor's key, and at the start it
-	// takes the place its actor has in line. A later batch of an actor
-	// still in line asks apart, for a place of its own: an actor waiting
-	// for admission sets no timer for its bucket's reopening, so it asks
-	// for the calls its bucket freed meanwhile at its next pump, most
-	// often its grant's, afresh. (Merged into the earlier batch's ask instead, 84-88% of the
-	// ETAs of bench/cmd/eta's scenario 17 were in window after the first
-	// answer, against 94-97%.)
-	var asking []*batch
-	batches := 0
-	keep := int(float64(n) * (1 - admission.FastShare)) // bucket.admit's fast path leaves these free
-	admit := func(t int64) {
-		for wakes.Len() > 0 && wakes[0].at <= t {
-			wk := heap.Pop(&wakes).(wake)
-			open(wk.lane, wk.at)
-		}
-		asking = asking[:0]
-		for pending.Len() > 0 && ws[pending.idx[0]].Due <= t {
-			i := heap.Pop(pending).(int)
-			a := laneOf[i].actor
-			if b := a.batch; b == nil || t-a.at > int64(sameWindow) || ready[b.key] != b {
-				// A new batch: calls due within sameWindow of the last
-				// one's are its actor's one pump (its bucket's reset,
-				// stamped apart only by rounding).
-				k := ws[i].Actor
-				if t != nowNs && (line.Waiting(k) || ready[k] != nil) {
-					batches++
-					k += "\x00" + strconv.Itoa(batches)
-				}
-				a.batch, a.at = &batch{key: k}, t
-				ready[k] = a.batch
-			}
-			if b := a.batch; b.asked != t {
-				b.asked = t
-				asking = append(asking, b)
-			}
-			a.batch.calls = append(a.batch.calls, i)
-			nReady++
-			cut.ready(i)
-		}
-		for _, b := range asking {
-			slices.SortFunc(b.calls, func(x, y int) int {
-				return cmp.Or(cmp.Compare(ws[y].Class, ws[x].Class), cmp.Compare(ws[x].ID, ws[y].ID))
-			})
-			// While nobody waits in line, an actor reserves its slots on
-			// its own, as long as more than the window's fast share is
-			// left (admission.FastShare): not through the line, and not
-			// paced.
-			for len(b.calls) > 0 && line.Len() == 0 && win.fast(t, keep) {
-				i := b.calls[0]
-				b.calls = b.calls[1:]
-				nReady--
-				within, next := burst(t)
-				serve(i, win.take(), t, within, next)
-			}
-			if len(b.calls) == 0 {
-				delete(ready, b.key)
-				continue
-			}
-			calls := b.calls
-			ask := admission.Ask{Want: len(calls), Global: true, Since: time.Unix(0, ws[calls[0]].Submitted), First: ws[calls[0]].ID, Class: admission.Bulk}
-			long := int64(0)
-			for _, j := range calls {
-				w := &ws[j]
-				if s := time.Unix(0, w.Submitted); s.Before(ask.Since) || s.Equal(ask.Since) && w.ID < ask.First {
-					ask.Since, ask.First = s, w.ID
-				}
-				ask.Class = max(ask.Class, w.Class)
-				long = max(long, path(laneOf[j], w.Due))
-				ask.Pioneer = ask.Pioneer || laneOf[j].pioneer == j
-			}
-			ask.Path = time.Duration(long)
-			line.Want(time.Unix(0, t), b.key, ask)
-		}
-	}
-
-	// Time goes from one event to the next: a call due, a lane's window
-	// ending, or the line's next try (a slot freeing, the pacer, a keep
-	// lapsing). At each, the line serves as the supervisor does, and each
-	// grant goes to its actor's ready calls.
-	for t := nowNs; targets > 0; {
-		admit(t)
-		retry, again := time.Duration(0), false
-		for line.Len() > 0 {
-			within, next := burst(t)
-			var grants []admission.Grant[string]
-			grants, retry, again = line.Serve(time.Unix(0, t), win, false)
-			used := 0
-			for _, g := range grants {
-				b := ready[g.Key]
-				if b == nil {
-					continue // in line live, no call ready here
-				}
-				k := min(g.Slots, len(b.calls))
-				for _, i := range b.calls[:k] {
-					nReady--
-					serve(i, win.taken[used], t, within, next)
-					used++
-				}
-				if b.calls = b.calls[k:]; len(b.calls) == 0 {
-					delete(ready, g.Key)
-				}
-			}
-			// Slots granted to an actor with fewer calls ready in the
-			// replay than it asked for live: given back, as its actor
-			// does, and the line served again.
-			back := win.giveBack(used)
-			if back == 0 {
-				break
-			}
-			line.Refund(back)
-		}
-		next := int64(math.MaxInt64)
-		if pending.Len() > 0 {
-			next = ws[pending.idx[0]].Due
-		}
-		if wakes.Len() > 0 {
-			next = min(next, wakes[0].at)
-		}
-		if again {
-			next = min(next, t+int64(retry))
-		}
-		if next == math.MaxInt64 {
-			break // only calls no event reaches would be left: none here
-		}
-		t = max(t+1, next)
-	}
 	return out
-}
-
-// window is the replay's global window, the admission.Window the line
-// serves from: its free slots, each free from its time; the slots already
-// granted to actors and not used (held), which the first reservations
-// take; and the slots reserved in the Serve under way (taken, in order;
-// At -1: a held one).
-type window struct {
-	limit int
-	spare int // slots never taken in the replay (beyond the waiters' count)
-	held  int
-	slots slotHeap
-	taken []Slot
-}
-
-// Reserve takes the first free slot at now.
-func (w *window) Reserve(now time.Time) (bool, time.Duration) {
-	if w.held > 0 {
-		w.held--
-		w.taken = append(w.taken, Slot{At: -1})
-		return true, 0
-	}
-	t := now.UnixNano()
-	if len(w.slots) == 0 {
-		return false, time.Second // a window without slots: nothing frees
-	}
-	if w.slots[0].At > t {
-		return false, time.Duration(w.slots[0].At - t)
-	}
-	w.taken = append(w.taken, heap.Pop(&w.slots).(Slot))
-	return true, 0
-}
-
-// Count is how many slots are taken at now.
-func (w *window) Count(now time.Time) int {
-	k, _ := w.within(now.UnixNano())
-	return max(0, w.limit-w.spare-k)
-}
-
-// within is how many slots free by t, and when the first after t does
-// (math.MaxInt64: none).
-func (w *window) within(t int64) (k int, next int64) {
-	next = math.MaxInt64
-	for _, sl := range w.slots {
-		if sl.At <= t {
-			k++
-		} else {
-			next = min(next, sl.At)
-		}
-	}
-	return k, next
-}
-
-// fast reports whether an actor may reserve a slot on its own at t: one
-// is free, and more than keep are left after it.
-func (w *window) fast(t int64, keep int) bool {
-	if len(w.slots) == 0 || w.slots[0].At > t {
-		return false
-	}
-	return w.Count(time.Unix(0, t))+1+keep <= w.limit
-}
-
-// take takes the first free slot (fast).
-func (w *window) take() Slot { return heap.Pop(&w.slots).(Slot) }
-
-// giveBack returns the slots taken from the k-th on, unused, and forgets
-// the taken ones; it returns how many it gave back.
-func (w *window) giveBack(k int) int {
-	back := w.taken[k:]
-	for _, sl := range back {
-		if sl.At < 0 {
-			w.held++
-		} else {
-			heap.Push(&w.slots, sl)
-		}
-	}
-	w.taken = w.taken[:0]
-	return len(back)
 }
 
 // wake is a replayed lane's window end.
@@ -647,38 +520,34 @@ type burstCut struct {
 	// first slot's early time; 0: no previous burst), curEarly the
 	// current one's.
 	prevEarly, curEarly int64
-	// next is when the next burst after the current one begins: the
-	// first free slot past it (a slot taken in the burst frees again
-	// past it, and the burst takes none past it).
+	passed              []bool // by waiter: ready for a burst that it did not get
+	// next is when the next burst after the current one begins: the first
+	// free slot past it (a slot taken in the burst frees again past it,
+	// freed, and the burst takes none past it).
 	next int64
-	// bursts counts the bursts begun; readyAt holds, by waiter, how many
-	// had begun when it became ready: it was ready for every burst begun
-	// since (and passed over by each before the one that serves it).
-	bursts  int32
-	readyAt []int32
 }
 
 func newBurstCut(waiters, limit int, rtt time.Duration) *burstCut {
-	return &burstCut{edge: max(1, limit/cutShare), horizon: int64(rtt / 2), at: math.MinInt64, readyAt: make([]int32, waiters)}
+	return &burstCut{edge: max(1, limit/cutShare), horizon: int64(rtt / 2), at: math.MinInt64, passed: make([]bool, waiters)}
 }
 
-// begins reports whether a call served at t begins a new burst.
-func (b *burstCut) begins(t int64) bool { return t > b.at+b.horizon }
-
-// ready notes that call i became ready (before any burst begun at the
-// same time).
-func (b *burstCut) ready(i int) { b.readyAt[i] = b.bursts }
-
-// serve counts call i served at t from a slot whose earliest time is
-// early; within is how many free slots the window had within the horizon
-// of t before the line served at t, and next the first past it (needed
-// only when a burst begins).
-func (b *burstCut) serve(t, early int64, within int, next int64, i int) {
-	if b.begins(t) {
+// serve counts a call served at t, slots being the free slots before it
+// takes one, ready the calls still ready beside it.
+func (b *burstCut) serve(t int64, slots slotHeap, ready *waiterHeap) {
+	if t > b.at+b.horizon {
 		// A new burst: the calls still ready were passed over by the last.
-		b.bursts++
-		b.prevEarly, b.curEarly = b.curEarly, early
-		b.at, b.left, b.rank, b.next = t, within, 0, next
+		for _, j := range ready.idx {
+			b.passed[j] = true
+		}
+		b.prevEarly, b.curEarly = b.curEarly, slots[0].Early
+		b.at, b.left, b.rank, b.next = t, 0, 0, math.MaxInt64
+		for _, sl := range slots {
+			if sl.At <= t+b.horizon {
+				b.left++
+			} else {
+				b.next = min(b.next, sl.At)
+			}
+		}
 	}
 	b.left--
 	b.rank++
@@ -686,20 +555,17 @@ func (b *burstCut) serve(t, early int64, within int, next int64, i int) {
 
 // tail tells whether the call just served is one of the last edge of its
 // burst with more calls ready than the burst has slots left.
-func (b *burstCut) tail(ready int) bool {
-	return b.left < b.edge && ready > b.left
+func (b *burstCut) tail(ready *waiterHeap) bool {
+	return b.left < b.edge && ready.Len() > b.left
 }
 
-// freed notes a slot freeing at t, after the current burst.
+// freed notes a slot freeing again at t, after the current burst.
 func (b *burstCut) freed(t int64) { b.next = min(b.next, t) }
 
 // head tells whether call i, just served, is one of the first edge of its
 // burst and was passed over by the previous one.
 func (b *burstCut) head(i int) bool {
-	// Ready before the last burst began, or, but for the call that began
-	// this one, before this one began.
-	passed := b.bursts-b.readyAt[i] >= 2 || b.bursts-b.readyAt[i] == 1 && b.rank > 1
-	return passed && b.rank <= b.edge && b.prevEarly != 0
+	return b.passed[i] && b.rank <= b.edge && b.prevEarly != 0
 }
 
 // Slot is when a global slot is forecast to be taken (At), the earliest

@@ -13,36 +13,21 @@ import (
 	"github.com/sluicehq/sluice/internal/admission"
 )
 
-// fixedSlots is a global window with n free slots per period from now
-// (and from): with from > 0, none is free now, so no actor may reserve on
-// its own (admission.FastShare) and every call asks the line.
+// fixedSlots is a global window with n free slots per period from now.
 type fixedSlots struct {
-	n    int
-	per  time.Duration
-	from time.Duration
+	n   int
+	per time.Duration
 }
 
 func (f fixedSlots) Limit() (int, time.Duration) { return f.n, f.per }
 func (f fixedSlots) Forecast(now time.Time, k int) time.Time {
-	return now.Add(f.from + time.Duration(k/f.n)*f.per)
+	return now.Add(time.Duration(k/f.n) * f.per)
 }
-
-// countWindow is a global window with left slots.
-type countWindow struct{ left int }
-
-func (w *countWindow) Reserve(time.Time) (bool, time.Duration) {
-	if w.left == 0 {
-		return false, time.Second
-	}
-	w.left--
-	return true, 0
-}
-func (w *countWindow) Count(time.Time) int { return 0 }
 
 // forecastAt is Replay's forecast times.
 func forecastAt(ws []Waiter, src Source, now time.Time, rtt time.Duration, held int, onWire map[Lane]bool) []int64 {
 	var out []int64
-	for _, s := range Replay(ws, src, now, rtt, rtt/2, held, onWire, nil) {
+	for _, s := range Replay(ws, src, now, rtt, rtt/2, held, onWire, Line{}) {
 		out = append(out, s.At)
 	}
 	return out
@@ -65,20 +50,11 @@ func TestAdmissionForecast(t *testing.T) {
 	rtt := 10 * time.Millisecond
 
 	t.Run("one grant per channel", func(t *testing.T) {
-		// Submitted a1 b1 c1 a2 b2 c2, all waiting for the window: each
-		// channel's two go together.
+		// Submitted a1 b1 c1 a2 b2 c2: each channel's two go together.
 		ws := []Waiter{w(0, "a", 0, false), w(1, "b", 0, false), w(2, "c", 0, false), w(3, "a", 0, false), w(4, "b", 0, false), w(5, "c", 0, false)}
-		from := time.Millisecond
-		at := forecastAt(ws, fixedSlots{n: 2, per: time.Second, from: from}, now, rtt, 0, nil)
+		at := forecastAt(ws, src, now, rtt, 0, nil)
 		step := rtt + time.Second
-		assert.Equal(t, []int64{ns(from), ns(from + step), ns(from + 2*step), ns(from), ns(from + step), ns(from + 2*step)}, at)
-
-		// With the window free, a's first call reserves on its own, as its
-		// actor does while nobody waits, leaving half the window to the
-		// line; a's second call then asks behind b and c, submitted before
-		// it, and b, served in part, keeps its place for its second.
-		at = forecastAt(ws, src, now, rtt, 0, nil)
-		assert.Equal(t, []int64{ns(0), ns(0), ns(step), ns(2 * step), ns(step), ns(2 * step)}, at)
+		assert.Equal(t, []int64{ns(0), ns(step), ns(2 * step), ns(0), ns(step), ns(2 * step)}, at)
 	})
 	t.Run("the longest backlog first", func(t *testing.T) {
 		// h was submitted last, but its bucket holds its queue for a window.
@@ -120,21 +96,20 @@ func TestAdmissionForecast(t *testing.T) {
 		return ws
 	}
 	t.Run("a higher class first, a lower one keeps its share", func(t *testing.T) {
-		// One bulk channel submitted first, then 10 interactive ones, all
-		// waiting for the window; one slot per period: seven interactive
-		// calls, then the bulk one (admission.Share), then the rest.
-		from := time.Millisecond
-		one := fixedSlots{n: 1, per: time.Second, from: from}
+		// One bulk channel submitted first, then 10 interactive ones; one
+		// slot per period: seven interactive calls, then the bulk one
+		// (admission.Share), then the rest.
+		one := fixedSlots{n: 1, per: time.Second}
 		ws := bulkBehindInteractions()
 		at := forecastAt(ws, one, now, rtt, 0, nil)
 		step := rtt + time.Second
-		assert.Equal(t, ns(from+time.Duration(admission.ShareEvery-1)*step), at[0], "the bulk call takes the eighth slot")
+		assert.Equal(t, ns(time.Duration(admission.ShareEvery-1)*step), at[0], "the bulk call takes the eighth slot")
 		for id := 1; id <= 10; id++ {
 			k := id - 1
 			if id >= admission.ShareEvery {
 				k++ // behind the bulk call's slot
 			}
-			assert.Equal(t, ns(from+time.Duration(k)*step), at[id], "interactive %d", id)
+			assert.Equal(t, ns(time.Duration(k)*step), at[id], "interactive %d", id)
 		}
 	})
 	t.Run("the share goes on from the line's count", func(t *testing.T) {
@@ -143,11 +118,10 @@ func TestAdmissionForecast(t *testing.T) {
 		// slot, not the eighth.
 		one := fixedSlots{n: 1, per: time.Second}
 		ws := bulkBehindInteractions()
-		line := admission.New[string](one.n, one.per)
-		line.Want(now, "bulk", admission.Ask{Want: 1, Global: true, Since: now, Class: admission.Bulk})
-		line.Want(now, "x", admission.Ask{Want: admission.ShareEvery - 2, Global: true, Since: now, First: 100, Class: admission.Interactive})
-		grants, _, _ := line.Serve(now, &countWindow{left: admission.ShareEvery - 2}, false)
-		require.Equal(t, []admission.Grant[string]{{Key: "x", Slots: admission.ShareEvery - 2}}, grants)
+		var line Line
+		for range admission.ShareEvery - 2 {
+			line.Share.Served(1, false, true)
+		}
 		var at []int64
 		for _, s := range Replay(ws, one, now, rtt, rtt/2, 0, nil, line) {
 			at = append(at, s.At)
@@ -222,7 +196,7 @@ func TestAdmissionForecastFollowsTheBucket(t *testing.T) {
 		ws := lane("b", 0, 2, false)
 		ws[0].Due, ws[1].Due = ns(pace), ns(0)
 		in := slices.Clone(ws)
-		got := Replay(ws, fixedSlots{n: 10, per: time.Second}, now, rtt, rtt/2, 0, nil, nil)
+		got := Replay(ws, fixedSlots{n: 10, per: time.Second}, now, rtt, rtt/2, 0, nil, Line{})
 		assert.Equal(t, in, ws, "the input stands")
 		assert.Equal(t, ns(pace), got[1].At)
 		assert.Greater(t, got[1].At, ws[1].Due, "later than the due it was given")
@@ -230,7 +204,7 @@ func TestAdmissionForecastFollowsTheBucket(t *testing.T) {
 
 		// The same with a window of one slot a second: its lane's first
 		// call waits for it, and every later window of the lane opens late.
-		got = Replay(ws, fixedSlots{n: 1, per: time.Second}, now, rtt, rtt/2, 0, nil, nil)
+		got = Replay(ws, fixedSlots{n: 1, per: time.Second}, now, rtt, rtt/2, 0, nil, Line{})
 		assert.Equal(t, ns(pace), got[0].At)
 		assert.Equal(t, ns(pace+rtt+time.Second), got[1].At)
 		assert.True(t, got[1].Waited, "the window held it: its ETA is raised")
@@ -242,9 +216,7 @@ func TestAdmissionForecastFollowsTheBucket(t *testing.T) {
 		src := fixedSlots{n: 1, per: time.Second}
 		at := forecastAt(ws, src, now, rtt, 0, nil)
 		assert.Equal(t, []int64{ns(0), ns(rtt + time.Second)}, at, "in submission order")
-		line := admission.New[string](src.n, src.per)
-		line.Want(now, "a", admission.Ask{Want: 1, Global: true, Since: now.Add(-time.Second), First: 1})
-		got := Replay(ws, src, now, rtt, rtt/2, 0, nil, line)
+		got := Replay(ws, src, now, rtt, rtt/2, 0, nil, Line{Places: map[string]admission.Place{"a": {Deadline: time.Unix(0, ns(-time.Second)), First: 1}}})
 		assert.Equal(t, ns(0), got[1].At, "a keeps its place")
 		assert.Equal(t, ns(rtt+time.Second), got[0].At)
 	})
@@ -275,14 +247,11 @@ func TestAdmissionForecastKeepsTheWindow(t *testing.T) {
 			}
 		}
 		in := slices.Clone(ws)
-		var line *admission.Queue[string]
+		var places map[string]admission.Place
 		if rng.IntN(2) == 0 {
-			// One actor waits in line already, with an earlier place.
-			line = admission.New[string](src.n, src.per)
-			line.Want(now, string(rune('a'+rng.IntN(5))), admission.Ask{Want: 1 + rng.IntN(3), Global: true,
-				Since: now.Add(-time.Duration(rng.IntN(2000)) * time.Millisecond), First: uint64(rng.IntN(40))})
+			places = map[string]admission.Place{string(rune('a' + rng.IntN(5))): {Deadline: now.Add(-time.Duration(rng.IntN(2000)) * time.Millisecond), First: uint64(rng.IntN(40))}}
 		}
-		got := Replay(ws, src, now, rtt, rtt/2, 0, nil, line)
+		got := Replay(ws, src, now, rtt, rtt/2, 0, nil, Line{Places: places})
 		at := make([]int64, len(got))
 		for i, g := range got {
 			at[i] = g.At
@@ -326,7 +295,7 @@ func TestAdmissionForecastCut(t *testing.T) {
 	w := func(id uint64, actor string) Waiter {
 		return Waiter{ID: id, Submitted: ns(time.Duration(id) * time.Microsecond), Due: ns(0), Actor: actor, Route: "POST /m", Target: int(id)}
 	}
-	got := Replay([]Waiter{w(0, "a"), w(1, "b"), w(2, "c"), w(3, "d")}, src, now, rtt, rtt/2, 0, nil, nil)
+	got := Replay([]Waiter{w(0, "a"), w(1, "b"), w(2, "c"), w(3, "d")}, src, now, rtt, rtt/2, 0, nil, Line{})
 	want := []Slot{
 		{At: ns(0), Early: ns(0), Late: ns(0)},                               // first of the burst, two slots left
 		{At: ns(0), Early: ns(0), Late: ns(next)},                            // last of the burst, c and d behind it
@@ -336,7 +305,7 @@ func TestAdmissionForecastCut(t *testing.T) {
 	assert.Equal(t, want, got)
 
 	// Alone, a call is at no cut.
-	got = Replay([]Waiter{w(0, "a")}, src, now, rtt, rtt/2, 0, nil, nil)
+	got = Replay([]Waiter{w(0, "a")}, src, now, rtt, rtt/2, 0, nil, Line{})
 	assert.Equal(t, []Slot{{At: ns(0), Early: ns(0), Late: ns(0)}}, got)
 }
 
@@ -354,7 +323,8 @@ func (f spreadSlots) Forecast(now time.Time, k int) time.Time {
 
 // BenchmarkReplay is one ETA's replay of a global-bound backlog: 1,000
 // calls over 100 channels of 5 per second (two windows each), a window of
-// 250 per second, a line of 60 actors, one asked call near the end.
+// 250 per second whose slots free one by one, 60 actors in line, one asked
+// call near the end.
 func BenchmarkReplay(b *testing.B) {
 	now := time.Unix(1000, 0)
 	var ws []Waiter
@@ -367,86 +337,13 @@ func BenchmarkReplay(b *testing.B) {
 		}
 	}
 	ws[995].Target = 0
+	line := Line{Places: map[string]admission.Place{}}
+	for ch := range 60 {
+		line.Places["channel_id="+strconv.Itoa(ch)] = admission.Place{Deadline: admission.Deadline(now, now.Add(-time.Second), time.Second, false), First: uint64(ch * 10)}
+	}
 	src := spreadSlots{n: 250, per: time.Second}
 	b.ReportAllocs()
 	for b.Loop() {
-		line := admission.New[string](250, time.Second)
-		for ch := range 60 {
-			line.Want(now, "channel_id="+strconv.Itoa(ch), admission.Ask{Want: 5, Global: true, Path: time.Second, Since: now.Add(-time.Second), First: uint64(ch * 10)})
-		}
 		Replay(ws, src, now, 20*time.Millisecond, 0, 0, nil, line)
 	}
-}
-
-// The replay serves from the live line's copy, so every rule of the line
-// holds in the forecast: slots kept for a bucket about to reopen, and the
-// pacer.
-func TestReplayRunsTheLine(t *testing.T) {
-	now := time.Unix(1000, 0)
-	ns := func(d time.Duration) int64 { return now.Add(d).UnixNano() }
-	rtt := 10 * time.Millisecond
-	w := func(id uint64, actor string, due time.Duration) Waiter {
-		return Waiter{ID: id, Submitted: ns(0), Due: ns(due), Pace: int64(time.Second), Limit: 2,
-			Actor: actor, Route: "POST /m", Target: int(id)}
-	}
-	t.Run("slots kept for a bucket about to reopen", func(t *testing.T) {
-		// h's bucket reopens in 300 ms with a long backlog: the line keeps
-		// the window's two slots, free from 1 ms, for it from c, behind it
-		// in line.
-		src := fixedSlots{n: 2, per: time.Second, from: time.Millisecond}
-		ws := []Waiter{w(0, "c", 0), w(1, "c", 0), w(2, "h", 300*time.Millisecond), w(3, "h", 300*time.Millisecond)}
-		ws[2].Submitted, ws[3].Submitted = ns(-10*time.Second), ns(-10*time.Second) // h waits longer
-		line := admission.New[string](src.n, src.per)
-		line.Soon(now, "h", admission.Keep{At: now.Add(300 * time.Millisecond), Want: 2, Path: 3 * time.Second, Since: now.Add(-10 * time.Second)})
-		at := make([]int64, 0, len(ws))
-		for _, s := range Replay(ws, src, now, rtt, 0, 0, nil, line) {
-			at = append(at, s.At)
-		}
-		later := ns(300*time.Millisecond + rtt + time.Second)
-		assert.Equal(t, []int64{later, later, ns(300 * time.Millisecond), ns(300 * time.Millisecond)}, at, "h takes the kept slots, c the next ones")
-
-		// Without the keep, c takes both slots as they free.
-		at = forecastAt(ws, src, now, rtt, 0, nil)
-		assert.Equal(t, ns(time.Millisecond), at[0])
-		assert.Equal(t, ns(time.Millisecond), at[1])
-		assert.Equal(t, ns(time.Millisecond+rtt+time.Second), at[2])
-	})
-	t.Run("an actor's calls due together ask together", func(t *testing.T) {
-		// One slot a second, free from 1 ms, taken by x. a's two calls are
-		// due 0.4 ms apart (its bucket's reset, stamped apart by
-		// rounding), b's between them: a asks once for both, so both go
-		// ahead of b's, submitted before a's second.
-		src := fixedSlots{n: 1, per: time.Second, from: time.Millisecond}
-		half := 500 * time.Millisecond
-		ws := []Waiter{w(0, "x", 0), w(1, "a", half), w(2, "b", half+200*time.Microsecond), w(3, "a", half+400*time.Microsecond)}
-		for i := range ws {
-			ws[i].Submitted = ns(time.Duration(i) * time.Microsecond)
-			ws[i].Limit, ws[i].Pace = 0, 0 // no window model: due when stamped
-		}
-		at := forecastAt(ws, src, now, rtt, 0, nil)
-		step := rtt + time.Second
-		ms := time.Millisecond
-		assert.Equal(t, []int64{ns(ms), ns(ms + step), ns(ms + 3*step), ns(ms + 2*step)}, at)
-	})
-	t.Run("the pacer", func(t *testing.T) {
-		// The line spent its pacer's burst 100 ms ago on a bucket with a
-		// long backlog: it hands out one slot per 100 ms (10 per second),
-		// though the window has 10 free from 1 ms.
-		src := fixedSlots{n: 10, per: time.Second, from: time.Millisecond}
-		line := admission.New[string](src.n, src.per)
-		line.Want(now.Add(-100*time.Millisecond), "x", admission.Ask{Want: 10, Global: true, Path: 5 * time.Second, Since: now.Add(-time.Second)})
-		grants, _, _ := line.Serve(now.Add(-100*time.Millisecond), &countWindow{left: 10}, false)
-		require.Equal(t, []admission.Grant[string]{{Key: "x", Slots: 10}}, grants)
-		var ws []Waiter
-		for id := range uint64(4) {
-			ws = append(ws, w(id, "c"+strconv.Itoa(int(id)), 0))
-		}
-		var at []int64
-		for _, s := range Replay(ws, src, now, rtt, 0, 0, nil, line) {
-			at = append(at, s.At)
-		}
-		assert.Equal(t, []int64{ns(time.Millisecond), ns(100 * time.Millisecond), ns(200 * time.Millisecond), ns(300 * time.Millisecond)}, at)
-		ms := ns(time.Millisecond)
-		assert.Equal(t, []int64{ms, ms, ms, ms}, forecastAt(ws, src, now, rtt, 0, nil), "an idle line: all at once")
-	})
 }
