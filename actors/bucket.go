@@ -38,10 +38,12 @@ type bucket struct {
 	// firstOut is set while one of pioneers (below) is a first pioneer (a
 	// template never answered), which goes alone.
 	firstOut bool
-	// currentSends is how many times the call of current (below), if it
-	// carries one, had been put on the wire when its handler began: more
-	// after a panic means this handler sent it (recoverCrash).
-	currentSends int32
+	// currentWired is set once this handler has handed the call current
+	// (below) carries, if any, to a worker: after a panic its worker
+	// answers it (recoverCrash). A count of its sends would not tell: an
+	// answer the shared count deferred takes one back, and the same
+	// handler may send it again.
+	currentWired bool
 
 	// lanes are the buckets of this major, unknown routes included (few:
 	// one per route family used on a channel). Served round-robin from
@@ -151,10 +153,7 @@ func (b *bucket) Receive(ctx actor.Context) {
 		b.recoverCrash(ctx)
 		return
 	}
-	b.current, b.currentSends = msg, 0
-	if c := callOf(msg); c != nil {
-		b.currentSends = int32(c.sends.Load())
-	}
+	b.current, b.currentWired = msg, false
 	if h := b.sys.crashHook; h != nil {
 		h(msg)
 	}
@@ -207,7 +206,7 @@ func (b *bucket) recoverCrash(ctx actor.Context) {
 	// panic later on (wired): its worker answers it, and answered
 	// ErrActorCrashed it might be sent again by its caller.
 	dispatched := b.dispatching
-	wired := func(c *Call) bool { return c.lane != nil && c.sends.Load() > int64(b.currentSends) }
+	wired := func(c *Call) bool { return c.lane != nil && b.currentWired }
 	if c := dispatched; c != nil {
 		b.dispatching = nil
 		b.notSent(ctx, c, now, fmt.Errorf("%w while handling %s", ErrActorCrashed, c.Route.Redacted()))
@@ -883,6 +882,9 @@ func (b *bucket) dispatch(ctx actor.Context, l *lane, c *Call, g *gate, global b
 	}
 	conn := g.pick()    // claimed here, ended by the worker or just below
 	b.dispatching = nil // the worker's now
+	if c == callOf(b.current) {
+		b.currentWired = true
+	}
 	if !b.sys.goWork(job{conn: conn, call: c, bucket: self, sr: sr}) {
 		conn.Unclaim()
 		b.notSent(ctx, c, now, ErrClosed)
