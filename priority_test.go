@@ -269,9 +269,14 @@ func TestPriorityBulkKeepsItsShareWhenAPauseEnds(t *testing.T) {
 		}
 	}
 	require.False(t, first.IsZero() || log.decided[0].IsZero(), "every message was created")
-	after := log.decided[0].Sub(first)
-	t.Logf("the bulk message was decided %v after the burst's first", after)
-	assert.Less(t, after, 500*time.Millisecond, "the bulk message waited for the window's next slot, not the burst the pause's end let go")
+	ahead := 0 // interactive messages the simulator decided before the bulk one
+	for i := 1; i <= 40; i++ {
+		if log.decided[i].Before(log.decided[0]) {
+			ahead++
+		}
+	}
+	t.Logf("the bulk message was decided %v after the burst's first, behind %d interactive ones", log.decided[0].Sub(first), ahead)
+	assert.Less(t, ahead, rs.GlobalLimit, "the bulk message waited for the window's next slot, not the burst the pause's end let go")
 }
 
 // WithPriority reaches a request sent through Do, DoBatch and the
