@@ -272,6 +272,55 @@ func TestCrashAfterTheWireAgainKeepsTheAnswer(t *testing.T) {
 	assert.Empty(t, srv.Stats().Violations())
 }
 
+// The same when the answer is the shared count's refusal (Config.Shared):
+// the handler gives the request's send back and puts it at the head of its
+// queue, and, the refusal's wait over, sends it again. Its send count is
+// then where it was when the handler began; a panic later in that handler
+// still leaves the request to its new worker.
+func TestCrashAfterADeferredResendKeepsTheAnswer(t *testing.T) {
+	var armed, rewritten, resent, panicked atomic.Bool
+	var target atomic.Pointer[Call]
+	var sendsAtPanic atomic.Int64
+	hook := func(m any) {
+		switch m := m.(type) {
+		case *resultMsg:
+			if armed.Load() && m.call.sends.Load() == 1 && rewritten.CompareAndSwap(false, true) {
+				// The shared count refused it, for no time: back in line
+				// and on the wire again in this handler.
+				if m.resp != nil {
+					_ = m.resp.Body.Close()
+				}
+				m.resp, m.headers, m.err = nil, ratelimit.Headers{}, nil
+				m.deferred = &ratelimit.SharedGrant{Scope: "bucket"}
+				target.Store(m.call)
+			}
+		case dispatchPoint:
+			if m.placed && m.call == target.Load() {
+				resent.Store(true)
+			}
+		case pumpedPoint:
+			if c := target.Load(); c != nil && resent.Load() && panicked.CompareAndSwap(false, true) {
+				sendsAtPanic.Store(c.sends.Load())
+				panic("injected bug after the deferred request's second dispatch")
+			}
+		}
+	}
+	sys, srv := start(t, channelRules(), hook)
+	warm := submit(sys, "GET", "/channels/1/messages/1000") // one actor: its handlers run one at a time
+	require.Equal(t, map[string]int{"ok": 1}, outcomes([]*Call{warm}))
+	armed.Store(true)
+	var calls []*Call
+	for i := range 5 {
+		calls = append(calls, submit(sys, "GET", fmt.Sprintf("/channels/1/messages/%d", i)))
+	}
+	counts := outcomes(calls)
+	t.Logf("%v; the simulator received %d", counts, srv.Stats().Requests)
+	require.True(t, panicked.Load(), "the handler that sent the deferred request again panicked")
+	require.Equal(t, int64(1), sendsAtPanic.Load(), "the deferral took its send back: the count is where the handler found it")
+	assert.Equal(t, map[string]int{"ok": 5}, counts, "the request sent again has its answer")
+	assert.Empty(t, srv.Stats().Violations())
+}
+
 func TestRestartIntensityIsBounded(t *testing.T) {
 	var crash atomic.Bool
 	crash.Store(true)
