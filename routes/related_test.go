@@ -1,4 +1,4 @@
-package actors
+package routes
 
 import "testing"
 
@@ -31,11 +31,11 @@ func TestRelatedTemplates(t *testing.T) {
 		{member, role, false},
 		{"/gateway", "/users/@me", false},
 	} {
-		if got := related(c.a, c.b); got != c.want {
-			t.Errorf("related(%q, %q) = %v, want %v", c.a, c.b, got, c.want)
+		if got := Related(c.a, c.b); got != c.want {
+			t.Errorf("Related(%q, %q) = %v, want %v", c.a, c.b, got, c.want)
 		}
-		if got := related(c.b, c.a); got != c.want {
-			t.Errorf("related(%q, %q) = %v, want %v (symmetric)", c.b, c.a, got, c.want)
+		if got := Related(c.b, c.a); got != c.want {
+			t.Errorf("Related(%q, %q) = %v, want %v (symmetric)", c.b, c.a, got, c.want)
 		}
 	}
 }
