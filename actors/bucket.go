@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
-	"slices"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -290,8 +289,8 @@ func (b *bucket) receive(ctx actor.Context, msg any) {
 			b.lastWake = max(b.lastWake, m.seq)
 		}
 		for _, l := range b.lanes {
-			if m.all && l.sharedLocal || !m.all && l.sharedNotify {
-				l.sharedNotify, l.sharedLocal, l.sharedUntil = false, false, time.Time{}
+			if m.all && l.SharedLocal || !m.all && l.SharedNotify {
+				l.SharedNotify, l.SharedLocal, l.SharedUntil = false, false, time.Time{}
 			}
 		}
 		b.pump(ctx)
@@ -312,12 +311,12 @@ func (b *bucket) receive(ctx actor.Context, msg any) {
 		now, at := b.sys.now(), m.at
 		out := make([]BucketSnapshot, 0, len(b.lanes))
 		for _, l := range b.lanes {
-			st := &l.state
+			st := &l.State
 			out = append(out, BucketSnapshot{
 				Key: l.key, State: l.machine.Current().String(), Known: st.Known,
 				Limit: st.Limit, Remaining: st.Remaining,
 				ResetIn: max(0, st.ResetAt.Sub(at)), PausedFor: max(0, st.PausedUntil.Sub(at)),
-				Margin: st.Margin(at), Queued: len(l.queue), Retrying: len(l.retries), Running: int(l.running),
+				Margin: st.Margin(at), Queued: l.line.Len(), Retrying: len(l.line.Retries()), Running: int(l.running),
 				Serial: l.serial,
 			})
 		}
@@ -392,18 +391,18 @@ func (b *bucket) enqueue(c *Call) {
 		return
 	}
 	l := b.laneFor(c.Route)
-	if max := b.sys.cfg.MaxQueue; max > 0 && len(l.queue) >= max {
-		c.Complete(nil, fmt.Errorf("%w: %d requests queued for %s", ErrQueueFull, len(l.queue), c.Route.Redacted()))
+	if max := b.sys.cfg.MaxQueue; max > 0 && l.line.Len() >= max {
+		c.Complete(nil, fmt.Errorf("%w: %d requests queued for %s", ErrQueueFull, l.line.Len(), c.Route.Redacted()))
 		return
 	}
-	l.noteClass(c) // before placeOf: it may drop finished calls from the head
+	l.line.NoteClass(c) // before placeOf: it may drop finished calls from the head
 	now := b.sys.now()
 	// The wait MaxWait weighs is what is certain: the bucket's windows
 	// (its pause included), the declared groups' reserved window and the
 	// global window's pause, not the global forecast, which counts other
 	// buckets' calls that admission may well serve later.
-	pos := l.placeOf(c)
-	start, _, known := l.slot(now, pos)
+	pos := l.line.PlaceOf(c)
+	start, _, known := l.Slot(now, pos)
 	limit := b.sys.cfg.MaxWait
 	if c.MaxWait > 0 && (limit == 0 || c.MaxWait < limit) {
 		limit = c.MaxWait
@@ -414,9 +413,9 @@ func (b *bucket) enqueue(c *Call) {
 	if limit > 0 && start.Sub(now) > limit {
 		// The queue learns of calls cancelled while they waited only at
 		// its head: before refusing, count the live ones alone.
-		l.compact()
-		pos = l.placeOf(c)
-		start, _, known = l.slot(now, pos)
+		l.line.Compact()
+		pos = l.line.PlaceOf(c)
+		start, _, known = l.Slot(now, pos)
 	}
 	wait, by := start.Sub(now), BoundBucket
 	if gw := b.sys.groups.reserve(c, now); gw > wait {
@@ -441,8 +440,7 @@ func (b *bucket) enqueue(c *Call) {
 	}
 	c.queuedAt = now
 	b.sys.tel.eventWith(c, "queued", attribute.String("sluice.bucket", l.key))
-	l.queue = slices.Insert(l.queue, pos, c)
-	if pos < len(l.queue)-1 || l.order(pos) {
+	if l.line.Insert(pos, c) {
 		b.restamp(l, now) // its place moved the calls behind it
 	}
 }
@@ -454,8 +452,8 @@ func (b *bucket) enqueue(c *Call) {
 // only with a slot held in every known bucket of the actor it might share
 // (mayShare).
 func (b *bucket) ready(l *lane, now time.Time) (bool, time.Duration) {
-	if now.Before(l.sharedUntil) {
-		return false, l.sharedUntil.Sub(now)
+	if now.Before(l.SharedUntil) {
+		return false, l.SharedUntil.Sub(now)
 	}
 	l.sync(now)
 	switch l.machine.Current() {
@@ -464,12 +462,12 @@ func (b *bucket) ready(l *lane, now time.Time) (bool, time.Duration) {
 			if b.pioneers > 0 {
 				return false, 0
 			}
-			if c := l.head(); c != nil && !b.sys.firsts.free(l.template, c, l, b.self) {
+			if c := l.line.Head(); c != nil && !b.sys.firsts.free(l.template, c, l, b.self) {
 				return false, firstPoll // another actor's first pioneer of the template
 			}
 			for _, k := range b.lanes {
-				if k != l && k.state.Known && mayShare(l, k) {
-					if ok, wait := peek(k.state, now); !ok {
+				if k != l && k.State.Known && mayShare(l, k) {
+					if ok, wait := peek(k.State, now); !ok {
 						return false, wait
 					}
 				}
@@ -482,15 +480,15 @@ func (b *bucket) ready(l *lane, now time.Time) (bool, time.Duration) {
 			return false, 0
 		}
 	}
-	if ok, wait := peek(l.state, now); !ok {
+	if ok, wait := peek(l.State, now); !ok {
 		return false, wait
 	}
 	// The declared limits the head is under (Config: sluice.Limit). A
 	// head whose window moved back (a higher class took its place) goes
 	// behind the calls due before it, and the new head is asked.
 	for i := 0; ; i++ {
-		ok, wait, moved := b.sys.groups.ready(l.head(), now)
-		if ok || !moved || i >= len(l.queue) || !l.order(0) {
+		ok, wait, moved := b.sys.groups.ready(l.line.Head(), now)
+		if ok || !moved || i >= l.line.Len() || !l.line.Order(0) {
 			return ok, wait
 		}
 		b.restamp(l, now)
@@ -567,7 +565,7 @@ func (b *bucket) pump(ctx actor.Context) {
 		for class := hi; class >= lo; class-- {
 			for i := range n {
 				l := b.lanes[(b.next+i)%n]
-				c := l.head()
+				c := l.line.Head()
 				if c == nil || c.Class != class {
 					continue
 				}
@@ -618,7 +616,7 @@ type pumpedPoint struct{}
 func (b *bucket) try(ctx actor.Context, l *lane, c *Call, g *gate, now time.Time) (went, held bool, wait time.Duration) {
 	if ok, wait := b.ready(l, now); !ok {
 		return false, false, wait
-	} else if l.head() != c {
+	} else if l.line.Head() != c {
 		// c's declared window moved back (ready put it behind the calls
 		// due first): the next round takes the new head.
 		return true, false, 0
@@ -656,7 +654,7 @@ func (b *bucket) try(ctx actor.Context, l *lane, c *Call, g *gate, now time.Time
 func (b *bucket) headClasses() (hi, lo admission.Class) {
 	hi, lo = admission.Bulk-1, admission.Interactive
 	for _, l := range b.lanes {
-		if c := l.head(); c != nil {
+		if c := l.line.Head(); c != nil {
 			hi, lo = max(hi, c.Class), min(lo, c.Class)
 		}
 	}
@@ -677,7 +675,7 @@ func (b *bucket) markHolders() {
 	left := b.grants
 	for i := 0; left > 0 && i < len(b.lanes); i++ {
 		l := b.lanes[(b.next+i)%len(b.lanes)]
-		for _, c := range l.queue {
+		for _, c := range l.line.Items() {
 			if left == 0 {
 				break
 			}
@@ -697,7 +695,7 @@ func (b *bucket) askAdmission(ctx actor.Context, now time.Time) {
 	want, global, path, since, first, pioneer := 0, false, time.Duration(0), now, ^uint64(0), false
 	class := admission.Bulk
 	for _, l := range b.lanes {
-		c := l.head()
+		c := l.line.Head()
 		if c == nil {
 			continue
 		}
@@ -708,14 +706,14 @@ func (b *bucket) askAdmission(ctx actor.Context, now time.Time) {
 			since, first = c.Submitted, c.ID
 		}
 		n := 1
-		if l.state.Known && !l.serial {
-			n = max(1, min(len(l.queue), l.room(now)))
+		if l.State.Known && !l.serial {
+			n = max(1, min(l.line.Len(), l.Room(now)))
 		}
 		want += n
-		class = max(class, l.topClass(n))
+		class = max(class, l.line.TopClass(n))
 		global = global || !c.Route.GlobalExempt
-		path = max(path, l.backlog(now))
-		pioneer = pioneer || !l.state.Known // ready while unknown: its pioneer
+		path = max(path, l.Backlog(now, l.line.Len()))
+		pioneer = pioneer || !l.State.Known // ready while unknown: its pioneer
 	}
 	if want == 0 {
 		return
@@ -753,8 +751,8 @@ func (b *bucket) announceSoon(ctx actor.Context, now time.Time) {
 		class = admission.Bulk
 	)
 	for _, l := range b.lanes {
-		c := l.head()
-		if c == nil || c.Route.GlobalExempt || !l.state.Known || l.serial || l.machine.Current() == fsm.Initial {
+		c := l.line.Head()
+		if c == nil || c.Route.GlobalExempt || !l.State.Known || l.serial || l.machine.Current() == fsm.Initial {
 			continue
 		}
 		ok, wait := b.ready(l, now)
@@ -764,9 +762,9 @@ func (b *bucket) announceSoon(ctx actor.Context, now time.Time) {
 		if ready := now.Add(wait); at.IsZero() || ready.Before(at) {
 			at = ready
 		}
-		want += min(len(l.queue), l.state.Limit)
-		class = max(class, l.topClass(l.state.Limit))
-		path = max(path, l.backlog(now.Add(wait)))
+		want += min(l.line.Len(), l.State.Limit)
+		class = max(class, l.line.TopClass(l.State.Limit))
+		path = max(path, l.Backlog(now.Add(wait), l.line.Len()))
 		if since.IsZero() || c.Submitted.Before(since) || c.Submitted.Equal(since) && c.ID < first {
 			since, first = c.Submitted, c.ID
 		}
@@ -793,7 +791,7 @@ func (b *bucket) announceSoon(ctx actor.Context, now time.Time) {
 // its request's answer plus a period (GlobalLimiter.Settle).
 func (b *bucket) probeAwaited() bool {
 	for _, l := range b.lanes {
-		if l.head() != nil && l.state.Probing() && l.state.InFlight() > 0 {
+		if l.line.Head() != nil && l.State.Probing() && l.State.InFlight() > 0 {
 			return true
 		}
 	}
@@ -826,18 +824,18 @@ func (b *bucket) cancelGrants() {
 // a pioneer's count and c.pioneer; each hold and its entry in c.holds.
 func (b *bucket) dispatch(ctx actor.Context, l *lane, c *Call, g *gate, global bool, now time.Time) {
 	b.dispatching, c.global = c, global
-	l.pop()
+	l.line.Pop()
 	if h := b.sys.crashHook; h != nil {
 		h(dispatchPoint{call: c})
 	}
-	if l.served(c) {
+	if l.line.Served(c) {
 		b.restamp(l, now) // the share moved a call of a lower class to the head
 	}
-	l.state.Take(now)
+	l.State.Take(now)
 	l.running++
 	b.sys.running.Add(1)
 	c.lane, c.sentAt = l, now
-	if !l.state.Known {
+	if !l.State.Known {
 		c.pioneer = true
 		b.pioneers++
 		if l.first {
@@ -845,8 +843,8 @@ func (b *bucket) dispatch(ctx actor.Context, l *lane, c *Call, g *gate, global b
 			b.firstOut = true
 			c.firstWire.Store(true)
 			for _, k := range b.lanes {
-				if k != l && k.state.Known && mayShare(l, k) {
-					k.state.Take(now) // a hold: reported when the pioneer is answered
+				if k != l && k.State.Known && mayShare(l, k) {
+					k.State.Take(now) // a hold: reported when the pioneer is answered
 					c.holds = append(c.holds, k)
 				}
 			}
@@ -874,7 +872,7 @@ func (b *bucket) dispatch(ctx actor.Context, l *lane, c *Call, g *gate, global b
 		template := c.Route.TemplateKey()
 		hash, _ := b.sys.store.Alias(template)
 		sr = &ratelimit.SharedRequest{Now: now, Route: c.Route.Key(), Template: template, Major: c.Route.Major, Hash: hash,
-			Global: global || !c.Route.GlobalExempt, Local: l.state, Window: l.window, Margin: l.state.Margin(now),
+			Global: global || !c.Route.GlobalExempt, Local: l.State, Window: l.Window, Margin: l.State.Margin(now),
 			Serial: l.serial}
 		if sh := c.shared; sh != nil {
 			sr.Groups, sr.GroupID, sr.GroupClass = sh.groups, sh.id, int8(c.Class)
@@ -925,10 +923,10 @@ func (b *bucket) release(ctx actor.Context, c *Call, at time.Time, h ratelimit.H
 		}
 	}
 	if uncounted {
-		l.state.Refund(at)
+		l.State.Refund(at)
 		b.sys.groups.cancel(c, at) // a finished call's place is released there
 	} else {
-		observe(&l.state, at, c.sentAt, h, count)
+		observe(&l.State, at, c.sentAt, h, count)
 		b.sys.groups.settle(c, at)
 	}
 	target := "" // the bucket that counted it, for the holds (built only for them)
@@ -939,13 +937,13 @@ func (b *bucket) release(ctx actor.Context, c *Call, at time.Time, h ratelimit.H
 		k = k.resolve()
 		switch {
 		case uncounted:
-			k.state.Refund(at)
+			k.State.Refund(at)
 		case target == k.key:
-			observe(&k.state, at, c.sentAt, h, count) // it was this bucket's request after all
+			observe(&k.State, at, c.sentAt, h, count) // it was this bucket's request after all
 		case target != "":
-			k.state.Refund(at) // another bucket counted it
+			k.State.Refund(at) // another bucket counted it
 		default:
-			observe(&k.state, at, c.sentAt, ratelimit.Headers{}, count) // unknown: keep it charged
+			observe(&k.State, at, c.sentAt, ratelimit.Headers{}, count) // unknown: keep it charged
 		}
 	}
 	c.holds = nil
@@ -1008,7 +1006,7 @@ func (b *bucket) result(ctx actor.Context, m *resultMsg) {
 		ErrorRetries: c.errAttempts, MaxErrorRetries: b.sys.cfg.MaxErrorRetries,
 	})
 	count := o.Charge
-	prev := &c.lane.resolve().state
+	prev := &c.lane.resolve().State
 	known, limit, paused := prev.Known, prev.Limit, prev.PausedUntil
 	if c.first && m.resp != nil && status < 500 && status != http.StatusTooManyRequests && !(h.Has.Bucket && h.Bucket != "") {
 		// A first answer without a bucket: nothing to learn, the
@@ -1019,13 +1017,13 @@ func (b *bucket) result(ctx actor.Context, m *resultMsg) {
 	l := b.release(ctx, c, m.at, h, count)
 	if answered {
 		b.learn(l, c, h, status)
-		if h.Has.ResetAfter && h.ResetAfter > l.window && status != http.StatusTooManyRequests {
-			l.window = h.ResetAfter
+		if h.Has.ResetAfter && h.ResetAfter > l.Window && status != http.StatusTooManyRequests {
+			l.Window = h.ResetAfter
 		}
 	}
 	l = l.resolve()
 	defer func() {
-		if st := &l.state; st.Known != known || st.Limit != limit || st.PausedUntil.After(paused) {
+		if st := &l.State; st.Known != known || st.Limit != limit || st.PausedUntil.After(paused) {
 			// The queue's due times were guessed without this: the
 			// global forecasts of other calls read them.
 			b.restamp(l, b.sys.now())
@@ -1100,10 +1098,10 @@ func (b *bucket) deferred(ctx actor.Context, c *Call, m *resultMsg) {
 	if own || g.Notify && b.lastWake > m.wakeSeq {
 		return // or the answer it waits for came while it was being refused
 	}
-	if until := now.Add(g.Wait); until.After(l.sharedUntil) {
-		l.sharedUntil, l.sharedLocal = until, g.Local
+	if until := now.Add(g.Wait); until.After(l.SharedUntil) {
+		l.SharedUntil, l.SharedLocal = until, g.Local
 	}
-	l.sharedNotify = l.sharedNotify || g.Notify
+	l.SharedNotify = l.SharedNotify || g.Notify
 }
 
 // learn records what an answer tells about l's route: its template's hash
@@ -1140,7 +1138,7 @@ func (b *bucket) adoptLearned() {
 		if !l.first || !l.routeKeyed || l.running > 0 {
 			continue
 		}
-		c := l.head()
+		c := l.line.Head()
 		if c == nil {
 			continue
 		}
@@ -1165,19 +1163,17 @@ func (b *bucket) rekey(l *lane, target string) (merged bool) {
 		return false
 	}
 	// Another route of this major got there first: hand the work over once.
-	owner.state.Absorb(&l.state)
-	owner.queue = mergeQueues(owner.queue, l.queue)
-	owner.lowest = min(owner.lowest, l.lowest)
-	owner.retries = append(owner.retries, l.retries...)
+	owner.State.Absorb(&l.State)
+	owner.line.Merge(&l.line)
 	owner.running += l.running
 	owner.serial = owner.serial || l.serial
-	owner.window = max(owner.window, l.window)
+	owner.Window = max(owner.Window, l.Window)
 	for i := range l.numRoutes() {
 		if r := l.route(i); !owner.servesRef(r) {
 			owner.routes = append(owner.routes, r)
 		}
 	}
-	l.queue, l.retries, l.running = nil, nil, 0
+	l.running = 0
 	l.mergedInto = owner
 	for i, x := range b.lanes {
 		if x == l {
@@ -1198,13 +1194,13 @@ func (b *bucket) limited(ctx actor.Context, l *lane, c *Call, v ratelimit.Verdic
 		// The worker paused the global window already (System.work).
 	case ratelimit.PauseSerial:
 		l.serial = true // a limit no header shows: no more pipelining here
-		l.state.Pause(at.Add(o.Wait))
+		l.State.Pause(at.Add(o.Wait))
 		// A declared limit that still met one: stricter than declared, or
 		// spent by someone else too.
 		b.sys.groups.block(c, at.Add(o.Wait), at)
 	default: // user: pause this bucket only; a window reopened late teaches the margin
-		l.state.LateReopen(at, c.sentAt, o.Wait)
-		l.state.Pause(at.Add(o.Wait))
+		l.State.LateReopen(at, c.sentAt, o.Wait)
+		l.State.Pause(at.Add(o.Wait))
 	}
 	if o.Pause != ratelimit.PauseBan { // (the supervisor tells of a ban)
 		b.sys.log.Warn("sluice: 429", slog.String("scope", scope), slog.String("route", c.Route.Redacted()), slog.Duration("retry_after", o.Wait))
@@ -1247,11 +1243,9 @@ func (b *bucket) failed(l *lane, c *Call, err error, o ratelimit.Outcome) {
 // requeueFront puts c back at the head of l's queue: it was in line first.
 func requeueFront(l *lane, c *Call, now time.Time) {
 	c.queuedAt = now
-	start, _, known := l.slot(now, 0)
+	start, _, known := l.Slot(now, 0)
 	c.stamp(start, known, l, now)
-	l.noteClass(c)
-	l.queue = append([]*Call{c}, l.queue...)
-	l.order(0)
+	l.line.PushFront(c)
 }
 
 // retryLater sends c again after a backoff, without holding the queue.
@@ -1259,65 +1253,33 @@ func (b *bucket) retryLater(l *lane, now time.Time, c *Call) {
 	c.notBefore = now.Add(b.sys.cfg.RetryBackoff.Delay(c.errAttempts, rand.Float64))
 	c.errAttempts++
 	c.stamp(c.notBefore, true, l, now)
-	l.noteClass(c)
-	l.retries = append(l.retries, c)
+	l.line.Retry(c)
 }
 
 // dueRetries moves l's retries whose backoff is over to the front of its
 // queue, in the order they failed, and returns the wait for the next one
 // (0: none).
 func (b *bucket) dueRetries(l *lane, now time.Time) time.Duration {
-	if len(l.retries) == 0 {
-		return 0
+	due, next := l.line.DueRetries(now)
+	for _, c := range due {
+		c.queuedAt = now
+		b.sys.tel.event(c, "retry")
 	}
-	var due, keep []*Call
-	var next time.Time
-	for _, c := range l.retries {
-		switch {
-		case c.Finished():
-		case !now.Before(c.notBefore):
-			due = append(due, c)
-		default:
-			keep = append(keep, c)
-			if next.IsZero() || c.notBefore.Before(next) {
-				next = c.notBefore
-			}
-		}
-	}
-	l.retries = keep
-	if len(due) > 0 {
-		for _, c := range due {
-			c.queuedAt = now
-			b.sys.tel.event(c, "retry")
-		}
-		l.queue = append(due, l.queue...)
-	}
-	if next.IsZero() {
-		return 0
-	}
-	return max(time.Nanosecond, next.Sub(now))
+	return next
 }
 
 // failQueued fails the calls waiting in a queue or for a retry that match
 // (every one when match is nil).
 func (b *bucket) failQueued(err error, match func(*Call) bool) {
-	keep := func(cs []*Call) []*Call {
-		out := cs[:0]
-		for _, c := range cs {
-			if match == nil || match(c) {
-				c.Complete(nil, err)
-			} else if !c.Finished() {
-				out = append(out, c)
-			}
+	keep := func(c *Call) bool {
+		if match == nil || match(c) {
+			c.Complete(nil, err)
+			return false
 		}
-		clear(cs[len(out):])
-		if len(out) == 0 {
-			return nil
-		}
-		return out
+		return true
 	}
 	for _, l := range b.lanes {
-		l.queue, l.retries = keep(l.queue), keep(l.retries)
+		l.line.Filter(keep)
 	}
 }
 
@@ -1366,8 +1328,8 @@ func (b *bucket) maybeIdle(ctx actor.Context) {
 func (b *bucket) awaiting() bool { return b.wanting || b.grants > 0 || b.pioneers > 0 }
 
 func (b *bucket) save(l *lane) {
-	if l.state.Known && !l.perToken && !l.routeKeyed {
-		b.sys.store.Save(l.key, l.state)
+	if l.State.Known && !l.perToken && !l.routeKeyed {
+		b.sys.store.Save(l.key, l.State)
 	}
 }
 

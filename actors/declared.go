@@ -410,43 +410,6 @@ func (s *System) reserveShared(c *Call) {
 	}
 }
 
-// order moves the call at l.queue[i] to its place among its neighbours in
-// the order of their declared groups' windows (placeStart): a call
-// reserved in a later window never holds the lane before one reserved
-// earlier, whatever order they reached the actor in (callers' goroutines
-// reserve concurrently in a shared store), a call whose window moved (it
-// missed it) goes behind the ones now due first, and a newcomer given the
-// place of a call cancelled while it waited goes in that place, not behind
-// every call reserved after it (which would leave the place unused and its
-// ETA wrong). Calls without a place keep their FIFO order: the scan stops
-// at them. It reports whether the call moved.
-func (l *lane) order(i int) (moved bool) {
-	start, ok := placeStart(l.queue[i])
-	if !ok {
-		return false
-	}
-	q := l.queue
-	for i > 0 { // earlier than the one before it: move forward
-		s, ok := placeStart(q[i-1])
-		if !ok || !s.After(start) {
-			break
-		}
-		q[i-1], q[i] = q[i], q[i-1]
-		i--
-		moved = true
-	}
-	for i < len(q)-1 { // later than the one after it: move back
-		s, ok := placeStart(q[i+1])
-		if !ok || !start.After(s) {
-			break
-		}
-		q[i+1], q[i] = q[i], q[i+1]
-		i++
-		moved = true
-	}
-	return moved
-}
-
 // placeStart returns the start of c's reserved window in its declared
 // groups, if it has one: in a shared store, or in this process's (as
 // reserved when it was queued).

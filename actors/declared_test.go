@@ -1,6 +1,8 @@
 package actors
 
 import (
+	"context"
+	"net/http"
 	"testing"
 	"time"
 
@@ -8,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/admission"
 	"github.com/sluicehq/sluice/ratelimit"
+	"github.com/sluicehq/sluice/routes"
 )
 
 // A refusal by the shared store moves a call's window only forward, and
@@ -42,6 +45,12 @@ func TestSharedPlaceRefused(t *testing.T) {
 	sh = &sharedPlace{groups: []ratelimit.SharedGroup{{Key: "g", Count: 1, Window: win}}, names: []string{"member_roles"}}
 	assert.False(t, sh.refused(now, time.Second), "no place known: the lane waits")
 	assert.Equal(t, now.Add(time.Second), sh.place.Load().slot.Start)
+}
+
+func classCall(id uint64, class admission.Class) *Call {
+	c := NewCall(id, context.Background(), &http.Request{}, routes.Route{}, false, time.Unix(0, 0))
+	c.Class = class
+	return c
 }
 
 // A retried call (its attempt settled, so its reservation ended) reserves

@@ -124,14 +124,14 @@ const (
 // only a lower bound (its bucket's limit is not known). It records l's
 // window too (its pace; 0 while unknown).
 func (c *Call) stamp(at time.Time, known bool, l *lane, now time.Time) {
-	_, _, window, ok := l.plan(now)
+	_, _, window, ok := l.Plan(now)
 	c.pace.Store(int64(window))
 	limit := int32(0)
 	if ok {
-		limit = int32(min(l.state.Limit, math.MaxInt32))
+		limit = int32(min(l.State.Limit, math.MaxInt32))
 	}
 	c.limit.Store(limit)
-	c.reprobe.Store(ok && l.state.ProbesReopening())
+	c.reprobe.Store(ok && l.State.ProbesReopening())
 	c.guess.Store(!known)
 	c.due.Store(at.UnixNano())
 }
@@ -141,92 +141,17 @@ func (c *Call) stamp(at time.Time, known bool, l *lane, now time.Time) {
 // ones were guessed without it.
 func (b *bucket) restamp(l *lane, now time.Time) {
 	pos := 0
-	for _, c := range l.queue {
+	for _, c := range l.line.Items() {
 		if c.Finished() {
 			continue
 		}
-		start, _, known := l.slot(now, pos)
+		start, _, known := l.Slot(now, pos)
 		if g, _, ok := b.sys.groups.estimate(c, now); ok && (g.Start.After(start) || !known) {
 			start, known = later(g.Start, start), true // a declared window is a forecast too
 		}
 		c.stamp(start, known, l, now)
 		pos++
 	}
-}
-
-// slot is the window in which the bucket lets the request at queue
-// position pos go: the current one while it has room for it, then one
-// full window per Limit requests after the next refill (or pause's end).
-// known is false while the bucket's limit is unknown: then the window is
-// [now, now], a lower bound.
-func (l *lane) slot(now time.Time, pos int) (start, end time.Time, known bool) {
-	if now.Before(l.sharedUntil) {
-		if l.sharedNotify {
-			// Until another process's pioneer is answered: its lease's
-			// expiry only bounds that, and the answer is usually a round
-			// trip away. Like an unknown bucket: a lower bound.
-			return now, now, false
-		}
-		now = l.sharedUntil // another process holds the bucket until then
-	}
-	avail, next, window, ok := l.plan(now)
-	if !ok {
-		return now, now, false
-	}
-	if pos < avail {
-		return now, now.Add(next), true
-	}
-	start = now.Add(next + time.Duration((pos-avail)/l.state.Limit)*window)
-	return start, start.Add(window), true
-}
-
-// earliest is how early the request at queue position pos may go when
-// slot says start: start, less the bucket's reset slack
-// (ratelimit.Bucket.ResetSlack) when the request waits for a refill, not
-// before now. While the bucket dates its window's end from an answer's
-// arrival, a faster answer of the same window may still move that end
-// earlier, and every window after it with it. An ETA set by its bucket
-// begins there; the stamps the global forecast replays keep slot's start,
-// the expected time.
-func (l *lane) earliest(now time.Time, pos int, start time.Time) time.Time {
-	avail, _, _, ok := l.plan(now)
-	if !ok || pos < avail || now.Before(l.sharedUntil) || now.Before(l.state.PausedUntil) {
-		return start
-	}
-	return later(now, start.Add(-l.state.ResetSlack()))
-}
-
-// refills is how many times the bucket must refill before the request at
-// queue position pos may go (0: it may go in the current window), and the
-// window between refills. ok is false while the limit is unknown.
-func (l *lane) refills(now time.Time, pos int) (n int, window time.Duration, ok bool) {
-	avail, _, window, ok := l.plan(now)
-	if !ok || pos < avail {
-		return 0, window, ok
-	}
-	return 1 + (pos-avail)/l.state.Limit, window, true
-}
-
-// plan is how the bucket lets requests go from now: avail of them at
-// once, the next refill (a full Limit) in next, and one every window after
-// it. ok is false while the limit is unknown.
-func (l *lane) plan(now time.Time) (avail int, next, window time.Duration, ok bool) {
-	st := &l.state
-	if !st.Known || st.Limit <= 0 {
-		return 0, 0, 0, false
-	}
-	window = l.window + st.Margin(now)
-	avail, next = st.Remaining, st.ResetAt.Sub(now)
-	if next <= 0 {
-		avail, next = st.Limit, window // a fresh window opens now
-	}
-	if pause := st.PausedUntil.Sub(now); pause > 0 {
-		avail, next = 0, pause
-	}
-	if window <= 0 {
-		window = next
-	}
-	return avail, next, window, true
 }
 
 // eta answers an etaMsg: c's stage, its place in its bucket's queue and its
@@ -243,11 +168,11 @@ func (b *bucket) eta(c *Call, now time.Time) laneETA {
 	}
 	for _, l := range b.lanes {
 		pos := 0
-		for _, q := range l.queue {
+		for _, q := range l.line.Items() {
 			if q == c {
 				out.stage, out.pos, out.bucket = StageQueued, pos, l.key
-				out.start, out.end, out.known = l.slot(now, pos)
-				out.early = l.earliest(now, pos, out.start)
+				out.start, out.end, out.known = l.Slot(now, pos)
+				out.early = l.Earliest(now, pos, out.start)
 				out.granted = q.holding.Load()
 				return out
 			}
@@ -255,13 +180,13 @@ func (b *bucket) eta(c *Call, now time.Time) laneETA {
 				pos++
 			}
 		}
-		for _, q := range l.retries {
+		for _, q := range l.line.Retries() {
 			if q == c {
 				out.stage, out.bucket = StageRetrying, l.key
 				// It goes back to the head of the queue when its backoff
 				// ends, and then waits for its bucket like a head.
-				out.start, out.end, out.known = l.slot(later(now, c.notBefore), 0)
-				out.early = l.earliest(later(now, c.notBefore), 0, out.start)
+				out.start, out.end, out.known = l.Slot(later(now, c.notBefore), 0)
+				out.early = l.Earliest(later(now, c.notBefore), 0, out.start)
 				out.retry = !out.start.After(c.notBefore)
 				return out
 			}
@@ -276,17 +201,17 @@ func (b *bucket) queued(now time.Time) []laneETA {
 	var out []laneETA
 	for _, l := range b.lanes {
 		pos := 0
-		for _, c := range l.queue {
+		for _, c := range l.line.Items() {
 			if c.Finished() {
 				continue
 			}
 			e := laneETA{call: c, stage: StageQueued, pos: pos, bucket: l.key, granted: c.holding.Load()}
-			e.start, e.end, e.known = l.slot(now, pos)
-			e.early = l.earliest(now, pos, e.start)
+			e.start, e.end, e.known = l.Slot(now, pos)
+			e.early = l.Earliest(now, pos, e.start)
 			out = append(out, e)
 			pos++
 		}
-		for _, c := range l.retries {
+		for _, c := range l.line.Retries() {
 			if !c.Finished() {
 				out = append(out, b.eta(c, now))
 			}

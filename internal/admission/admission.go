@@ -72,6 +72,28 @@ const PioneerFirst = 1000 * time.Hour
 // about Discord's most common route limits.
 const UnknownPace = 100 * time.Millisecond
 
+// Backlog is how long a bucket needs for queued requests at its own pace,
+// in whole windows: avail of them go in the current window and limit in
+// each window after it, so the last one waits for 1+(queued-1-avail)/limit
+// refills, each a window. Not the time to the last one's window: that
+// counts when the current window happens to end, so two buckets of one
+// shape, queues of one length, would tell apart by noise and be served in
+// its order rather than in their requests' (Deadline). A bucket whose
+// limit is not known yet (limit <= 0) needs UnknownPace per request. The
+// live lanes (package lanes) and the forecast weigh a backlog (Ask.Path)
+// with this rule.
+func Backlog(queued, avail, limit int, window time.Duration) time.Duration {
+	switch {
+	case queued <= 0:
+		return 0
+	case limit <= 0:
+		return time.Duration(queued) * UnknownPace
+	case queued <= avail:
+		return 0
+	}
+	return time.Duration(1+(queued-1-avail)/limit) * window
+}
+
 // FastShare is the share of a global window a bucket may reserve on its
 // own, while nobody waits in line: not through the line, and not paced.
 // The rest is handed out by the line, longest backlog first, so the last

@@ -290,19 +290,16 @@ func Replay(ws []Waiter, src Source, now time.Time, rtt, lag time.Duration, held
 	}
 
 	// path is how long a lane still needs after the calls it releases by
-	// t, at its bucket's pace (the actors' lane.backlog: the refills its last call
-	// waits for).
+	// t, at its bucket's pace (admission.Backlog, as the live lanes weigh
+	// it: the refills its last call waits for).
 	path := func(li *laneState, t int64) int64 {
 		switch {
 		case li.guess:
-			return int64(li.out+len(li.queue)) * int64(admission.UnknownPace)
+			return int64(admission.Backlog(li.out+len(li.queue), 0, 0, 0))
 		case li.pace <= 0:
 			return 0
 		case li.limit > 0:
-			if len(li.queue) == 0 {
-				return 0
-			}
-			return int64(1+(len(li.queue)-1)/li.limit) * li.pace
+			return int64(admission.Backlog(len(li.queue), 0, li.limit, time.Duration(li.pace)))
 		}
 		later := len(li.dues) - sort.Search(len(li.dues), func(k int) bool { return li.dues[k] > t+int64(sameWindow) })
 		return int64(later) * li.pace
