@@ -395,7 +395,7 @@ func (b *bucket) enqueue(c *Call) {
 		c.Complete(nil, fmt.Errorf("%w: %d requests queued for %s", ErrQueueFull, l.line.Len(), c.Route.Redacted()))
 		return
 	}
-	l.line.NoteClass(c) // before placeOf: it may drop finished calls from the head
+	l.line.NoteClass(c) // before PlaceOf: it may drop finished calls from the head
 	now := b.sys.now()
 	// The wait MaxWait weighs is what is certain: the bucket's windows
 	// (its pause included), the declared groups' reserved window and the
@@ -1240,12 +1240,12 @@ func (b *bucket) failed(l *lane, c *Call, err error, o ratelimit.Outcome) {
 	}
 }
 
-// requeueFront puts c back at the head of l's queue: it was in line first.
+// requeueFront puts c back at the head of l's queue (behind a request the
+// share promoted there): it was in line first.
 func requeueFront(l *lane, c *Call, now time.Time) {
 	c.queuedAt = now
-	start, _, known := l.Slot(now, 0)
+	start, _, known := l.Slot(now, l.line.PushFront(c))
 	c.stamp(start, known, l, now)
-	l.line.PushFront(c)
 }
 
 // retryLater sends c again after a backoff, without holding the queue.

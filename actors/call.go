@@ -101,7 +101,7 @@ type Call struct {
 	shared *sharedPlace
 	// placeAt is the start of the call's window in its declared groups
 	// counted in this process (the latest of them), as reserved when it
-	// was queued: its lane keeps its queue in that order (lane.order).
+	// was queued: its lane keeps its queue in that order (lanes.Queue.Order).
 	// Zero without such groups. The bucket actor's only.
 	placeAt time.Time
 

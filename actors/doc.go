@@ -16,8 +16,8 @@
 //
 // A bucket actor owns every rate-limit bucket of its major parameters: a
 // lane per bucket (lane.go) with its queue and retries (lanes.Queue), its
-// count and pace (ratelimit.Bucket in lanes.Pace) and its machine (initial, open, exhausted, limited,
-// idle). Discord's buckets are a hash plus the major parameters, so routes
+// count and pace (ratelimit.Bucket in lanes.Pace) and its machine
+// (initial, open, exhausted, limited, idle). Discord's buckets are a hash plus the major parameters, so routes
 // that may share a bucket always share their major parameters: merging two
 // routes into one bucket, holding slots for a pioneer that may land in a
 // known bucket, and electing one pioneer are decisions inside one actor,

@@ -16,7 +16,7 @@ import (
 // A call's ETA is the latest of what each limit it is under tells,
 // each as a window [Start, End) in which the call is expected to go:
 //
-//   - its bucket (lane.slot): the job queue's estimate,
+//   - its bucket (lanes.Pace.Slot): the job queue's estimate,
 //     nextWindowStart + floor(waiting/perWindow) × window, from its place
 //     in the bucket's queue, the bucket's count and its pause;
 //   - its declared groups (ratelimit.Group.Estimate): its reserved window;
@@ -88,7 +88,7 @@ type laneETA struct {
 	stage      Stage
 	pos        int
 	start, end time.Time
-	early      time.Time // the earliest start may turn out to be (lane.earliest); zero: start
+	early      time.Time // the earliest start may turn out to be (lanes.Pace.Earliest); zero: start
 	known      bool      // the bucket's limit is known: start is not a mere lower bound
 	retry      bool      // start is the end of a retry's backoff
 	granted    bool      // a global slot is reserved for it (a grant its actor holds)
@@ -184,7 +184,8 @@ func (b *bucket) eta(c *Call, now time.Time) laneETA {
 			if q == c {
 				out.stage, out.bucket = StageRetrying, l.key
 				// It goes back to the head of the queue when its backoff
-				// ends, and then waits for its bucket like a head.
+				// ends (behind a request the share promoted there, if
+				// any), and then waits for its bucket like a head.
 				out.start, out.end, out.known = l.Slot(later(now, c.notBefore), 0)
 				out.early = l.Earliest(later(now, c.notBefore), 0, out.start)
 				out.retry = !out.start.After(c.notBefore)

@@ -222,14 +222,11 @@ func schedule(t *testing.T, c mCase) mRun {
 	asked := make([]int, len(c.buckets)) // its want in line
 	run := mRun{sends: make([][]int, len(c.buckets))}
 	total := c.requests()
-	// backlog is lane.backlog: the refills the last queued request waits
-	// for, times the bucket's window.
+	// backlog is a lane's (admission.Backlog): the refills the last
+	// queued request waits for, times the bucket's window.
 	backlog := func(i, queued, room int) time.Duration {
 		b := c.buckets[i]
-		if queued-1 < room {
-			return 0
-		}
-		return time.Duration(1+(queued-1-room)/b.limit) * time.Duration(b.per) * tick
+		return admission.Backlog(queued, room, b.limit, time.Duration(b.per)*tick)
 	}
 	id := func(i int) uint64 { return uint64(i*1000 + sent[i]) }
 	for k, done := 0, 0; done < total; k++ {

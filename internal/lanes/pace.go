@@ -95,7 +95,12 @@ func (p *Pace) Earliest(now time.Time, pos int, start time.Time) time.Time {
 }
 
 // Room is how many requests the bucket has room for at now, its window
-// refilled if it has ended (0 while it may send none).
+// refilled if it has ended (0 while it may send none): a bucket actor
+// asks admission for slots for them all together. A window that holds for
+// its probe sends one and the rest a round trip later, with the slots kept
+// for them: asked for one at a time, as the stale count of an ended window
+// (often 0) would, the rest waited a whole global window behind the probe
+// under a binding global limit, at every reopening.
 func (p *Pace) Room(now time.Time) int {
 	st := p.State
 	if ok, _ := st.Take(now); !ok {

@@ -34,8 +34,10 @@ type Rules[T any] interface {
 //
 // Invariants:
 //   - the queue is by class, highest first, then by submission (FIFO
-//     within a class), except that the request the share promoted
-//     (promoted) holds the head until it is sent, and a request with a
+//     within a class), except that: the request the share promoted
+//     (promoted) holds the head until it is sent; a request back in line
+//     (PushFront, DueRetries: it was in line before the others) goes to
+//     the front, behind that one, whatever its class; a request with a
 //     declared place goes by its window among its neighbours (Order);
 //     finished requests may sit anywhere until Head or Compact drops them;
 //   - a request is in at most one of the queue and the retries;
@@ -189,12 +191,14 @@ func (q *Queue[T, R]) Insert(pos int, c T) (shifted bool) {
 
 // PushFront puts c back at the head of the queue (it was in line first:
 // a request an answer put back, or a refused one), behind the request the
-// share promoted if it holds the head, then at its declared place.
-func (q *Queue[T, R]) PushFront(c T) {
+// share promoted if it holds the head, then at its declared place. It
+// returns where c went before its declared place moved it (0 or 1).
+func (q *Queue[T, R]) PushFront(c T) (at int) {
 	q.NoteClass(c)
-	at := q.front()
+	at = q.front()
 	q.items = slices.Insert(q.items, at, c)
 	q.Order(at)
+	return at
 }
 
 // front is where requests back in line go: the head, or behind the
@@ -368,9 +372,12 @@ func (q *Queue[T, R]) Filter(keep func(T) bool) {
 }
 
 // Merge takes other's requests into q (two lanes found to share one
-// bucket): each of other's live requests joins q's queue where PlaceOf
-// puts it (by class, then submission; declared places by their window),
-// in other's order, and other's retries join q's. other is left empty.
+// bucket): each of other's live requests joins q's queue by class, then
+// by submission among the requests of its class (a declared place by its
+// window; never ahead of q's promoted head), in other's order, and
+// other's retries join q's. other's promotion and share count are
+// dropped, and other is left empty. O(len(q) × len(other)) at worst; the
+// lane merged is usually the few requests of a route just learned.
 func (q *Queue[T, R]) Merge(other *Queue[T, R]) {
 	var r R
 	for _, c := range other.items {

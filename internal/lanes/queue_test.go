@@ -232,7 +232,7 @@ func checkQueueModel(t *testing.T, rng *rand.Rand, steps int) {
 	t0 := time.Unix(1000, 0)
 	now := t0
 	for step := range steps {
-		switch op := rng.IntN(10); {
+		switch op := rng.IntN(12); {
 		case op < 4:
 			id++
 			c := &item{id: id, class: admission.Classes[rng.IntN(3)]}
@@ -273,26 +273,53 @@ func checkQueueModel(t *testing.T, rng *rand.Rand, steps int) {
 			} else {
 				run, most = 0, admission.ShareEvery-1
 			}
-			if rng.IntN(4) == 0 { // it failed: back after a backoff
+			switch rng.IntN(6) {
+			case 0, 1: // it failed: back after a backoff
 				c.notBefore = now.Add(time.Duration(rng.IntN(3)) * time.Second)
 				c.back = true
 				q.Retry(c)
+				live = append(live, c)
+			case 2: // a 429, or the shared count refused it: back in line at once
+				c.back = true
+				q.PushFront(c)
 				live = append(live, c)
 			}
 		case op < 9:
 			now = now.Add(time.Second)
 			q.DueRetries(now)
-		default:
+		case op < 10: // another lane of the bucket, merged later
 			id++
 			c := &item{id: id, class: admission.Classes[rng.IntN(3)]}
 			join(&other, c)
 			live = append(live, c)
+		case op < 11:
 			q.Merge(&other)
+		default:
+			if rng.IntN(2) == 0 {
+				q.Compact()
+				break
+			}
+			// Close fails the requests of one class.
+			class := admission.Classes[rng.IntN(3)]
+			q.Filter(func(c *item) bool {
+				if c.class == class {
+					if c == q.promoted {
+						most++
+					}
+					c.done = true
+					return false
+				}
+				return true
+			})
+			live = slices.DeleteFunc(live, func(c *item) bool { return c.done })
 		}
-		// The live queue is by class then submission, but for a promoted
-		// request (at the head, or behind retries back since) and the
-		// retries back at the front (in line before the others).
+		// The request the share promoted holds the head until it is sent.
 		items := ids(q.Items())
+		if p := q.promoted; p != nil && !p.done && slices.Contains(q.Items(), p) {
+			require.Same(t, p, q.Items()[0], "step %d: the promoted request lost the head: %v", step, items)
+		}
+		// The live queue is by class then submission, but for the promoted
+		// request and the requests back in line at the front.
 		var got []*item
 		n := 0
 		for _, c := range q.Items() {
@@ -308,15 +335,18 @@ func checkQueueModel(t *testing.T, rng *rand.Rand, steps int) {
 			a, b := got[i-1], got[i]
 			require.True(t, a.class > b.class || a.class == b.class && a.id < b.id, "step %d: queue out of order: %v", step, items)
 		}
-		// Every live request is queued or retrying, once.
-		for _, c := range q.Retries() {
+		// Every live request is queued or retrying, here or in the lane
+		// to merge, once.
+		for _, c := range slices.Concat(q.Retries(), other.Items(), other.Retries()) {
 			if !c.done {
 				n++
 			}
 		}
 		require.Equal(t, len(live), n, "step %d: live requests lost or doubled", step)
-		for _, c := range live {
-			require.GreaterOrEqual(t, c.class, q.Lowest(), "step %d: lowest above a waiting class", step)
+		for _, c := range slices.Concat(q.Items(), q.Retries()) {
+			if !c.done {
+				require.GreaterOrEqual(t, c.class, q.Lowest(), "step %d: lowest above a waiting class", step)
+			}
 		}
 	}
 }
