@@ -257,16 +257,7 @@ func TestCrashAfterTheWireAgainKeepsTheAnswer(t *testing.T) {
 			}
 		}
 	}
-	sys, srv := start(t, channelRules(), hook)
-	warm := submit(sys, "GET", "/channels/1/messages/1000") // one actor: its handlers run one at a time
-	require.Equal(t, map[string]int{"ok": 1}, outcomes([]*Call{warm}))
-	armed.Store(true)
-	var calls []*Call
-	for i := range 5 {
-		calls = append(calls, submit(sys, "GET", fmt.Sprintf("/channels/1/messages/%d", i)))
-	}
-	counts := outcomes(calls)
-	t.Logf("%v; the simulator received %d", counts, srv.Stats().Requests)
+	counts, srv := fiveOnOneActor(t, hook, &armed)
 	require.True(t, panicked.Load(), "the handler that sent the request again panicked")
 	assert.Equal(t, map[string]int{"ok": 5}, counts, "the request sent again has its answer")
 	assert.Empty(t, srv.Stats().Violations())
@@ -305,8 +296,20 @@ func TestCrashAfterADeferredResendKeepsTheAnswer(t *testing.T) {
 			}
 		}
 	}
+	counts, srv := fiveOnOneActor(t, hook, &armed)
+	require.True(t, panicked.Load(), "the handler that sent the deferred request again panicked")
+	require.Equal(t, int64(1), sendsAtPanic.Load(), "the deferral took its send back: the count is where the handler found it")
+	assert.Equal(t, map[string]int{"ok": 5}, counts, "the request sent again has its answer")
+	assert.Empty(t, srv.Stats().Violations())
+}
+
+// fiveOnOneActor warms one bucket actor with a request, arms the hook and
+// sends five more requests to the same actor (its handlers run one at a
+// time), and returns their outcomes.
+func fiveOnOneActor(t *testing.T, hook func(any), armed *atomic.Bool) (map[string]int, *sluicetest.Server) {
+	t.Helper()
 	sys, srv := start(t, channelRules(), hook)
-	warm := submit(sys, "GET", "/channels/1/messages/1000") // one actor: its handlers run one at a time
+	warm := submit(sys, "GET", "/channels/1/messages/1000")
 	require.Equal(t, map[string]int{"ok": 1}, outcomes([]*Call{warm}))
 	armed.Store(true)
 	var calls []*Call
@@ -315,10 +318,7 @@ func TestCrashAfterADeferredResendKeepsTheAnswer(t *testing.T) {
 	}
 	counts := outcomes(calls)
 	t.Logf("%v; the simulator received %d", counts, srv.Stats().Requests)
-	require.True(t, panicked.Load(), "the handler that sent the deferred request again panicked")
-	require.Equal(t, int64(1), sendsAtPanic.Load(), "the deferral took its send back: the count is where the handler found it")
-	assert.Equal(t, map[string]int{"ok": 5}, counts, "the request sent again has its answer")
-	assert.Empty(t, srv.Stats().Violations())
+	return counts, srv
 }
 
 func TestRestartIntensityIsBounded(t *testing.T) {
