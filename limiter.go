@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice/actors"
 	"github.com/sluicehq/sluice/internal/admission"
 	"github.com/sluicehq/sluice/internal/attempt"
+	decl "github.com/sluicehq/sluice/internal/declared"
 	"github.com/sluicehq/sluice/redisstore"
 	"github.com/sluicehq/sluice/routes"
 )
@@ -264,7 +265,7 @@ func (l *Limiter) newCall(ctx context.Context, req *http.Request) (c *actors.Cal
 	if err != nil {
 		return fail(r, route, err)
 	}
-	var limits []actors.LimitRef
+	var limits []decl.Ref
 	if !direct {
 		if limits, err = l.limits.match(route, r, body); err != nil {
 			return fail(r, route, err)

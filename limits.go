@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice/actors"
+	decl "github.com/sluicehq/sluice/internal/declared"
 	"github.com/sluicehq/sluice/ratelimit"
 	"github.com/sluicehq/sluice/routes"
 )
@@ -113,7 +113,7 @@ type limitTable struct {
 }
 
 type declared struct {
-	limit  *actors.DeclaredLimit
+	limit  *decl.Limit
 	fields []string
 	per    string
 	group  func(*http.Request) string
@@ -139,7 +139,7 @@ func compileLimits(opts Options) (*limitTable, error) {
 	all = append(all, opts.Limits...)
 	t := &limitTable{byRoute: map[string]map[string][]*declared{}}
 	byName := map[string]*Limit{}
-	compiled := map[string]*actors.DeclaredLimit{}
+	compiled := map[string]*decl.Limit{}
 	for i := range all {
 		l := &all[i]
 		bad := func(reason string) error {
@@ -161,7 +161,7 @@ func compileLimits(opts Options) (*limitTable, error) {
 		byName[l.Name] = l
 		dl := compiled[l.Name]
 		if dl == nil {
-			dl = &actors.DeclaredLimit{Name: l.Name, Count: l.Count, Window: l.Window}
+			dl = &decl.Limit{Name: l.Name, Count: l.Count, Window: l.Window}
 			compiled[l.Name] = dl
 		}
 		d := &declared{limit: dl, fields: slices.Clone(l.Fields), per: l.Per, group: l.Group}
@@ -249,14 +249,14 @@ func (t *limitTable) lookup(r routes.Route) []*declared {
 
 // match returns the limits req (of route, with body read when needsBody)
 // is under, each with its group. A panicking Group fails the request.
-func (t *limitTable) match(r routes.Route, req *http.Request, body []byte) (refs []actors.LimitRef, err error) {
+func (t *limitTable) match(r routes.Route, req *http.Request, body []byte) (refs []decl.Ref, err error) {
 	ds := t.lookup(r)
 	if len(ds) == 0 {
 		return nil, nil
 	}
 	var fields map[string]json.RawMessage
 	parsed := false
-	seen := map[*actors.DeclaredLimit]bool{}
+	seen := map[*decl.Limit]bool{}
 	for _, d := range ds {
 		if seen[d.limit] {
 			continue // one limit's routes and field sets overlap: count once
@@ -283,7 +283,7 @@ func (t *limitTable) match(r routes.Route, req *http.Request, body []byte) (refs
 			group = majorValue(r.Major, d.per)
 		}
 		seen[d.limit] = true
-		refs = append(refs, actors.LimitRef{Limit: d.limit, Group: group})
+		refs = append(refs, decl.Ref{Limit: d.limit, Group: group})
 	}
 	return refs, nil
 }

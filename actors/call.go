@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/internal/admission"
+	"github.com/sluicehq/sluice/internal/declared"
 	"github.com/sluicehq/sluice/routes"
 )
 
@@ -45,7 +46,7 @@ type Call struct {
 	MaxWait time.Duration
 	// Limits are the declared limits the call is under (sluice.Limit),
 	// each with its group. Set before submission; never changed after.
-	Limits []LimitRef
+	Limits []declared.Ref
 	// Class is the call's priority class (sluice.WithPriority): a higher
 	// class goes first in its bucket's queue and in the global window's
 	// line (admission.Class). Set before submission; never changed after.

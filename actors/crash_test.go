@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/sluicehq/sluice/internal/declared"
 	"github.com/sluicehq/sluice/ratelimit"
 	"github.com/sluicehq/sluice/routes"
 	"github.com/sluicehq/sluice/sluicetest"
@@ -142,7 +143,7 @@ func TestCrashWhileDispatchingAnswersTheCall(t *testing.T) {
 			}
 			global := ratelimit.NewSlidingWindow(1000, time.Second)
 			sys, srv := startWith(t, channelRules(), func(c *Config) { c.crashHook, c.Global = hook, global })
-			limit := &DeclaredLimit{Name: "all", Count: 400, Window: time.Second}
+			limit := &declared.Limit{Name: "all", Count: 400, Window: time.Second}
 			send := func(i int) *Call {
 				path := fmt.Sprintf("/channels/%d/messages/%d", 1+i%3, i)
 				req, _ := http.NewRequest("GET", path, nil)
@@ -153,7 +154,7 @@ func TestCrashWhileDispatchingAnswersTheCall(t *testing.T) {
 				t.Cleanup(cancel)
 				c := NewCall(sys.NextID(), ctx, req, route, false, sys.Now())
 				if tc.declared {
-					c.Limits = []LimitRef{{Limit: limit, Group: "bot"}}
+					c.Limits = []declared.Ref{{Limit: limit, Group: "bot"}}
 				}
 				sys.Submit(c)
 				return c
@@ -195,7 +196,7 @@ func TestCrashWhileDispatchingAnswersTheCall(t *testing.T) {
 			assert.Equal(t, map[string]int{"ok": 30}, wait(calls), "the buckets go on, none short of a slot")
 			assert.Zero(t, sys.Load().Running, "no request counted on the wire")
 			assert.Zero(t, global.Count(sys.Now().Add(2*time.Second)), "no global slot held once its window is over")
-			assert.Empty(t, sys.groups.snapshot(sys.Now().Add(2*time.Second)), "no declared place held once its window is over")
+			assert.Empty(t, sys.groups.Snapshot(sys.Now().Add(2*time.Second)), "no declared place held once its window is over")
 			assert.Empty(t, srv.Stats().Violations(), "restarted actors keep their limits")
 		})
 	}

@@ -3,102 +3,31 @@ package actors
 import (
 	"context"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/declared"
 	"github.com/sluicehq/sluice/ratelimit"
 )
 
-// DeclaredLimit is a limit the API enforces without announcing it in
-// headers (sluice.Limit, compiled): Count requests per Window in each of
-// its groups.
-type DeclaredLimit struct {
-	Name   string
-	Count  int
-	Window time.Duration
-}
-
-// LimitRef is a declared limit a call is under, and the group it counts
-// in ("guild_id=9"; "" when the limit has one group).
-type LimitRef struct {
-	Limit *DeclaredLimit
-	Group string
-}
-
-// shared is the group in a shared store (ratelimit.SharedGroups): its key
-// there is the limit's name and the group's key, which every process
-// names alike.
-func (r LimitRef) shared() ratelimit.SharedGroup {
-	return ratelimit.SharedGroup{Key: r.Limit.Name + "|" + r.Group, Count: r.Limit.Count, Window: r.Limit.Window}
-}
-
-// groupSet holds the live ratelimit.Group of every group of the declared
-// limits, made on first use and dropped once idle. Bucket actors of every
-// major use it: a declared group may span majors (a bot's "100 DMs a
-// minute" covers every DM channel), so its count cannot live in one actor.
-// A ratelimit.Group is a synchronized counter like the global window, and
-// each request finds its place in it by itself: FIFO across actors comes
-// from the order of reservations, and no actor waits for a message (the
-// times a group tells are exact, or a lower bound re-checked on a timer).
-//
-// Invariant: one Group per (limit, group) at a time; a group is dropped
-// only while idle (no reservation, no slot held), under mu, so no call
-// holds a place in a dropped group.
+// groupSet holds the declared groups this process counts (declared.Set:
+// the live ratelimit.Group of each) and the groups of the shared stores it
+// reserved in lately, for the snapshot (declared.Recent, sharedgroups.go).
+// Bucket actors of every major use it: a declared group may span majors (a
+// bot's "100 DMs a minute" covers every DM channel), so its count cannot
+// live in one actor. A ratelimit.Group is a synchronized counter like the
+// global window, and each request finds its place in it by itself: FIFO
+// across actors comes from the order of reservations, and no actor waits
+// for a message (the times a group tells are exact, or a lower bound
+// re-checked on a timer).
 type groupSet struct {
-	mu  sync.Mutex
-	m   map[groupKey]*ratelimit.Group
-	ops int // since the last sweep
-	// recent are the groups of the shared stores this process reserved
-	// in lately, for the snapshot (sharedgroups.go).
-	recent recentGroups
+	declared.Set
+	recent declared.Recent[Window]
 }
 
-type groupKey struct {
-	limit *DeclaredLimit
-	group string
-}
-
-// sweepEvery is how many operations pass between two sweeps of idle
-// groups: memory follows the groups in use.
-const sweepEvery = 1024
-
-// each runs f on every group of c's limits, under mu, creating them.
+// each runs f on every group of c's limits (declared.Set.Each).
 func (s *groupSet) each(c *Call, now time.Time, f func(g *ratelimit.Group) bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.m == nil {
-		s.m = map[groupKey]*ratelimit.Group{}
-	}
-	groups := make([]*ratelimit.Group, 0, len(c.Limits))
-	for _, ref := range c.Limits {
-		k := groupKey{ref.Limit, ref.Group}
-		g := s.m[k]
-		if g == nil {
-			g = ratelimit.NewGroup(ref.Limit.Count, ref.Limit.Window)
-			s.m[k] = g
-		}
-		groups = append(groups, g)
-		if !f(g) {
-			break
-		}
-	}
-	if c.Finished() {
-		// The call's outcome came while f ran (a context ended): the
-		// completion hook's release may have come before a reservation f
-		// made, which would then stay for good.
-		for _, g := range groups {
-			g.Release(c.ID)
-		}
-	}
-	if s.ops++; s.ops >= sweepEvery {
-		s.ops = 0
-		for k, g := range s.m {
-			if g.Idle(now) {
-				delete(s.m, k)
-			}
-		}
-	}
+	s.Each(now, c.Limits, c.ID, c, f)
 }
 
 // reserve schedules c in each of its groups and returns how long until
@@ -191,7 +120,7 @@ func (s *groupSet) settle(c *Call, at time.Time) {
 func (s *groupSet) release(c *Call, now time.Time) {
 	if sh := c.shared; sh != nil {
 		if sh.tracked.CompareAndSwap(true, false) {
-			s.recent.done(c.window, c.Limits, now)
+			s.recent.Done(c.window, c.Limits, now)
 		}
 		if c.resp == nil || !sh.taken.Load() {
 			sh.release()
@@ -231,31 +160,6 @@ func (s *groupSet) estimate(c *Call, now time.Time) (slot ratelimit.Slot, limit 
 		return true
 	})
 	return slot, limit, ok
-}
-
-// GroupSnapshot is the actors' form of sluice.LimitSnapshot, which
-// documents every field (the two must stay identical).
-type GroupSnapshot struct {
-	Limit   string
-	Group   string
-	Count   int
-	Window  time.Duration
-	Waiting int
-	Held    int
-}
-
-func (s *groupSet) snapshot(now time.Time) []GroupSnapshot {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]GroupSnapshot, 0, len(s.m))
-	for k, g := range s.m {
-		if g.Idle(now) {
-			continue
-		}
-		out = append(out, GroupSnapshot{Limit: k.limit.Name, Group: k.group, Count: k.limit.Count, Window: k.limit.Window,
-			Waiting: g.Waiting(), Held: g.Held(now)})
-	}
-	return out
 }
 
 // sharedPlace is a call's part in the declared groups a shared store
@@ -377,7 +281,7 @@ func (s *System) sharedPlaceOf(c *Call) *sharedPlace {
 	sh := &sharedPlace{store: store, id: strconv.FormatUint(c.ID, 10),
 		groups: make([]ratelimit.SharedGroup, len(c.Limits)), names: make([]string, len(c.Limits))}
 	for i, ref := range c.Limits {
-		sh.groups[i] = ref.shared()
+		sh.groups[i] = ref.Shared()
 		sh.names[i] = ref.Limit.Name
 	}
 	return sh
@@ -396,7 +300,7 @@ func (s *System) reserveShared(c *Call) {
 		return
 	}
 	now := s.now()
-	s.groups.recent.add(c.window, c.Limits, now)
+	s.groups.recent.Add(c.window, c.Limits, now)
 	sh.tracked.Store(true)
 	slots, err := sh.store.ReserveGroups(c.Ctx, now, sh.id, int8(c.Class), sh.groups)
 	if err == nil {
@@ -404,7 +308,7 @@ func (s *System) reserveShared(c *Call) {
 	}
 	if c.Finished() {
 		if sh.tracked.CompareAndSwap(true, false) {
-			s.groups.recent.done(c.window, c.Limits, s.now())
+			s.groups.recent.Done(c.window, c.Limits, s.now())
 		}
 		sh.store.ReleaseGroups(sh.id, sh.groups) // again if the hook did: a release of no place is a no-op
 	}

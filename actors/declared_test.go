@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 
 	"github.com/sluicehq/sluice/internal/admission"
+	"github.com/sluicehq/sluice/internal/declared"
 	"github.com/sluicehq/sluice/ratelimit"
 	"github.com/sluicehq/sluice/routes"
 )
@@ -58,7 +59,7 @@ func classCall(id uint64, class admission.Class) *Call {
 // reserved after its first attempt, as a normal one would.
 func TestDeclaredRetryKeepsItsClass(t *testing.T) {
 	var s groupSet
-	lim := []LimitRef{{Limit: &DeclaredLimit{Name: "roles", Count: 1, Window: time.Second}, Group: "guild_id=9"}}
+	lim := []declared.Ref{{Limit: &declared.Limit{Name: "roles", Count: 1, Window: time.Second}, Group: "guild_id=9"}}
 	t0 := time.Unix(1000, 0)
 	a, b := classCall(1, admission.Bulk), classCall(2, admission.Bulk)
 	a.Limits, b.Limits = lim, lim

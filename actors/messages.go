@@ -7,6 +7,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/sluicehq/sluice/internal/admission"
+	"github.com/sluicehq/sluice/internal/declared"
 	"github.com/sluicehq/sluice/ratelimit"
 	"github.com/sluicehq/sluice/transport"
 )
@@ -215,7 +216,7 @@ type Snapshot struct {
 	Pending, Waiting, Running, GlobalUsed int
 	Windows                               []WindowSnapshot
 	Buckets                               []BucketSnapshot
-	Groups                                []GroupSnapshot
+	Groups                                []declared.Snapshot
 	Requests                              []RequestETA
 }
 

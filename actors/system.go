@@ -1,7 +1,6 @@
 package actors
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/sluicehq/sluice/fsm"
 	"github.com/sluicehq/sluice/internal/attempt"
+	"github.com/sluicehq/sluice/internal/declared"
 	"github.com/sluicehq/sluice/ratelimit"
 	"github.com/sluicehq/sluice/supervision"
 	"github.com/sluicehq/sluice/transport"
@@ -502,10 +502,7 @@ func (s *System) Snapshot(ctx context.Context) (Snapshot, error) {
 		return Snapshot{}, ErrClosed
 	}
 	snap := sup.snap
-	snap.Groups = s.groups.snapshot(s.now())
-	slices.SortFunc(snap.Groups, func(a, b GroupSnapshot) int {
-		return cmp.Or(strings.Compare(a.Limit, b.Limit), strings.Compare(a.Group, b.Group))
-	})
+	snap.Groups = declared.Sum(s.groups.Snapshot(s.now()))
 	if len(sup.buckets) == 0 {
 		return snap, nil
 	}
