@@ -12,7 +12,8 @@ import (
 
 // groupSet holds the declared groups this process counts (declared.Set:
 // the live ratelimit.Group of each) and the groups of the shared stores it
-// reserved in lately, for the snapshot (declared.Recent, sharedgroups.go).
+// reserved in lately, for the snapshot (declared.Recent, read by
+// System.SharedGroups).
 // Bucket actors of every major use it: a declared group may span majors (a
 // bot's "100 DMs a minute" covers every DM channel), so its count cannot
 // live in one actor. A ratelimit.Group is a synchronized counter like the

@@ -13,6 +13,9 @@
 package declared
 
 import (
+	"cmp"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -42,9 +45,9 @@ func (r Ref) Shared() ratelimit.SharedGroup {
 	return ratelimit.SharedGroup{Key: r.Limit.Name + "|" + r.Group, Count: r.Limit.Count, Window: r.Limit.Window}
 }
 
-// Snapshot is one live group (a request waiting, or a slot held): the
-// actors' form of sluice.LimitSnapshot, which documents every field (the
-// two must stay identical).
+// Snapshot is one live group (a request waiting, or a slot held):
+// sluice.LimitSnapshot, which documents every field, is converted from it
+// (the two must stay identical).
 type Snapshot struct {
 	Limit   string
 	Group   string
@@ -81,11 +84,11 @@ type key struct {
 const sweepEvery = 1024
 
 // Each runs f on every group of refs, in order, under the set's lock,
-// creating them, until f returns false. req is the request id's: if it
-// has its outcome once f ran (its context ended meanwhile), its
-// reservations in those groups are released, since the release its
-// outcome made may have come before a reservation f made, which would
-// then stay for good.
+// creating them, until f returns false. req is the request whose id is
+// id: if it has its outcome once f has run (its context ended meanwhile,
+// on another goroutine), its reservations in the groups f saw are
+// released, since the release its outcome made may have come before a
+// reservation f made, which would then stay for good.
 func (s *Set) Each(now time.Time, refs []Ref, id uint64, req Finisher, f func(g *ratelimit.Group) bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -133,5 +136,28 @@ func (s *Set) Snapshot(now time.Time) []Snapshot {
 		out = append(out, Snapshot{Limit: k.limit.Name, Group: k.group, Count: k.limit.Count, Window: k.limit.Window,
 			Waiting: g.Waiting(), Held: g.Held(now)})
 	}
+	return out
+}
+
+// Sum merges snapshots of the same group (counted in several places: its
+// requests went with and without a token, or locally too) into one entry,
+// the sum of them, sorted by limit and group.
+func Sum(groups []Snapshot) []Snapshot {
+	type id struct{ limit, group string }
+	var out []Snapshot
+	at := map[id]int{} // index in out
+	for _, g := range groups {
+		j, seen := at[id{g.Limit, g.Group}]
+		if !seen {
+			at[id{g.Limit, g.Group}] = len(out)
+			out = append(out, g)
+			continue
+		}
+		out[j].Waiting += g.Waiting
+		out[j].Held += g.Held
+	}
+	slices.SortFunc(out, func(a, b Snapshot) int {
+		return cmp.Or(strings.Compare(a.Limit, b.Limit), strings.Compare(a.Group, b.Group))
+	})
 	return out
 }

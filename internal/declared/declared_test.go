@@ -45,9 +45,17 @@ func TestSet(t *testing.T) {
 		b.done.Store(true)
 		return true
 	})
+	require.Len(t, s.Snapshot(now), 2)
 	for _, g := range s.Snapshot(now) {
 		assert.Equal(t, 1, g.Waiting, "%s: only a's place", g.Limit)
 	}
+	s.Each(now, refs, 9, &req{}, func(g *ratelimit.Group) bool {
+		_, kept := g.Estimate(now, 1)
+		_, left := g.Estimate(now, 2)
+		assert.True(t, kept, "a keeps its place")
+		assert.False(t, left, "b's place is released")
+		return true
+	})
 
 	// Stopping early: f saw the first group only.
 	n := 0

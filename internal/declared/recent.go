@@ -1,9 +1,6 @@
 package declared
 
 import (
-	"cmp"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 )
@@ -15,21 +12,21 @@ import (
 // remembers, a bounded set that forgets a group once idle here.
 
 const (
-	// MaxRecent bounds the shared groups a process remembers; past it,
+	// maxRecent bounds the shared groups a process remembers; past it,
 	// the one used least recently is forgotten (those without a request
 	// of this process first).
-	MaxRecent = 256
-	// RecentKeep is how long a shared group is remembered after the last
+	maxRecent = 256
+	// recentKeep is how long a shared group is remembered after the last
 	// of this process's requests in it ended, beyond its Window (while its
 	// slots are held): the other processes' requests there stay in the
 	// snapshot that long.
-	RecentKeep = time.Minute
+	recentKeep = time.Minute
 )
 
 // Recent remembers the shared groups this process reserved in, per store
 // (W names a store: the global window it is the shared count of): each
 // while a request of this process has a place in it, and for its Window
-// plus RecentKeep after the last one ended. The zero Recent is ready.
+// plus recentKeep after the last one ended. The zero Recent is ready.
 // Safe for concurrent use.
 type Recent[W comparable] struct {
 	mu sync.Mutex
@@ -50,7 +47,7 @@ type recent struct {
 
 // expired reports whether g may be forgotten at now.
 func (g *recent) expired(window time.Duration, now time.Time) bool {
-	return g.calls == 0 && now.Sub(g.last) > window+RecentKeep
+	return g.calls == 0 && now.Sub(g.last) > window+recentKeep
 }
 
 // Add counts a request of store w reserving in refs' groups at now.
@@ -77,7 +74,7 @@ func (r *Recent[W]) Add(w W, refs []Ref, now time.Time) {
 // if none was, the least recently used (one without a request here
 // first). Called under mu.
 func (r *Recent[W]) makeRoom(now time.Time) {
-	if len(r.m) < MaxRecent {
+	if len(r.m) < maxRecent {
 		return
 	}
 	for k, g := range r.m {
@@ -85,7 +82,7 @@ func (r *Recent[W]) makeRoom(now time.Time) {
 			delete(r.m, k)
 		}
 	}
-	if len(r.m) < MaxRecent {
+	if len(r.m) < maxRecent {
 		return
 	}
 	// first reports whether g goes before v: without a request here, then
@@ -132,28 +129,5 @@ func (r *Recent[W]) Of(w W, now time.Time) []RecentKey[W] {
 			out = append(out, k)
 		}
 	}
-	return out
-}
-
-// Sum merges snapshots of the same group (counted in several places: its
-// requests went with and without a token, or locally too) into one entry,
-// the sum of them, sorted by limit and group.
-func Sum(groups []Snapshot) []Snapshot {
-	type id struct{ limit, group string }
-	var out []Snapshot
-	at := map[id]int{} // index in out
-	for _, g := range groups {
-		j, seen := at[id{g.Limit, g.Group}]
-		if !seen {
-			at[id{g.Limit, g.Group}] = len(out)
-			out = append(out, g)
-			continue
-		}
-		out[j].Waiting += g.Waiting
-		out[j].Held += g.Held
-	}
-	slices.SortFunc(out, func(a, b Snapshot) int {
-		return cmp.Or(strings.Compare(a.Limit, b.Limit), strings.Compare(a.Group, b.Group))
-	})
 	return out
 }

@@ -10,7 +10,7 @@ import (
 
 // The shared groups a process remembers for its snapshot: each while one
 // of its requests has a place there, then for its Window plus
-// RecentKeep; never more than MaxRecent, the groups without a
+// recentKeep; never more than maxRecent, the groups without a
 // request here forgotten first, the least recently used of them first.
 func TestRecentBoundedAndExpiring(t *testing.T) {
 	now := time.Unix(1000, 0)
@@ -37,23 +37,23 @@ func TestRecentBoundedAndExpiring(t *testing.T) {
 	r.Done("bot", ref(1), later)
 	r.Done("bot", ref(1), later)
 	r.Done("bot", ref(1), later) // one end too many (forgotten and added again): no harm
-	keep := lim.Window + RecentKeep
-	assert.Len(t, groups("bot", later.Add(keep)), 1, "kept a window and RecentKeep after the last end")
+	keep := lim.Window + recentKeep
+	assert.Len(t, groups("bot", later.Add(keep)), 1, "kept a window and recentKeep after the last end")
 	assert.Empty(t, groups("bot", later.Add(keep+time.Millisecond)), "then forgotten")
 
-	// Bounded: past MaxRecent, one without a request here goes
+	// Bounded: past maxRecent, one without a request here goes
 	// first, the least recently used of them.
 	r = Recent[string]{}
-	for i := range MaxRecent {
+	for i := range maxRecent {
 		r.Add("bot", ref(i), now.Add(time.Duration(i)*time.Millisecond))
 		if i%2 == 1 {
 			r.Done("bot", ref(i), now.Add(time.Duration(i)*time.Millisecond))
 		}
 	}
-	r.Add("bot", ref(MaxRecent), now.Add(time.Second))
+	r.Add("bot", ref(maxRecent), now.Add(time.Second))
 	got := groups("bot", now.Add(time.Second))
-	assert.Len(t, got, MaxRecent)
+	assert.Len(t, got, maxRecent)
 	assert.False(t, got["guild_id=1"], "the oldest without a request here is forgotten")
 	assert.True(t, got["guild_id=0"], "an older one with a request waiting is kept")
-	assert.True(t, got["guild_id="+strconv.Itoa(MaxRecent)])
+	assert.True(t, got["guild_id="+strconv.Itoa(maxRecent)])
 }
