@@ -67,6 +67,9 @@ func BaseVersion(base string) string {
 //     some servers and gateways take for a separator;
 //   - an encoded control character (%00-%1F, %7F);
 //   - the /api prefix twice (/api/api/x, /api/v10/API/x);
+//   - a version after /api that is "v" and more than 3 digits
+//     (/api/v0010/webhooks/…): a server may read it as a version, where
+//     this router would read it as a route's first segment;
 //   - everything [Parse] refuses: an empty path, one not starting with
 //     "/", longer than [MaxPathLength], with a raw control character or
 //     space, a malformed escape, or nothing after the prefix.
@@ -109,9 +112,16 @@ func canonicalSegments(rawPath string, spare int) (segs []string, version string
 	}
 	if len(segs) > 0 && strings.EqualFold(segs[0], "api") {
 		segs = segs[1:]
-		if len(segs) > 0 && isVersion(segs[0]) {
+		switch {
+		case len(segs) > 0 && isVersion(segs[0]):
 			version = strings.ToLower(segs[0])
 			segs = segs[1:]
+		case len(segs) > 0 && versionLike(segs[0]):
+			// A server may read it as a version (/api/v0010/webhooks/...
+			// as a webhook's route) where this router would read a
+			// route's first segment: the two would disagree on whether
+			// it is a token route.
+			return nil, "", pathError("the version after /api is not v followed by 1 to 3 digits")
 		}
 	}
 	if len(segs) == 0 {

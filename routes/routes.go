@@ -458,6 +458,15 @@ func isVersion(s string) bool {
 	return true
 }
 
+// versionLike reports whether s is "v" or "V" followed by decimal digits
+// only, however many.
+func versionLike(s string) bool {
+	if len(s) < 2 || (s[0] != 'v' && s[0] != 'V') {
+		return false
+	}
+	return strings.Trim(s[1:], "0123456789") == ""
+}
+
 func isHex(c byte) bool {
 	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }

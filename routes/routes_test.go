@@ -205,6 +205,8 @@ func TestParseErrors(t *testing.T) {
 		{"space", "GET", "/channels/1 /messages", ErrInvalidPath},
 		{"control", "GET", "/channels/1\n/messages", ErrInvalidPath},
 		{"only prefix", "GET", "/api/v10/", ErrInvalidPath},
+		{"version of 4 digits", "POST", "/api/v0010/interactions/1/" + interactionToken + "/callback", ErrInvalidPath},
+		{"version of 9 zeros", "POST", "/Api/v000000000/interACtions/0/0", ErrInvalidPath},
 		{"only slash", "GET", "/", ErrInvalidPath},
 		{"query only", "GET", "/?a=b", ErrInvalidPath},
 		{"webhook id not snowflake", "POST", "/webhooks/abc/" + webhookToken, ErrInvalidPath},
