@@ -54,7 +54,8 @@ func BaseVersion(base string) string {
 //   - empty segments (repeated and trailing slashes) are dropped;
 //   - the /api prefix and its version are recognised in any case
 //     (/API/V10) and written in lower case, and so are the webhooks and
-//     interactions segments that start a token route.
+//     interactions segments that start a token route (in any case
+//     Unicode folds to them: "webhookſ" too).
 //
 // It refuses, with an error wrapping [ErrInvalidPath], what a server may
 // read in more than one way:
@@ -66,6 +67,9 @@ func BaseVersion(base string) string {
 //   - an encoded slash or backslash (%2F, %5C) and a raw backslash, which
 //     some servers and gateways take for a separator;
 //   - an encoded control character (%00-%1F, %7F);
+//   - a semicolon, raw or encoded (%3B): some servers and gateways take
+//     what follows it in a segment for parameters and drop it
+//     (/api/v10/webhooks;x/1/T is a webhook's route to them);
 //   - the /api prefix twice (/api/api/x, /api/v10/API/x);
 //   - a version after /api that is "v" and more than 3 digits
 //     (/api/v0010/webhooks/…): a server may read it as a version, where
@@ -133,8 +137,12 @@ func canonicalSegments(rawPath string, spare int) (segs []string, version string
 		// would be sent as /api/x).
 		return nil, "", pathError("path repeats the /api prefix")
 	}
-	if k := strings.ToLower(segs[0]); k == "webhooks" || k == "interactions" {
-		segs[0] = k
+	// In any case, Unicode's folding too (ſ for s, K for k): a server
+	// that folds them would see the token route.
+	for _, k := range [...]string{"webhooks", "interactions"} {
+		if strings.EqualFold(segs[0], k) {
+			segs[0] = k
+		}
 	}
 	return segs, version, nil
 }
@@ -149,8 +157,11 @@ func canonicalSegment(s string) (string, error) {
 				return "", pathError("path contains a control character or a space")
 			}
 		}
-		if name, _, _ := strings.Cut(s, ";"); name == "." || name == ".." {
+		if s == "." || s == ".." {
 			return "", pathError("path contains a dot segment")
+		}
+		if strings.IndexByte(s, ';') >= 0 {
+			return "", pathError("path contains a semicolon")
 		}
 		return s, nil
 	}
@@ -176,6 +187,8 @@ func canonicalSegment(s string) (string, error) {
 			return "", pathError("path contains an encoded control character")
 		case d == '/' || d == '\\':
 			return "", pathError("path contains an encoded slash or backslash")
+		case d == ';':
+			return "", pathError("path contains a semicolon")
 		case unreserved(d):
 			b.WriteByte(d)
 		default:
@@ -186,8 +199,11 @@ func canonicalSegment(s string) (string, error) {
 		}
 	}
 	out := b.String()
-	if name, _, _ := strings.Cut(out, ";"); name == "." || name == ".." {
+	if out == "." || out == ".." {
 		return "", pathError("path contains a dot segment")
+	}
+	if strings.IndexByte(out, ';') >= 0 {
+		return "", pathError("path contains a semicolon")
 	}
 	return out, nil
 }
