@@ -1,6 +1,7 @@
 package routes
 
 import (
+	"net/url"
 	"strconv"
 	"strings"
 )
@@ -137,10 +138,17 @@ func canonicalSegments(rawPath string, spare int) (segs []string, version string
 		// would be sent as /api/x).
 		return nil, "", pathError("path repeats the /api prefix")
 	}
-	// In any case, Unicode's folding too (ſ for s, K for k): a server
-	// that folds them would see the token route.
+	// In any case, Unicode's folding too (ſ for s, K for k), also
+	// percent-encoded (webhook%C5%BF): a server that decodes and folds
+	// them would see the token route.
+	first := segs[0]
+	if strings.IndexByte(first, '%') >= 0 {
+		if d, err := url.PathUnescape(first); err == nil { // escapes were validated
+			first = d
+		}
+	}
 	for _, k := range [...]string{"webhooks", "interactions"} {
-		if strings.EqualFold(segs[0], k) {
+		if strings.EqualFold(first, k) {
 			segs[0] = k
 		}
 	}
