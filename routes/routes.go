@@ -446,20 +446,10 @@ func canonicalMethod(method string) (string, error) {
 
 // isVersion reports whether s is "v" or "V" followed by 1 to 3 decimal
 // digits.
-func isVersion(s string) bool {
-	if len(s) < 2 || len(s) > 4 || (s[0] != 'v' && s[0] != 'V') {
-		return false
-	}
-	for i := 1; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
-}
+func isVersion(s string) bool { return len(s) <= 4 && versionLike(s) }
 
 // versionLike reports whether s is "v" or "V" followed by decimal digits
-// only, however many.
+// only, however many (isVersion: 1 to 3 of them).
 func versionLike(s string) bool {
 	if len(s) < 2 || (s[0] != 'v' && s[0] != 'V') {
 		return false
