@@ -202,24 +202,17 @@ func (b *bucket) recoverCrash(ctx actor.Context) {
 	// or on the wire, where its worker answers it): it stays as it is. So
 	// does the message's call if this handler put it on the wire (a new
 	// call, or one its answer put back at the head of its queue) before a
-	// panic later on (wired): its worker answers it, and answered
+	// panic later on (currentWired): its worker answers it, and answered
 	// ErrActorCrashed it might be sent again by its caller.
 	dispatched := b.dispatching
-	wired := func(c *Call) bool { return c.lane != nil && b.currentWired }
 	if c := dispatched; c != nil {
 		b.dispatching = nil
 		b.notSent(ctx, c, now, fmt.Errorf("%w while handling %s", ErrActorCrashed, c.Route.Redacted()))
 	}
-	switch m := m.(type) {
-	case *enqueueMsg:
-		if dispatched == nil && !wired(m.call) {
-			fail(m.call)
-		}
-	case *resultMsg:
-		if dispatched == nil && !wired(m.call) {
-			fail(m.call)
-		}
-	case *grantMsg:
+	if c := callOf(m); c != nil && dispatched == nil && !(b.currentWired && c.lane != nil) {
+		fail(c) // an enqueueMsg's or a resultMsg's call
+	}
+	if _, ok := m.(*grantMsg); ok {
 		b.wanting = false
 		if b.probe { // the handler's end, which abandons an unused probe, was not reached
 			b.probe = false

@@ -183,9 +183,10 @@ func (b *bucket) eta(c *Call, now time.Time) laneETA {
 		for _, q := range l.line.Retries() {
 			if q == c {
 				out.stage, out.bucket = StageRetrying, l.key
-				// It goes back to the head of the queue when its backoff
-				// ends (behind a request the share promoted there, if
-				// any), and then waits for its bucket like a head.
+				// It goes back to the front of the queue when its backoff
+				// ends (behind a request the share promoted there, if one
+				// still is then: not known now, so counted as the head),
+				// and then waits for its bucket like a head.
 				out.start, out.end, out.known = l.Slot(later(now, c.notBefore), 0)
 				out.early = l.Earliest(later(now, c.notBefore), 0, out.start)
 				out.retry = !out.start.After(c.notBefore)

@@ -258,8 +258,9 @@ func (q *Queue[K]) lowest() Class {
 	return Interactive + 1
 }
 
-// forget drops e, taken out of the ring, from the line.
+// forget takes e out of the ring and drops it from the line.
 func (q *Queue[K]) forget(e *entry[K]) {
+	heap.Remove(&q.ring, e.index)
 	delete(q.byKey, e.key)
 	q.count(e.place.Class, -1)
 }
@@ -317,7 +318,6 @@ func (q *Queue[K]) Soon(now time.Time, key K, k Keep) {
 func (q *Queue[K]) Remove(key K) {
 	delete(q.keeps, key)
 	if e := q.byKey[key]; e != nil {
-		heap.Remove(&q.ring, e.index)
 		q.forget(e)
 	}
 }
@@ -408,7 +408,6 @@ func (q *Queue[K]) Serve(now time.Time, w Window, paused bool) (grants []Grant[K
 		}
 		e, lower := q.next(shareHeld)
 		if !e.global { // exempt: needs no global slot
-			heap.Remove(&q.ring, e.index)
 			q.forget(e)
 			grants = append(grants, Grant[K]{Key: e.key})
 			continue
@@ -468,7 +467,6 @@ func (q *Queue[K]) Serve(now time.Time, w Window, paused bool) (grants []Grant[K
 			grants = append(grants, Grant[K]{Key: e.key, Slots: slots, More: slots < e.want})
 		}
 		if slots == e.want {
-			heap.Remove(&q.ring, e.index)
 			q.forget(e)
 			continue
 		}

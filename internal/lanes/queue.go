@@ -92,9 +92,6 @@ func (q *Queue[T, R]) setRetries(s []T) {
 // Empty reports whether nothing is queued or retrying.
 func (q *Queue[T, R]) Empty() bool { return len(q.items) == 0 && q.retries == nil }
 
-// Lowest is at most the class of every request queued or retrying.
-func (q *Queue[T, R]) Lowest() admission.Class { return q.lowest }
-
 // Head returns the first live request of the queue (the zero T if none),
 // dropping finished ones before it.
 func (q *Queue[T, R]) Head() T {
@@ -186,19 +183,19 @@ func (q *Queue[T, R]) NoteClass(c T) {
 // their expected times changed.
 func (q *Queue[T, R]) Insert(pos int, c T) (shifted bool) {
 	q.items = slices.Insert(q.items, pos, c)
-	return pos < len(q.items)-1 || q.Order(pos)
+	at := q.order(pos)
+	return at != pos || at < len(q.items)-1
 }
 
 // PushFront puts c back at the head of the queue (it was in line first:
 // a request an answer put back, or a refused one), behind the request the
 // share promoted if it holds the head, then at its declared place. It
-// returns where c went before its declared place moved it (0 or 1).
+// returns where c went.
 func (q *Queue[T, R]) PushFront(c T) (at int) {
 	q.NoteClass(c)
 	at = q.front()
 	q.items = slices.Insert(q.items, at, c)
-	q.Order(at)
-	return at
+	return q.order(at)
 }
 
 // front is where requests back in line go: the head, or behind the
@@ -221,11 +218,14 @@ func (q *Queue[T, R]) front() int {
 // every request reserved after it (which would leave the place unused and
 // its expected time wrong). Requests without a place keep their order: the
 // scan stops at them. It reports whether the request moved.
-func (q *Queue[T, R]) Order(i int) (moved bool) {
+func (q *Queue[T, R]) Order(i int) (moved bool) { return q.order(i) != i }
+
+// order is Order, returning where the request went.
+func (q *Queue[T, R]) order(i int) int {
 	var r R
 	start, ok := r.Place(q.items[i])
 	if !ok {
-		return false
+		return i
 	}
 	s := q.items
 	for i > 0 { // earlier than the one before it: move forward
@@ -235,7 +235,6 @@ func (q *Queue[T, R]) Order(i int) (moved bool) {
 		}
 		s[i-1], s[i] = s[i], s[i-1]
 		i--
-		moved = true
 	}
 	for i < len(s)-1 { // later than the one after it: move back
 		p, ok := r.Place(s[i+1])
@@ -244,9 +243,8 @@ func (q *Queue[T, R]) Order(i int) (moved bool) {
 		}
 		s[i+1], s[i] = s[i], s[i+1]
 		i++
-		moved = true
 	}
-	return moved
+	return i
 }
 
 // Served counts c, just taken from the head of the queue (Pop) to be

@@ -73,7 +73,7 @@ func TestQueuePlacesByClass(t *testing.T) {
 	q.Items()[0].done = true
 	join(&q, &item{id: 6, class: admission.Interactive})
 	assert.Equal(t, []uint64{6, 2, 5, 1, 3}, ids(q.Items()))
-	assert.Equal(t, admission.Bulk, q.Lowest())
+	assert.Equal(t, admission.Bulk, q.lowest)
 	assert.Equal(t, admission.Interactive, q.TopClass(2))
 	assert.Equal(t, admission.Bulk, q.TopClass(0), "no request: the lowest class")
 }
@@ -198,7 +198,7 @@ func TestQueueMerge(t *testing.T) {
 	a.Merge(&b)
 	assert.Equal(t, []uint64{5, 6, 1, 2, 3, 4}, ids(a.Items()))
 	assert.Equal(t, []uint64{7}, ids(a.Retries()))
-	assert.Equal(t, admission.Bulk, a.Lowest())
+	assert.Equal(t, admission.Bulk, a.lowest)
 	assert.True(t, b.Empty())
 }
 
@@ -345,7 +345,7 @@ func checkQueueModel(t *testing.T, rng *rand.Rand, steps int) {
 		require.Equal(t, len(live), n, "step %d: live requests lost or doubled", step)
 		for _, c := range slices.Concat(q.Items(), q.Retries()) {
 			if !c.done {
-				require.GreaterOrEqual(t, c.class, q.Lowest(), "step %d: lowest above a waiting class", step)
+				require.GreaterOrEqual(t, c.class, q.lowest, "step %d: lowest above a waiting class", step)
 			}
 		}
 	}
