@@ -55,13 +55,12 @@ func BaseVersion(base string) string {
 //   - empty segments (repeated and trailing slashes) are dropped;
 //   - the /api prefix and its version are recognised in any case
 //     (/API/V10) and written in lower case, and so are the webhooks and
-//     interactions segments that start a token route (in any case
-//     Unicode folds to them: "webhookſ" too).
+//     interactions segments that start a token route.
 //
 // It refuses, with an error wrapping [ErrInvalidPath], what a server may
 // read in more than one way:
 //
-//   - a dot segment, "." or "..", however spelled (%2e, .%2E, "..;x"):
+//   - a dot segment, "." or "..", however spelled (%2e, .%2E):
 //     resolving it would let a client name one route to the limiter and
 //     another to the server (a webhook route that is not recognised as one
 //     and so carries the bot token), or leave the upstream's base path;
@@ -75,9 +74,13 @@ func BaseVersion(base string) string {
 //   - a version after /api that is "v" and more than 3 digits
 //     (/api/v0010/webhooks/…): a server may read it as a version, where
 //     this router would read it as a route's first segment;
-//   - everything [Parse] refuses: an empty path, one not starting with
-//     "/", longer than [MaxPathLength], with a raw control character or
-//     space, a malformed escape, or nothing after the prefix.
+//   - a first segment that is webhooks or interactions only by Unicode's
+//     case folding (webhookſ with U+017F, also percent-encoded): a server
+//     that folds it would see a token route;
+//   - an empty path, one not starting with "/", longer than
+//     [MaxPathLength], with a raw control character or space, a malformed
+//     escape, or nothing after the prefix ([Parse] refuses all of these,
+//     and a webhook or interaction id that is not a snowflake).
 func CanonicalPath(rawPath string) (Path, error) {
 	segs, version, err := canonicalSegments(rawPath, 0)
 	if err != nil {
@@ -138,21 +141,40 @@ func canonicalSegments(rawPath string, spare int) (segs []string, version string
 		// would be sent as /api/x).
 		return nil, "", pathError("path repeats the /api prefix")
 	}
-	// In any case, Unicode's folding too (ſ for s, K for k), also
-	// percent-encoded (webhook%C5%BF): a server that decodes and folds
-	// them would see the token route.
+	for _, k := range [...]string{"webhooks", "interactions"} {
+		if asciiFold(segs[0], k) {
+			segs[0] = k
+			return segs, version, nil
+		}
+	}
+	// Spelled so that only Unicode's folding (U+017F for s, U+212A for
+	// k), maybe percent-encoded (webhook%C5%BF), makes it one of them: a
+	// server that decodes and folds would see a token route where this
+	// router sees another.
 	first := segs[0]
 	if strings.IndexByte(first, '%') >= 0 {
 		if d, err := url.PathUnescape(first); err == nil { // escapes were validated
 			first = d
 		}
 	}
-	for _, k := range [...]string{"webhooks", "interactions"} {
-		if strings.EqualFold(first, k) {
-			segs[0] = k
-		}
+	if strings.EqualFold(first, "webhooks") || strings.EqualFold(first, "interactions") {
+		return nil, "", pathError("path's first segment is webhooks or interactions only by Unicode case folding")
 	}
 	return segs, version, nil
+}
+
+// asciiFold reports whether s is k, a lower-case ASCII word, in any ASCII
+// case (strings.EqualFold also takes U+017F for s and U+212A for k).
+func asciiFold(s, k string) bool {
+	if len(s) != len(k) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c != k[i] && c+('a'-'A') != k[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // canonicalSegment normalises one non-empty raw segment and refuses the
@@ -161,15 +183,15 @@ func canonicalSegment(s string) (string, error) {
 	if !strings.ContainsAny(s, "%\\") {
 		// No escape: the segment is canonical as written (no copy).
 		for i := 0; i < len(s); i++ {
-			if s[i] <= ' ' || s[i] == 0x7f {
+			switch {
+			case s[i] <= ' ' || s[i] == 0x7f:
 				return "", pathError("path contains a control character or a space")
+			case s[i] == ';':
+				return "", pathError("path contains a semicolon")
 			}
 		}
 		if s == "." || s == ".." {
 			return "", pathError("path contains a dot segment")
-		}
-		if strings.IndexByte(s, ';') >= 0 {
-			return "", pathError("path contains a semicolon")
 		}
 		return s, nil
 	}
@@ -181,6 +203,8 @@ func canonicalSegment(s string) (string, error) {
 			return "", pathError("path contains a control character or a space")
 		case c == '\\':
 			return "", pathError("path contains a backslash")
+		case c == ';':
+			return "", pathError("path contains a semicolon")
 		case c != '%':
 			b.WriteByte(c)
 			continue
@@ -209,9 +233,6 @@ func canonicalSegment(s string) (string, error) {
 	out := b.String()
 	if out == "." || out == ".." {
 		return "", pathError("path contains a dot segment")
-	}
-	if strings.IndexByte(out, ';') >= 0 {
-		return "", pathError("path contains a semicolon")
 	}
 	return out, nil
 }

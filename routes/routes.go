@@ -30,11 +30,15 @@ const MaxLiteralLength = 24
 const TokenHashLength = 16
 
 // ErrInvalidPath is returned (wrapped in a [*ParseError]) when the path given
-// to [Parse] is empty, does not start with "/", is longer than
-// [MaxPathLength], contains a control character, a space or a malformed
-// percent-encoding, has no segment left once the /api/vN prefix is removed,
-// or puts something other than a snowflake where Discord expects a webhook
-// or interaction id.
+// to [Parse] or [CanonicalPath] is one a server may read in more than one
+// way (a dot segment, an encoded slash or backslash, a semicolon, a
+// version of more than 3 digits, the /api prefix twice, a token route's
+// word spelled only by Unicode case folding: [CanonicalPath] lists them),
+// is empty, does not start with "/", is longer than [MaxPathLength],
+// contains a control character, a space or a malformed percent-encoding,
+// has no segment left once the /api/vN prefix is removed, or (Parse) puts
+// something other than a snowflake where Discord expects a webhook or
+// interaction id.
 var ErrInvalidPath = errors.New("routes: invalid path")
 
 // ErrInvalidMethod is returned (wrapped in a [*ParseError]) when the method
