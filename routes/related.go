@@ -8,6 +8,8 @@ import "strings"
 // "/channels/{channel_id}/messages/{message_id}" and to
 // "/channels/{channel_id}/pins", not to
 // "/channels/{channel_id}/messages/{message_id}/reactions/{emoji}/@me".
+// Top-level templates are not siblings: "/gateway" is not related to
+// "/guilds".
 //
 // Discord shares bucket hashes between related routes (a channel's
 // messages and one message, a reaction's add and remove, the users of a
@@ -17,7 +19,7 @@ import "strings"
 // bucket of its major; an unrelated bucket's window does not hold it.
 func Related(a, b string) bool {
 	pa, pb := parent(a), parent(b)
-	return a == b || pa == pb || pa == b || a == pb
+	return a == b || pa == pb && pa != "" || pa == b || a == pb
 }
 
 // parent is a template without its last segment ("" for a top-level one).

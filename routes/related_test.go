@@ -30,6 +30,8 @@ func TestRelatedTemplates(t *testing.T) {
 		{message, ownReact, false},
 		{member, role, false},
 		{"/gateway", "/users/@me", false},
+		{"/gateway", "/guilds", false},
+		{"/gateway", "/gateway/bot", true},
 	} {
 		if got := Related(c.a, c.b); got != c.want {
 			t.Errorf("Related(%q, %q) = %v, want %v", c.a, c.b, got, c.want)
