@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -210,6 +211,7 @@ func TestDeclaredLimitErrors(t *testing.T) {
 		"not a template": {Name: "x", Routes: []string{"PUT /guilds/{id}/members/{user_id}/roles/{role_id}"}, Count: 1, Window: time.Second},
 		"no method":      {Name: "x", Routes: []string{roleRoute}, Count: 1, Window: time.Second},
 		"per not major":  {Name: "x", Routes: []string{"PUT " + roleRoute}, Per: "user_id", Count: 1, Window: time.Second},
+		"bar in name":    {Name: "a|b", Routes: []string{"PUT " + roleRoute}, Count: 1, Window: time.Second},
 	} {
 		_, err := sluice.New(sluice.Options{Limits: []sluice.Limit{l}})
 		var oe *sluice.OptionError
@@ -228,10 +230,14 @@ func TestDeclaredLimitErrors(t *testing.T) {
 
 	h := newHarness(t, sluicetest.Options{Rules: roleRules()}, sluice.Options{Limits: []sluice.Limit{
 		{Name: "boom", Routes: []string{"* " + roleRoute}, Count: 1, Window: time.Second, Group: func(*http.Request) string { panic("oops") }},
+		{Name: "long", Routes: []string{"PATCH /guilds/{guild_id}/members/{user_id}"}, Count: 1, Window: time.Second,
+			Group: func(r *http.Request) string { return r.URL.Query().Get("g") }},
 	}})
 	_, err = h.lim.Do(context.Background(), req("PUT", "/guilds/1/members/1/roles/9", ""))
 	assert.ErrorIs(t, err, sluice.ErrBadRequest)
 	assert.ErrorContains(t, err, "oops")
+	_, err = h.lim.Do(context.Background(), req("PATCH", "/guilds/1/members/1?g="+strings.Repeat("x", sluice.MaxGroupKey+1), `{"nick":"a"}`))
+	assert.ErrorIs(t, err, sluice.ErrBadRequest, "a group key over MaxGroupKey")
 	resp, err := h.lim.Do(context.Background(), req("PATCH", "/guilds/1/members/1", `{"nick":"a"}`))
 	require.NoError(t, err, "other routes go on")
 	resp.Body.Close()

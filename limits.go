@@ -60,7 +60,9 @@ type Limit struct {
 	// with the same key count together; "" leaves the request out of the
 	// limit. It is called on the caller's goroutine when the request is
 	// submitted, with a request whose body is not available (use Fields);
-	// a panic in it fails that request with ErrBadRequest.
+	// a panic in it, or a key longer than MaxGroupKey bytes (a key is
+	// kept per group, in Redis too), fails that request with
+	// ErrBadRequest.
 	Group func(*http.Request) string
 	// Count is the number of requests each group admits per Window, at
 	// least 1.
@@ -148,6 +150,8 @@ func compileLimits(opts Options) (*limitTable, error) {
 		switch {
 		case l.Name == "":
 			return nil, &OptionError{Option: "Limits", Reason: "a limit has no Name"}
+		case strings.Contains(l.Name, "|"):
+			return nil, bad(`Name must not contain "|" (it ends the name in a group's shared key)`)
 		case l.Count < 1 || l.Count > ratelimit.MaxGroupLimit:
 			return nil, bad(fmt.Sprintf("Count must be in [1, %d], not %d", ratelimit.MaxGroupLimit, l.Count))
 		case l.Window <= 0 || l.Window > ratelimit.MaxWait:
@@ -296,8 +300,14 @@ func callGroup(d *declared, req *http.Request) (group string, err error) {
 	}()
 	r := req.Clone(req.Context())
 	r.Body, r.GetBody = http.NoBody, nil
-	return d.group(r), nil
+	if group = d.group(r); len(group) > MaxGroupKey {
+		return "", fmt.Errorf("%w: Limit %q: Group returned a key of %d bytes, more than %d", ErrBadRequest, d.limit.Name, len(group), MaxGroupKey)
+	}
+	return group, nil
 }
+
+// MaxGroupKey bounds the key a Limit's Group function returns, in bytes.
+const MaxGroupKey = 256
 
 // majorValue is name's part of a route's major parameters ("guild_id=9").
 func majorValue(major, name string) string {
