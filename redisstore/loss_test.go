@@ -217,6 +217,62 @@ func TestSilentProcessShareIsKeptOut(t *testing.T) {
 	assert.Equal(t, 4, count(a, "e"), "b left, but its grant may still count")
 }
 
+// Who was silent is state Redis can lose too. A process cut off before a
+// wipe (counting on its fallback share) has no record in P:seen after it:
+// the processes on Redis keep its share out until it is heard from again.
+// Before, once the loss's hold ended, Redis handed them the whole limit
+// while the cut-off process still sent on its share (4 user 429s in
+// TestSharedLimitsSurviveRedisDying on a busy machine).
+func TestWipeKeepsOutTheSharesOfProcessesNotHeardSince(t *testing.T) {
+	srv := redistest.Start(t)
+	const period = 10 * time.Second
+	cfg := Config{Namespace: Namespace(t.Name()), GlobalLimit: 8, GlobalPeriod: period, Heartbeat: time.Hour}
+	a := newStore(t, srv, cfg)
+	b := newStore(t, srv, cfg)
+	ctx := context.Background()
+	require.NoError(t, a.beat())
+	require.EqualValues(t, 2, a.Stats().Processes, "a has seen b")
+	count := func(prefix string) int {
+		n := 0
+		for i := range 10 {
+			r := request()
+			r.Route, r.Major = "GET /x/{id} id="+prefix+strconv.Itoa(i), "id="+prefix+strconv.Itoa(i)
+			if a.Reserve(ctx, r).OK {
+				n++
+			}
+		}
+		return n
+	}
+	// past the loss's hold: the loss is dated a period back, the log
+	// emptied (not a loss of its own)
+	holdOver := func() {
+		now, err := a.rdb.Time(ctx).Result()
+		require.NoError(t, err)
+		_, err = a.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.HSet(ctx, a.ns+":gen", "l", now.Add(-period-time.Second).UnixMilli(), "g", 0)
+			p.Del(ctx, a.ns+":g")
+			return nil
+		})
+		require.NoError(t, err)
+		forgetRefusals(a)
+	}
+
+	var down atomic.Bool
+	down.Store(true)
+	b.rdb.AddHook(heartbeatDown{&down, make(chan struct{}, 1)})
+	require.NoError(t, a.rdb.FlushAll(ctx).Err())
+	g := a.Reserve(ctx, request())
+	require.False(t, g.OK, "the loss is found and held")
+	require.Equal(t, "global", g.Scope)
+	holdOver()
+	assert.Equal(t, 4, count("a"), "half of 8: b, unheard since the wipe, may send on its share")
+
+	down.Store(false)
+	require.NoError(t, b.beat())
+	holdOver()
+	assert.Equal(t, 8, count("b"), "b is heard from, with nothing granted on its share")
+}
+
 // New warns when Redis may evict the store's keys, and refuses with
 // RefuseEviction.
 func TestNewWarnsOfAnEvictingRedis(t *testing.T) {

@@ -70,8 +70,9 @@ import (
 // view of the bucket's window ended, ms (0: under way, or unknown), 24
 // how long a process may go unheard before its share is kept out, ms,
 // 25 Redis evicts keys lately (0/1: absence is loss, see evicting.go),
-// 26 the request's class in its declared groups (-1, 0, 1), then from 27
-// per group: key, count, window ms (groups.go).
+// 26 the request's class in its declared groups (-1, 0, 1), 27 the most
+// processes the caller has seen sharing the token (capacity, in lossLua),
+// then from 28 per group: key, count, window ms (groups.go).
 //
 // A reservation that runs after its caller's deadline, or whose lease was
 // given back already (the tombstone P:x:<lease>, see reportLua), takes
@@ -98,6 +99,10 @@ if (deadline > 0 and now > deadline) or redis.call('EXISTS', P .. ':x:' .. lease
 end
 local endedAgo, stale, evicting = tonumber(ARGV[23]), tonumber(ARGV[24]), ARGV[25] == '1'
 local gen, lostAt, lostNow, blocked = generation(P, ARGV[22], now, keep, lease, evicting)
+local procs = tonumber(ARGV[27]) or 0
+local function capacityOf(n, hold)
+  return capacity(P, n, hold, now, stale, lostAt, keep, evicting, procs, string.match(lease, '^[^:]*'))
+end
 
 local function body()
 
@@ -124,7 +129,7 @@ if wantG then
   end
   redis.call('ZREMRANGEBYSCORE', G, '-inf', now)
   -- (its member '~', at +inf, keeps the log while it lives: see lossLua)
-  if redis.call('ZCOUNT', G, '-inf', '(+inf') >= capacity(P, gN, gPer, now, stale) then
+  if redis.call('ZCOUNT', G, '-inf', '(+inf') >= capacityOf(gN, gPer) then
     local first = redis.call('ZRANGE', G, 0, 0, 'WITHSCORES')
     return {0, math.max(1, math.min(tonumber(first[2]) - now, gPer)), 'global', '', 0, key}
   end
@@ -312,7 +317,7 @@ else
     -- one request at a time across every process.
     return waitAnswer()
   end
-  local cap = capacity(P, limit, math.max(win, 50) + margin, now, stale)
+  local cap = capacityOf(limit, math.max(win, 50) + margin)
   local function keepWindow()
     redis.call('HSET', B, 'l', limit, 'u', used, 'r', reset, 'w', win, 'v', prov, 's', start)
     redis.call('PEXPIRE', B, reset - now + keep)
@@ -353,8 +358,8 @@ local gid, ng = ARGV[19] or '', tonumber(ARGV[20] or '0')
 local groups = {}
 local gclassArg = tonumber(ARGV[26]) or 0
 for j = 0, ng - 1 do
-  local D = gkey(P, ARGV[27 + 3 * j])
-  local gn, gper = tonumber(ARGV[28 + 3 * j]), tonumber(ARGV[29 + 3 * j])
+  local D = gkey(P, ARGV[28 + 3 * j])
+  local gn, gper = tonumber(ARGV[29 + 3 * j]), tonumber(ARGV[30 + 3 * j])
   local g, gw = gready(D, gn, gper, ttl, gid, now, gclassArg)
   groups[#groups + 1] = g
   if gw > 0 then
@@ -796,7 +801,11 @@ return {math.max(m, redis.call('ZCARD', S)), now, gen, lostNow}
 // window: unheard for longer than the silence allowed, or back within it.
 // Their shares are kept out of what Redis hands to the others, so a
 // process cut off from Redis and the processes still on it never add up
-// to more than a limit.
+// to more than a limit. Who was silent is itself state Redis can lose:
+// after a loss (within the keep of P:seen) or while Redis evicts, every
+// process counted (the most the caller has seen, or P:pmax) that has no
+// record in P:seen, the caller but excepted, may be on its fallback share
+// and is kept out too, until it is heard from again.
 const lossLua = `
 local function logLives(P, untilMs)
   redis.call('HSET', P .. ':gen', 'g', untilMs)
@@ -824,15 +833,25 @@ local function generation(P, known, now, keep, newID, evicting)
   redis.call('PEXPIRE', M, 6 * keep)
   return id, lost, lostNow, block
 end
-local function capacity(P, limit, hold, now, stale)
-  if redis.call('EXISTS', P .. ':seen') == 0 then
-    return limit
+local function capacity(P, limit, hold, now, stale, lostAt, keep, evicting, procs, caller)
+  local S = P .. ':seen'
+  local seen = redis.call('ZCARD', S)
+  local n = math.max(tonumber(redis.call('GET', P .. ':pmax') or '0'), seen, procs, 1)
+  local quiet = 0
+  if seen > 0 then
+    quiet = redis.call('ZCOUNT', S, '-inf', now - stale) + redis.call('ZCOUNT', P .. ':ex', now - hold, '+inf')
   end
-  local quiet = redis.call('ZCOUNT', P .. ':seen', '-inf', now - stale) + redis.call('ZCOUNT', P .. ':ex', now - hold, '+inf')
+  if (lostAt > 0 and now < lostAt + keep) or evicting then
+    -- the processes counted with no record: unheard since it was lost
+    local unheard = n - seen
+    if caller ~= '' and not redis.call('ZSCORE', S, caller) then
+      unheard = unheard - 1
+    end
+    quiet = quiet + math.max(0, unheard)
+  end
   if quiet == 0 then
     return limit
   end
-  local n = math.max(tonumber(redis.call('GET', P .. ':pmax') or '0'), redis.call('ZCARD', P .. ':seen'), 1)
   return math.max(1, limit - quiet * math.max(1, math.floor(limit / n)))
 end
 `

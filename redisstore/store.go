@@ -746,7 +746,7 @@ func (s *Store) reserve(ctx context.Context, lease string, r ratelimit.SharedReq
 		limit, remaining, resetIn, ms(r.Window), ms(r.Margin),
 		s.cfg.InvalidLimit, ms(s.cfg.InvalidWindow) / 60000, ms(DefaultKeep), r.Hash, b2i(r.Serial),
 		s.groupID(r.GroupID), len(r.Groups), s.deadline(ctx), s.generation(), endedAgo, ms(s.silence()),
-		b2i(s.mayEvict()), r.GroupClass}
+		b2i(s.mayEvict()), r.GroupClass, s.processes.Load()}
 	res, err := s.sc.reserve.Run(ctx, s.rdb, []string{s.ns}, groupArgs(args, r.Groups, true)...).Slice()
 	if err != nil {
 		return ratelimit.SharedGrant{}, err
