@@ -588,6 +588,32 @@ func ScenariosAt(full bool) []Scenario {
 			Setup: fmt.Sprintf("%d messages over %d channels (10 each), all at once; buckets 5 per 1 s; global %d/s; 20 ms latency", g.msgs, g.chans, g.global),
 			Rules: rs, Faults: sluicetest.Faults{Latency: 20 * time.Millisecond}, Ops: ops})
 	}
+
+	// 18. A global-bound mixed load whose hot buckets reopen while the
+	// global limit holds the rest: 25 cold channels need two windows of
+	// their bucket each (6 messages, 5 per 1 s), 5 hot ones six (30
+	// messages), issued last. The global limit (50/s) is the binding one
+	// for the first windows and the hot channels' chains for the end, so
+	// the hot buckets reopen in the middle of the cold backlog, window
+	// after window: where an ETA must follow both the bucket and the
+	// global line. The omniscient client serves the hot channels first;
+	// its end is the hot chains' 5 windows after the first, or the
+	// global limit's 300 requests, whichever is later.
+	{
+		rs := base()
+		rs.GlobalLimit = 50
+		setRule(&rs, "create_message", 5, time.Second)
+		var ops []Op
+		for i := range 150 {
+			ops = append(ops, Op{Kind: SendMessage, Channel: sf(18000 + uint64(i%25)), Text: fmt.Sprintf("s18 message %d", i)})
+		}
+		for i := range 150 {
+			ops = append(ops, Op{Kind: SendMessage, Channel: sf(18100 + uint64(i%5)), Text: fmt.Sprintf("s18 hot message %d", i)})
+		}
+		add(Scenario{Name: "global-bound mixed load with hot channels",
+			Setup: "150 messages over 25 channels (6 each) + 150 over 5 hot channels (30 each), all at once (hot last); buckets 5 per 1 s; global 50/s; 20 ms latency",
+			Rules: rs, Faults: sluicetest.Faults{Latency: 20 * time.Millisecond}, Ops: ops})
+	}
 	return out
 }
 

@@ -57,6 +57,11 @@ func TestIdeal(t *testing.T) {
 		// 17: 250 messages at 50 per sliding second: 5 batches, the last
 		// at 4 s.
 		4*time.Second + 20*ms,
+		// 18: 300 messages at 50 per sliding second: 6 batches, the last
+		// at 5 s, and the hot channels' sixth windows at 5 s too (each
+		// batch: the 5 hot channels' windows and 5 cold channels' first or
+		// last messages).
+		5*time.Second + 20*ms,
 	}
 	all := Scenarios()
 	if len(all) != len(want) {
