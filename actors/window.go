@@ -133,6 +133,15 @@ func (w *globalWindow) Reserve(now time.Time) (bool, time.Duration) { return w.l
 // (admission.Window).
 func (w *globalWindow) Count(now time.Time) int { return w.used(now) }
 
+// FreeAt returns how many slots the limiter will have free at at if
+// nothing more is reserved, -1 when it cannot tell (admission.Freer).
+func (w *globalWindow) FreeAt(now, at time.Time) int {
+	if f, ok := w.limiter.(admission.Freer); ok {
+		return f.FreeAt(now, at)
+	}
+	return -1
+}
+
 // used returns the slots held now, when the limiter can count them.
 func (w *globalWindow) used(now time.Time) int {
 	if c, ok := w.limiter.(interface{ Count(time.Time) int }); ok {

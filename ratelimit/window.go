@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -229,6 +230,24 @@ func (w *SlidingWindow) grow() {
 		times[i] = w.times[(w.head+i)%len(w.times)]
 	}
 	w.times, w.head = times, 0
+}
+
+// FreeAt returns how many slots the window will have free at a time at
+// (not before now) if nothing more is reserved: those free now, and the
+// settled ones whose period is over by then. A slot in flight counts as
+// held (its answer, and so the end of its period, is not known yet), and
+// a block is not counted (whoever waits on the window waits for it
+// first). O(log n).
+func (w *SlidingWindow) FreeAt(now, at time.Time) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.init()
+	w.evict(now)
+	// settle times are in order, oldest at head
+	freed := sort.Search(w.count, func(i int) bool {
+		return at.Before(w.times[(w.head+i)%len(w.times)].Add(w.per))
+	})
+	return w.n - w.count - w.inflight + freed
 }
 
 // Forecast returns when the window could take the k-th next request (0:

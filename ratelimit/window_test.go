@@ -306,3 +306,46 @@ func TestSlidingWindowForecast(t *testing.T) {
 		}
 	}
 }
+
+// FreeAt counts the slots free at a later time if nothing more is
+// reserved: those free now and the settled ones whose period is over by
+// then; a slot in flight stays held. Checked against reserving: at any at
+// within a period, exactly FreeAt(now, at) more reservations succeed at
+// at, on a copy of the window with its in-flight slots never settled.
+func TestSlidingWindowFreeAt(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 9))
+	for round := range 500 {
+		n := 1 + rng.IntN(8)
+		per := time.Duration(50+rng.IntN(100)) * time.Millisecond
+		seed := rng.Uint64()
+		build := func() (*SlidingWindow, time.Time) {
+			r := rand.New(rand.NewPCG(seed, 3))
+			w := NewSlidingWindow(n, per)
+			now := t0
+			for range r.IntN(3 * n) {
+				now = now.Add(time.Duration(r.IntN(40)) * time.Millisecond)
+				if ok, _ := w.Reserve(now); ok {
+					if r.IntN(4) == 0 {
+						continue // in flight
+					}
+					w.Settle(now.Add(time.Duration(r.IntN(10)) * time.Millisecond))
+				}
+			}
+			return w, now
+		}
+		w, now := build()
+		at := now.Add(time.Duration(rng.Int64N(int64(2 * per))))
+		got := w.FreeAt(now, at)
+		c, _ := build()
+		free := 0
+		for {
+			if ok, _ := c.Reserve(at); !ok {
+				break
+			}
+			free++
+		}
+		require.Equal(t, free, got, "round %d: n=%d per=%v at now+%v", round, n, per, at.Sub(now))
+		require.Equal(t, got, w.FreeAt(now, at), "round %d: FreeAt reserves nothing", round)
+		require.Equal(t, n-w.Count(now), w.FreeAt(now, now), "round %d: free now", round)
+	}
+}

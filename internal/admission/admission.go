@@ -31,7 +31,10 @@
 //     from the buckets behind it in line, until it asks or its keep lapses
 //     (SoonGrace after its reopening). A slot handed to a colder bucket just
 //     before a hot bucket reopens leaves that bucket's window waiting a
-//     whole period.
+//     whole period. Only what it would find missing is kept: with a window
+//     that tells its slots free at a later time (Freer), the slots free at
+//     its reopening count, less those the keeps ahead reopening by then
+//     want.
 //   - the pacer: while a waiting bucket's backlog is longer than the
 //     period, slots are handed out at the window's rate (a token bucket with
 //     its burst), so a window filled in one burst does not free in one burst
@@ -47,6 +50,8 @@ package admission
 
 import (
 	"container/heap"
+	"math"
+	"slices"
 	"time"
 )
 
@@ -207,6 +212,17 @@ type Window interface {
 	Count(now time.Time) int
 }
 
+// Freer is what a Window may also tell: how many slots it will have free
+// at a time at (not before now) if nothing more is reserved, negative when
+// it cannot tell (ratelimit.SlidingWindow.FreeAt). With it, a keep holds
+// back only the slots its bucket would find missing at its reopening: the
+// slots a hot bucket took a period before free again for it, and the
+// window need not stand idle meanwhile. Without, every slot a keep wants
+// is held back from now.
+type Freer interface {
+	FreeAt(now, at time.Time) int
+}
+
 // Queue is one global window's line. The zero value is not usable: New
 // makes one. Not safe for concurrent use: one owner calls it.
 type Queue[K comparable] struct {
@@ -221,6 +237,7 @@ type Queue[K comparable] struct {
 	classes [3]int
 	// Serve's scratch space, reused from one call to the next.
 	grants []Grant[K]
+	ahead  []keep // spare's
 	serves uint64 // Serve calls so far: an entry's grant index is valid in the one it names
 	// onSlot, when set (tests: export_test.go), is told each slot Serve
 	// hands out, in order.
@@ -420,10 +437,10 @@ func (q *Queue[K]) Serve(now time.Time, w Window, paused bool) (grants []Grant[K
 		case passed && !shareHeld:
 			most = min(most, q.share.Left())
 		}
-		kept := q.keptAhead(now, e.place)
+		spare := q.spare(now, w, e.place)
 		slots := 0
 		for !paused && slots < most {
-			if kept > 0 && q.limit-w.Count(now) <= kept {
+			if spare >= 0 && slots >= spare {
 				if lower {
 					shareHeld = true // most is 1: nothing was served
 					break
@@ -514,14 +531,18 @@ func (q *Queue[K]) serveExempt(grants []Grant[K]) []Grant[K] {
 	return grants
 }
 
-// keptAhead is how many slots the window keeps at now for buckets ahead of
-// place whose windows reopen within the period; keeps that lapsed are
-// dropped.
-func (q *Queue[K]) keptAhead(now time.Time, place Place) int {
+// spare is how many slots may be handed out at now to a bucket at place
+// without leaving short, at their reopening, the buckets ahead of it that
+// reopen within the period (keeps; those that lapsed are dropped), or -1
+// when no keep is ahead. A slot handed out now is held past each such
+// reopening. With a Freer window, a bucket reopening at t finds the slots
+// free then (free now, or freeing by then), less those the keeps ahead
+// reopening by t want; without, every slot kept is held from now.
+func (q *Queue[K]) spare(now time.Time, w Window, place Place) int {
 	if q.period <= 0 || len(q.keeps) == 0 {
-		return 0
+		return -1
 	}
-	n := 0
+	ahead := q.ahead[:0]
 	for key, k := range q.keeps {
 		switch {
 		case now.After(k.at.Add(SoonGrace)):
@@ -529,10 +550,35 @@ func (q *Queue[K]) keptAhead(now time.Time, place Place) int {
 		case !k.at.Before(now.Add(q.period)):
 			// A slot handed out now is free again by then.
 		case k.place.Before(place):
-			n += k.want
+			ahead = append(ahead, k)
 		}
 	}
-	return n
+	q.ahead = ahead
+	if len(ahead) == 0 {
+		return -1
+	}
+	kept := 0
+	for _, k := range ahead {
+		kept += k.want
+	}
+	f, ok := w.(Freer)
+	if !ok || f.FreeAt(now, now) < 0 {
+		return max(0, q.limit-w.Count(now)-kept)
+	}
+	slices.SortFunc(ahead, func(a, b keep) int { return a.at.Compare(b.at) })
+	spare, want := math.MaxInt, 0
+	for i, k := range ahead {
+		want += k.want
+		if i+1 < len(ahead) && ahead[i+1].at.Equal(k.at) {
+			continue // one reopening time: its keeps together
+		}
+		at := k.at
+		if at.Before(now) {
+			at = now // late to ask, within its grace
+		}
+		spare = min(spare, f.FreeAt(now, at)-want)
+	}
+	return max(0, spare)
 }
 
 // keepLapses is how long from now until the first keep lapses.

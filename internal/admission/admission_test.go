@@ -111,6 +111,45 @@ func TestServeKeepsSlotsForABucketAboutToReopen(t *testing.T) {
 	assert.Equal(t, []admission.Grant[string]{{Key: "first", Slots: 2}}, grants)
 }
 
+// countOnly is a window that tells no FreeAt (as a limiter shared through
+// Redis): a keep holds back every slot it wants from now.
+type countOnly struct{ w *ratelimit.SlidingWindow }
+
+func (c countOnly) Reserve(now time.Time) (bool, time.Duration) { return c.w.Reserve(now) }
+func (c countOnly) Count(now time.Time) int                     { return c.w.Count(now) }
+
+// A keep holds back only the slots its bucket would find missing at its
+// reopening: the slots the window frees by then count. A hot bucket that
+// took half the window a period before its reopening finds those slots
+// free again, so the other half goes now rather than standing idle until
+// the hot bucket asks (scenario 18 of docs/comparison.md: 20 of 50 slots
+// stood idle for most of each second).
+func TestServeKeepsOnlyWhatAReopeningBucketWouldMiss(t *testing.T) {
+	serve := func(w admission.Window, want int) []admission.Grant[string] {
+		t.Helper()
+		q := admission.New[string](4, time.Second)
+		q.Soon(t0.Add(100*time.Millisecond), "hot", admission.Keep{At: t0.Add(time.Second), Want: want, Path: 3 * time.Second, Since: t0, First: 1})
+		q.Want(t0.Add(100*time.Millisecond), "cold", admission.Ask{Want: 2, Global: true, Since: t0, First: 2})
+		grants, _, _ := q.Serve(t0.Add(100*time.Millisecond), w, false)
+		return grants
+	}
+	// the hot bucket's last window: two slots, answered at t0
+	window := func() *ratelimit.SlidingWindow {
+		w := ratelimit.NewSlidingWindow(4, time.Second)
+		for range 2 {
+			ok, _ := w.Reserve(t0)
+			require.True(t, ok)
+			w.Settle(t0)
+		}
+		return w
+	}
+	assert.Equal(t, []admission.Grant[string]{{Key: "cold", Slots: 2}}, serve(window(), 2),
+		"hot finds its own two slots free again at its reopening, and two more")
+	assert.Equal(t, []admission.Grant[string]{{Key: "cold", Slots: 1, More: true}}, serve(window(), 3),
+		"hot wants three: one slot may go")
+	assert.Empty(t, serve(countOnly{window()}, 2), "a window that cannot tell holds every slot kept")
+}
+
 // While a bucket with a backlog longer than the period waits, slots go at
 // the window's rate after its burst: a window filled at once would free
 // at once, a period later. Slots given back unused give their tokens back.
