@@ -725,16 +725,19 @@ func (b *bucket) askAdmission(ctx actor.Context, now time.Time) {
 // bucket window will be ready, if that is within the global window's
 // period, its backlog then is longer than the period and others wait for
 // the window (soonMsg): the window keeps its slots from the actors behind
-// it in line. Once per reopening.
+// it in line. Once per reopening. A queue behind a pioneer on the wire
+// (its bucket's limit not known yet) waits for the pioneer's answer, a
+// round trip away: it says so whether others wait or not, as the buckets
+// that learn their limits first would otherwise take the window's slots
+// one after the other, each alone in line, before a longer backlog
+// behind a later answer could ask.
 func (b *bucket) announceSoon(ctx actor.Context, now time.Time) {
 	w := b.win()
-	if w.waiting.Load() == 0 {
-		return // nobody in line to keep the slots from
-	}
 	_, per, ok := w.limit()
 	if !ok {
 		return
 	}
+	others := w.waiting.Load() > 0
 	var (
 		at    time.Time
 		want  int
@@ -745,7 +748,32 @@ func (b *bucket) announceSoon(ctx actor.Context, now time.Time) {
 	)
 	for _, l := range b.lanes {
 		c := l.line.Head()
-		if c == nil || c.Route.GlobalExempt || !l.State.Known || l.serial || l.machine.Current() == fsm.Initial {
+		if c == nil || c.Route.GlobalExempt || l.serial {
+			continue
+		}
+		if !l.State.Known && l.running > 0 {
+			// Behind its pioneer: it asks at the pioneer's answer, for at
+			// most what a period holds at the pace assumed for an unknown
+			// bucket (admission.UnknownPace). The answer expected when it
+			// was last told stands (each request that joins meanwhile
+			// would otherwise tell it again).
+			ready := now.Add(time.Duration(b.sys.rtt.Load()))
+			if b.soonAt.After(now) && b.soonAt.Before(ready) {
+				ready = b.soonAt
+			}
+			if at.IsZero() || ready.Before(at) {
+				at = ready
+			}
+			n := min(l.line.Len(), max(1, int(per/admission.UnknownPace)))
+			want += n
+			class = max(class, l.line.TopClass(n))
+			path = max(path, admission.Backlog(l.line.Len(), 0, 0, 0))
+			if since.IsZero() || c.Submitted.Before(since) || c.Submitted.Equal(since) && c.ID < first {
+				since, first = c.Submitted, c.ID
+			}
+			continue
+		}
+		if !others || !l.State.Known || l.machine.Current() == fsm.Initial {
 			continue
 		}
 		ok, wait := b.ready(l, now)

@@ -1,0 +1,104 @@
+package sluice_test
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice"
+)
+
+// A long queue behind a pioneer on the wire keeps its slots of the global
+// window from the buckets behind it in line while the pioneer's answer
+// comes: a bucket that learns its limit first, alone in line, no longer
+// takes the window's last slots from a longer backlog whose answer comes a
+// moment later (scenario 18 of docs/comparison.md: a hot channel lost its
+// first window to the cold channels answered before it, and ended a
+// window late).
+//
+// A global window of 6 per second; a warm-up learns the route; then a
+// cold channel (3 messages) and a hot one (12) each send a pioneer. The
+// cold one is answered first, and asks for its 2 other messages while the
+// hot pioneer's answer is held back until that ask is handled. The window's
+// 3 slots left go to the hot channel's next 3 messages; the cold channel's
+// wait for the next second.
+func TestPioneerOnTheWireKeepsItsSlots(t *testing.T) {
+	const cold, hot = "100", "200"
+	var (
+		mu       sync.Mutex
+		arrivals []string // channel of each request, as the server saw them
+		sent     = map[string]int{}
+	)
+	hotArrived, releaseHot := make(chan struct{}), make(chan struct{})
+	var armed, released atomic.Bool
+	srv := tlsServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		parts := strings.Split(r.URL.Path, "/") // /api/v10/channels/{id}/messages
+		ch := parts[len(parts)-2]
+		mu.Lock()
+		arrivals = append(arrivals, ch)
+		sent[ch]++
+		n := sent[ch]
+		mu.Unlock()
+		switch {
+		case ch == hot && n == 1:
+			armed.Store(true)
+			close(hotArrived)
+			select {
+			case <-releaseHot:
+			case <-r.Context().Done():
+				return
+			}
+		case ch == cold && n == 1:
+			select { // the cold pioneer is answered once the hot one is on the wire
+			case <-hotArrived:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		h := w.Header()
+		h.Set("X-RateLimit-Limit", "5")
+		h.Set("X-RateLimit-Remaining", strconv.Itoa(max(0, 5-n)))
+		h.Set("X-RateLimit-Reset-After", "1.000")
+		h.Set("X-RateLimit-Bucket", "msgs")
+		w.Write([]byte(`{}`))
+	}))
+	lim := limiterFor(t, srv, sluice.Options{GlobalLimit: 6, GlobalWindow: time.Second, NoDefaultLimits: true,
+		Trace: func(e sluice.TraceEvent) {
+			// the supervisor handled the cold channel's ask: the hot
+			// pioneer's answer may come
+			if armed.Load() && e.Kind == "receive" && e.Actor == "supervisor" && e.Message == "want" && released.CompareAndSwap(false, true) {
+				close(releaseHot)
+			}
+		}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := lim.Do(ctx, req("POST", "/channels/1/messages", `{}`))
+	require.NoError(t, err)
+	resp.Body.Close()
+
+	var fs []*sluice.Future
+	for range 3 {
+		fs = append(fs, lim.Send(ctx, req("POST", "/channels/"+cold+"/messages", `{}`)))
+	}
+	for range 12 {
+		fs = append(fs, lim.Send(ctx, req("POST", "/channels/"+hot+"/messages", `{}`)))
+	}
+	for _, f := range fs {
+		resp, err := f.Await(ctx)
+		require.NoError(t, err)
+		resp.Body.Close()
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.GreaterOrEqual(t, len(arrivals), 6)
+	// The first window: the warm-up, both pioneers, and the 3 slots left.
+	assert.Equal(t, []string{hot, hot, hot}, arrivals[3:6], "the window's last slots went to the long backlog: %v", arrivals)
+}
