@@ -799,7 +799,9 @@ func (b *bucket) announceSoon(ctx actor.Context, now time.Time) {
 		return
 	}
 	b.soonAt = at
-	ctx.Send(b.sys.sup, &soonMsg{key: b.key, keep: admission.Keep{At: at, Want: want, Path: path, Since: since, First: first, Class: class}})
+	// (its last window's slots free about a round trip after it reopens)
+	slack := time.Duration(b.sys.rtt.Load())
+	ctx.Send(b.sys.sup, &soonMsg{key: b.key, keep: admission.Keep{At: at, Slack: slack, Want: want, Path: path, Since: since, First: first, Class: class}})
 }
 
 // probeAwaited reports whether a lane's queue waits for the answer to its

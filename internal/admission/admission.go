@@ -156,9 +156,13 @@ type Ask struct {
 // Keep is a bucket's notice that its queue waits for its own window,
 // reopening At, within the global period: Want slots are kept for it from
 // the buckets behind it in line. Path, Since and First are as Ask's, at
-// the reopening.
+// the reopening. Slack is how long after At it may find its slots at no
+// cost: the slots its last window took free about a round trip after it
+// reopens (it reopens by the server's count, they free a period after
+// their answers), so it waits for those anyway (0: none).
 type Keep struct {
 	At    time.Time
+	Slack time.Duration
 	Want  int
 	Path  time.Duration
 	Since time.Time
@@ -258,6 +262,7 @@ type entry[K comparable] struct {
 
 type keep struct {
 	at    time.Time
+	by    time.Time // at and the keep's slack: when its slots count free
 	want  int
 	place Place
 }
@@ -328,7 +333,7 @@ func (q *Queue[K]) Soon(now time.Time, key K, k Keep) {
 	if q.byKey[key] != nil || k.Want <= 0 {
 		return
 	}
-	q.keeps[key] = keep{at: k.At, want: k.Want, place: Place{Class: clamp(k.Class), Deadline: Deadline(now, k.Since, k.Path, false), First: k.First}}
+	q.keeps[key] = keep{at: k.At, by: k.At.Add(max(0, k.Slack)), want: k.Want, place: Place{Class: clamp(k.Class), Deadline: Deadline(now, k.Since, k.Path, false), First: k.First}}
 }
 
 // Remove takes key out of line and drops its keep.
@@ -536,8 +541,9 @@ func (q *Queue[K]) serveExempt(grants []Grant[K]) []Grant[K] {
 // reopen within the period (keeps; those that lapsed are dropped), or -1
 // when no keep is ahead. A slot handed out now is held past each such
 // reopening. With a Freer window, a bucket reopening at t finds the slots
-// free then (free now, or freeing by then), less those the keeps ahead
-// reopening by t want; without, every slot kept is held from now.
+// free by t and its slack (free now, or freeing by then), less those the
+// keeps ahead wanting theirs by then want; without, every slot kept is
+// held from now.
 func (q *Queue[K]) spare(now time.Time, w Window, place Place) int {
 	if q.period <= 0 || len(q.keeps) == 0 {
 		return -1
@@ -565,18 +571,14 @@ func (q *Queue[K]) spare(now time.Time, w Window, place Place) int {
 	if !ok || f.FreeAt(now, now) < 0 {
 		return max(0, q.limit-w.Count(now)-kept)
 	}
-	slices.SortFunc(ahead, func(a, b keep) int { return a.at.Compare(b.at) })
+	slices.SortFunc(ahead, func(a, b keep) int { return a.by.Compare(b.by) })
 	spare, want := math.MaxInt, 0
 	for i, k := range ahead {
 		want += k.want
-		if i+1 < len(ahead) && ahead[i+1].at.Equal(k.at) {
-			continue // one reopening time: its keeps together
+		if i+1 < len(ahead) && ahead[i+1].by.Equal(k.by) {
+			continue // one time: its keeps together
 		}
-		at := k.at
-		if at.Before(now) {
-			at = now // late to ask, within its grace
-		}
-		spare = min(spare, f.FreeAt(now, at)-want)
+		spare = min(spare, f.FreeAt(now, later(k.by, now))-want)
 	}
 	return max(0, spare)
 }
@@ -613,4 +615,12 @@ func (r *ring[K]) Pop() any {
 	*r = old[:len(old)-1]
 	e.index = -1
 	return e
+}
+
+// later is the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

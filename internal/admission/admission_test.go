@@ -148,6 +148,34 @@ func TestServeKeepsOnlyWhatAReopeningBucketWouldMiss(t *testing.T) {
 	assert.Equal(t, []admission.Grant[string]{{Key: "cold", Slots: 1, More: true}}, serve(window(), 3),
 		"hot wants three: one slot may go")
 	assert.Empty(t, serve(countOnly{window()}, 2), "a window that cannot tell holds every slot kept")
+
+	// The hot bucket's slots free a period after their answers, a round
+	// trip after it reopens (by the server's count): within its slack,
+	// they count.
+	answered := func() *ratelimit.SlidingWindow {
+		w := ratelimit.NewSlidingWindow(4, time.Second)
+		for range 2 {
+			ok, _ := w.Reserve(t0)
+			require.True(t, ok)
+			w.Settle(t0.Add(20 * time.Millisecond))
+		}
+		return w
+	}
+	for _, c := range []struct {
+		slack time.Duration
+		cold  int
+	}{{0, 0}, {20 * time.Millisecond, 2}} {
+		q := admission.New[string](4, time.Second)
+		now := t0.Add(100 * time.Millisecond)
+		q.Soon(now, "hot", admission.Keep{At: t0.Add(time.Second), Slack: c.slack, Want: 2, Path: 3 * time.Second, Since: t0, First: 1})
+		q.Want(now, "cold", admission.Ask{Want: 2, Global: true, Since: t0, First: 2})
+		grants, _, _ := q.Serve(now, answered(), false)
+		got := 0
+		for _, g := range grants {
+			got += g.Slots
+		}
+		assert.Equal(t, c.cold, got, "slack %v", c.slack)
+	}
 }
 
 // While a bucket with a backlog longer than the period waits, slots go at

@@ -341,7 +341,7 @@ func randomCase(rng *rand.Rand) mCase {
 // requests come can do. Measured (seeded, 1,000 cases each): with every
 // request queued at the start, 19 cases finish later than the optimum, by
 // 2 ticks at most, never more than one global period; with arrivals
-// spread over four ticks, 28, by 3 at most (one where a bucket's second
+// spread over four ticks, 27, by 3 at most (one where a bucket's second
 // request came after the scheduler had to choose). At most 3% later at
 // all. The cases it loses are those where a slot is kept for a bucket
 // about to reopen (Soon) although the global window, not that bucket, was
