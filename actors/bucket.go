@@ -754,11 +754,12 @@ func (b *bucket) announceSoon(ctx actor.Context, now time.Time) {
 		if !l.State.Known && l.running > 0 {
 			// Behind its pioneer: it asks at the pioneer's answer, for at
 			// most what a period holds at the pace assumed for an unknown
-			// bucket (admission.UnknownPace). The answer expected when it
-			// was last told stands (each request that joins meanwhile
-			// would otherwise tell it again).
+			// bucket (admission.UnknownPace). What it last told stands
+			// until it lapses: each request that joins meanwhile would
+			// otherwise tell it again (at once before any answer, with
+			// no round trip known).
 			ready := now.Add(time.Duration(b.sys.rtt.Load()))
-			if b.soonAt.After(now) && b.soonAt.Before(ready) {
+			if b.soonAt.Before(ready) && b.soonAt.Add(admission.SoonGrace).After(now) {
 				ready = b.soonAt
 			}
 			if at.IsZero() || ready.Before(at) {
