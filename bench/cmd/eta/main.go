@@ -34,9 +34,10 @@ import (
 
 // defaultScenarios: one saturated bucket with 150 ms latency, fan-out
 // under the global limit, mixed load with a hot channel, one saturated
-// bucket with jittery latency, and the two global-bound backlogs whose
-// buckets reopen while the global limit holds them.
-const defaultScenarios = "1,2,8,9,16,17"
+// bucket with jittery latency, the two global-bound backlogs whose
+// buckets reopen while the global limit holds them, and the global-bound
+// mixed load whose hot buckets reopen.
+const defaultScenarios = "1,2,8,9,16,17,18"
 
 func main() {
 	runs := flag.Int("runs", 3, "runs of each scenario, each against a fresh simulator (fault dice seeded as cmd/compare seeds run i)")
