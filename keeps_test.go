@@ -37,8 +37,8 @@ func TestPioneerOnTheWireKeepsItsSlots(t *testing.T) {
 		arrivals []string // channel of each request, as the server saw them
 		sent     = map[string]int{}
 	)
-	hotArrived, releaseHot := make(chan struct{}), make(chan struct{})
-	var armed, released atomic.Bool
+	hotArrived, releaseHot, hotKept := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var armed, released, kept, noKeep atomic.Bool
 	srv := tlsServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		parts := strings.Split(r.URL.Path, "/") // /api/v10/channels/{id}/messages
 		ch := parts[len(parts)-2]
@@ -57,8 +57,18 @@ func TestPioneerOnTheWireKeepsItsSlots(t *testing.T) {
 				return
 			}
 		case ch == cold && n == 1:
-			select { // the cold pioneer is answered once the hot one is on the wire
+			// the cold pioneer is answered once the hot one is on the
+			// wire and the supervisor has the hot queue's keep (or not:
+			// then the test fails)
+			select {
 			case <-hotArrived:
+			case <-r.Context().Done():
+				return
+			}
+			select {
+			case <-hotKept:
+			case <-time.After(5 * time.Second):
+				noKeep.Store(true)
 			case <-r.Context().Done():
 				return
 			}
@@ -72,6 +82,10 @@ func TestPioneerOnTheWireKeepsItsSlots(t *testing.T) {
 	}))
 	lim := limiterFor(t, srv, sluice.Options{GlobalLimit: 6, GlobalWindow: time.Second, NoDefaultLimits: true,
 		Trace: func(e sluice.TraceEvent) {
+			// (the only keep here: the cold queue is short)
+			if e.Kind == "receive" && e.Actor == "supervisor" && e.Message == "soon" && kept.CompareAndSwap(false, true) {
+				close(hotKept)
+			}
 			// the supervisor handled the cold channel's ask: the hot
 			// pioneer's answer may come
 			if armed.Load() && e.Kind == "receive" && e.Actor == "supervisor" && e.Message == "want" && released.CompareAndSwap(false, true) {
@@ -98,6 +112,7 @@ func TestPioneerOnTheWireKeepsItsSlots(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
+	require.False(t, noKeep.Load(), "the hot queue behind its pioneer told no keep")
 	require.GreaterOrEqual(t, len(arrivals), 6)
 	// The first window: the warm-up, both pioneers, and the 3 slots left.
 	assert.Equal(t, []string{hot, hot, hot}, arrivals[3:6], "the window's last slots went to the long backlog: %v", arrivals)

@@ -754,14 +754,13 @@ func (b *bucket) announceSoon(ctx actor.Context, now time.Time) {
 		if !l.State.Known && l.running > 0 {
 			// Behind its pioneer: it asks at the pioneer's answer, for at
 			// most what a period holds at the pace assumed for an unknown
-			// bucket (admission.UnknownPace). What it last told stands
-			// until it lapses: each request that joins meanwhile would
-			// otherwise tell it again (at once before any answer, with
-			// no round trip known).
-			ready := now.Add(time.Duration(b.sys.rtt.Load()))
-			if b.soonAt.Before(ready) && b.soonAt.Add(admission.SoonGrace).After(now) {
-				ready = b.soonAt
+			// bucket (admission.UnknownPace). Once a period at most: each
+			// request that joins would otherwise tell it again, and a
+			// slow pioneer's queue keep slots idle again and again.
+			if !b.soonAt.IsZero() && now.Sub(b.soonAt) < per {
+				continue
 			}
+			ready := now.Add(time.Duration(b.sys.rtt.Load()))
 			if at.IsZero() || ready.Before(at) {
 				at = ready
 			}

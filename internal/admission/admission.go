@@ -32,9 +32,9 @@
 //     (SoonGrace after its reopening). A slot handed to a colder bucket just
 //     before a hot bucket reopens leaves that bucket's window waiting a
 //     whole period. Only what it would find missing is kept: with a window
-//     that tells its slots free at a later time (Freer), the slots free at
-//     its reopening count, less those the keeps ahead reopening by then
-//     want.
+//     that tells its slots free at a later time (Freer), the slots free by
+//     its reopening and its slack (Keep.Slack) count, less those the
+//     keeps ahead wanting theirs by then want, and the rest goes now.
 //   - the pacer: while a waiting bucket's backlog is longer than the
 //     period, slots are handed out at the window's rate (a token bucket with
 //     its burst), so a window filled in one burst does not free in one burst
@@ -156,10 +156,11 @@ type Ask struct {
 // Keep is a bucket's notice that its queue waits for its own window,
 // reopening At, within the global period: Want slots are kept for it from
 // the buckets behind it in line. Path, Since and First are as Ask's, at
-// the reopening. Slack is how long after At it may find its slots at no
-// cost: the slots its last window took free about a round trip after it
-// reopens (it reopens by the server's count, they free a period after
-// their answers), so it waits for those anyway (0: none).
+// the reopening. Slack is how long after At its slots may come: a bucket
+// whose window is about the global period finds the slots its last
+// window took free about a round trip after it reopens (it reopens by the
+// server's count, they free a period after their answers), and waits for
+// those anyway (0: none).
 type Keep struct {
 	At    time.Time
 	Slack time.Duration
@@ -442,10 +443,10 @@ func (q *Queue[K]) Serve(now time.Time, w Window, paused bool) (grants []Grant[K
 		case passed && !shareHeld:
 			most = min(most, q.share.Left())
 		}
-		spare := q.spare(now, w, e.place)
+		spare, kept := q.spare(now, w, e.place)
 		slots := 0
 		for !paused && slots < most {
-			if spare >= 0 && slots >= spare {
+			if spare >= 0 && slots >= spare || kept > 0 && q.limit-w.Count(now) <= kept {
 				if lower {
 					shareHeld = true // most is 1: nothing was served
 					break
@@ -542,11 +543,12 @@ func (q *Queue[K]) serveExempt(grants []Grant[K]) []Grant[K] {
 // when no keep is ahead. A slot handed out now is held past each such
 // reopening. With a Freer window, a bucket reopening at t finds the slots
 // free by t and its slack (free now, or freeing by then), less those the
-// keeps ahead wanting theirs by then want; without, every slot kept is
-// held from now.
-func (q *Queue[K]) spare(now time.Time, w Window, place Place) int {
+// keeps ahead wanting theirs by then want. Without, spare is -1 and kept
+// is what the keeps ahead want: every slot kept is held from now, while
+// the window's count leaves no more than that free.
+func (q *Queue[K]) spare(now time.Time, w Window, place Place) (spare, kept int) {
 	if q.period <= 0 || len(q.keeps) == 0 {
-		return -1
+		return -1, 0
 	}
 	ahead := q.ahead[:0]
 	for key, k := range q.keeps {
@@ -561,15 +563,13 @@ func (q *Queue[K]) spare(now time.Time, w Window, place Place) int {
 	}
 	q.ahead = ahead
 	if len(ahead) == 0 {
-		return -1
+		return -1, 0
 	}
-	kept := 0
-	for _, k := range ahead {
-		kept += k.want
-	}
-	f, ok := w.(Freer)
-	if !ok || f.FreeAt(now, now) < 0 {
-		return max(0, q.limit-w.Count(now)-kept)
+	if f, ok := w.(Freer); !ok || f.FreeAt(now, now) < 0 {
+		for _, k := range ahead {
+			kept += k.want
+		}
+		return -1, kept
 	}
 	slices.SortFunc(ahead, func(a, b keep) int { return a.by.Compare(b.by) })
 	spare, want := math.MaxInt, 0
@@ -578,9 +578,9 @@ func (q *Queue[K]) spare(now time.Time, w Window, place Place) int {
 		if i+1 < len(ahead) && ahead[i+1].by.Equal(k.by) {
 			continue // one time: its keeps together
 		}
-		spare = min(spare, f.FreeAt(now, later(k.by, now))-want)
+		spare = min(spare, w.(Freer).FreeAt(now, later(k.by, now))-want)
 	}
-	return max(0, spare)
+	return max(0, spare), 0
 }
 
 // keepLapses is how long from now until the first keep lapses.

@@ -111,8 +111,9 @@ func TestServeKeepsSlotsForABucketAboutToReopen(t *testing.T) {
 	assert.Equal(t, []admission.Grant[string]{{Key: "first", Slots: 2}}, grants)
 }
 
-// countOnly is a window that tells no FreeAt (as a limiter shared through
-// Redis): a keep holds back every slot it wants from now.
+// countOnly is a window that tells no FreeAt (as a custom
+// ratelimit.GlobalLimiter may): a keep holds back every slot it wants from
+// now.
 type countOnly struct{ w *ratelimit.SlidingWindow }
 
 func (c countOnly) Reserve(now time.Time) (bool, time.Duration) { return c.w.Reserve(now) }
