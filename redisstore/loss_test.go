@@ -219,19 +219,19 @@ func TestSilentProcessShareIsKeptOut(t *testing.T) {
 
 // Who was silent is state Redis can lose too. A process cut off before a
 // wipe (counting on its fallback share) has no record in P:seen after it:
-// the processes on Redis keep its share out until it is heard from again.
-// Before, once the loss's hold ended, Redis handed them the whole limit
-// while the cut-off process still sent on its share (4 user 429s in
+// each process writes back the records it last read (its next heartbeat
+// after it finds the loss), and the silent one is kept out again, also
+// beside a process that joins after the wipe. Before, once the loss's
+// hold ended, Redis handed the others the whole limit while the cut-off
+// process still sent on its share (4 user 429s in
 // TestSharedLimitsSurviveRedisDying on a busy machine).
 func TestWipeKeepsOutTheSharesOfProcessesNotHeardSince(t *testing.T) {
 	srv := redistest.Start(t)
 	const period = 10 * time.Second
-	cfg := Config{Namespace: Namespace(t.Name()), GlobalLimit: 8, GlobalPeriod: period, Heartbeat: time.Hour}
+	cfg := Config{Namespace: Namespace(t.Name()), GlobalLimit: 8, GlobalPeriod: period, Heartbeat: time.Minute}
 	a := newStore(t, srv, cfg)
 	b := newStore(t, srv, cfg)
 	ctx := context.Background()
-	require.NoError(t, a.beat())
-	require.EqualValues(t, 2, a.Stats().Processes, "a has seen b")
 	count := func(prefix string) int {
 		n := 0
 		for i := range 10 {
@@ -257,15 +257,37 @@ func TestWipeKeepsOutTheSharesOfProcessesNotHeardSince(t *testing.T) {
 		forgetRefusals(a)
 	}
 
+	// b is cut off (its heartbeat fails) and silent for longer than the
+	// silence allowed (two heartbeats of a minute here), within the keep
+	// of its record; a reads P:seen with it
 	var down atomic.Bool
 	down.Store(true)
 	b.rdb.AddHook(heartbeatDown{&down, make(chan struct{}, 1)})
+	redisNow, err := a.rdb.Time(ctx).Result()
+	require.NoError(t, err)
+	require.NoError(t, a.rdb.ZAdd(ctx, a.ns+":seen", redisZ(redisNow.Add(-5*time.Minute), b.procID)).Err())
+	require.NoError(t, a.beat())
+	require.EqualValues(t, 2, a.Stats().Processes, "a has seen b")
+	holdOver()
+	require.Equal(t, 4, count("before"), "b's share is kept out")
+
 	require.NoError(t, a.rdb.FlushAll(ctx).Err())
+	forgetRefusals(a)
 	g := a.Reserve(ctx, request())
 	require.False(t, g.OK, "the loss is found and held")
 	require.Equal(t, "global", g.Scope)
+	require.EqualValues(t, 1, a.Stats().Lost)
+	require.NoError(t, a.beat()) // (nudged already: written back at most twice)
+	seen, err := a.rdb.ZScore(ctx, a.ns+":seen", b.procID).Result()
+	require.NoError(t, err, "b's record is written back")
+	assert.InDelta(t, float64(redisNow.Add(-5*time.Minute).UnixMilli()), seen, 1, "with its last heartbeat")
 	holdOver()
-	assert.Equal(t, 4, count("a"), "half of 8: b, unheard since the wipe, may send on its share")
+	assert.Equal(t, 4, count("a"), "b, silent before the wipe, is kept out after it")
+
+	c := newStore(t, srv, cfg) // joins after the wipe
+	require.NoError(t, c.beat())
+	holdOver()
+	assert.Less(t, count("c"), 8, "b is still kept out beside a process that joined since")
 
 	down.Store(false)
 	require.NoError(t, b.beat())

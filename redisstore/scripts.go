@@ -725,11 +725,19 @@ return {woken, opened}
 // With ARGV[5] = 1 the process leaves: its records are removed (Close),
 // but for its P:ex entry when ARGV[6] is not empty.
 //
+// It also returns the processes P:seen records (at most maxPeers, the
+// latest first: id, last heartbeat), which the caller keeps to write back
+// after a loss: with ARGV[8] = k > 0, the k pairs from ARGV[9] (id, last
+// heartbeat, Redis ms) that the caller saw before the state was lost go
+// back into P:seen where missing, and P:gen's "r" records when (lossLua:
+// who was silent is known again).
+//
 // ARGV: 1 process id, 2 how long the record lives ms, 3 how long the
 // largest count (and a silent process) is remembered ms, 4 the generation
 // the caller knows, 5 0, or 1 leaving, or 2 on its fallback share, 6 with
 // 2 (or 1), how long from now the P:ex entry is dated, ms ("": none), 7
-// Redis evicts keys lately (0/1, see evicting.go).
+// Redis evicts keys lately (0/1, see evicting.go), 8 how many processes
+// are written back, then their pairs.
 var heartbeatLua = lossLua + `
 local P = KEYS[1]
 local now = clockNow()
@@ -748,6 +756,16 @@ if ARGV[5] == '1' then
   return {0, now, '', 0}
 end
 local gen, lostAt, lostNow = generation(P, ARGV[4], now, keep, 'hb:' .. id .. ':' .. now, ARGV[7] == '1')
+local back = math.min(tonumber(ARGV[8] or '0') or 0, ` + maxPeersLua + `)
+if back > 0 and lostAt > 0 then
+  for j = 0, back - 1 do
+    local pid, last = ARGV[9 + 2 * j], tonumber(ARGV[10 + 2 * j])
+    if pid and pid ~= id and last and last > now - keep and last <= now then
+      redis.call('ZADD', S, 'NX', last, pid)
+    end
+  end
+  redis.call('HSET', P .. ':gen', 'r', now)
+end
 if ARGV[5] == '2' then
   redis.call('ZADD', X, now + (ahead or 0), id)
   redis.call('PEXPIRE', X, keep)
@@ -772,8 +790,14 @@ if n >= m then
 end
 -- a silent process still counts (its share may be in use), whatever
 -- became of the count's key
-return {math.max(m, redis.call('ZCARD', S)), now, gen, lostNow}
+return {math.max(m, redis.call('ZCARD', S)), now, gen, lostNow, redis.call('ZREVRANGE', S, 0, ` + maxPeersLua + ` - 1, 'WITHSCORES')}
 `
+
+// maxPeers bounds the processes a heartbeat returns and writes back after
+// a loss (heartbeatLua).
+const maxPeers = 256
+
+const maxPeersLua = "256"
 
 // lossLua is what every script that reads shared state starts with: how
 // lost state is told from state never written, and the capacity left when
@@ -785,7 +809,8 @@ return {math.max(m, redis.call('ZCARD', S)), now, gen, lostNow}
 // "l", when state was last found lost (Redis ms); "g", until when the
 // global log P:g must exist, as last written (its member "~", at +inf,
 // keeps it from vanishing when its last lease is swept: only its expiry,
-// which "g" tells, or a loss removes it). A caller passes the
+// which "g" tells, or a loss removes it); "r", when processes last wrote
+// back P:seen after a loss (heartbeatLua). A caller passes the
 // generation it knows: when the marker is gone or names another one, the
 // state was wiped (FLUSHALL, a restart without persistence, a failover to
 // an empty replica) or evicted; so is a global log missing before "g".
@@ -801,11 +826,14 @@ return {math.max(m, redis.call('ZCARD', S)), now, gen, lostNow}
 // window: unheard for longer than the silence allowed, or back within it.
 // Their shares are kept out of what Redis hands to the others, so a
 // process cut off from Redis and the processes still on it never add up
-// to more than a limit. Who was silent is itself state Redis can lose:
-// after a loss (within the keep of P:seen) or while Redis evicts, every
-// process counted (the most the caller has seen, or P:pmax) that has no
-// record in P:seen, the caller but excepted, may be on its fallback share
-// and is kept out too, until it is heard from again.
+// to more than a limit. Who was silent is itself state Redis can lose.
+// The processes write back the P:seen records they last read (each its
+// own list, with the last heartbeats: see heartbeatLua), and the silent
+// ones are kept out again. Until one has (P:gen's "r" before the loss,
+// within the keep of P:seen), or while Redis evicts and P:seen is gone,
+// every process counted (the most the caller has seen, or P:pmax) that
+// has no record in P:seen, the caller but excepted, may be on its
+// fallback share and is kept out too.
 const lossLua = `
 local function logLives(P, untilMs)
   redis.call('HSET', P .. ':gen', 'g', untilMs)
@@ -841,7 +869,7 @@ local function capacity(P, limit, hold, now, stale, lostAt, keep, evicting, proc
   if seen > 0 then
     quiet = redis.call('ZCOUNT', S, '-inf', now - stale) + redis.call('ZCOUNT', P .. ':ex', now - hold, '+inf')
   end
-  if (lostAt > 0 and now < lostAt + keep) or evicting then
+  if (evicting and seen == 0) or (lostAt > 0 and now < lostAt + keep and tonumber(redis.call('HGET', P .. ':gen', 'r') or '0') < lostAt) then
     -- the processes counted with no record: unheard since it was lost
     local unheard = n - seen
     if caller ~= '' and not redis.call('ZSCORE', S, caller) then

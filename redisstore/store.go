@@ -270,6 +270,11 @@ type Store struct {
 	// gen is the generation of the shared state this store last saw (see
 	// lossLua in scripts.go); lost counts the losses it found or saw.
 	gen atomic.Pointer[string]
+	// peers is P:seen as the last heartbeat read it, in the generation it
+	// read it in; restore is set when a loss was found and not yet
+	// written back: the next heartbeat writes peers back (heartbeatLua).
+	peers   atomic.Pointer[peerList]
+	restore atomic.Bool
 	// refusedSince is when Redis began refusing every reservation (Unix
 	// ns, 0: the last one succeeded), refusedLog when it was last logged.
 	refusedSince atomic.Int64
@@ -868,6 +873,9 @@ func (s *Store) saw(gen string, lost bool) {
 		return
 	}
 	s.lost.Add(1)
+	if s.restore.CompareAndSwap(false, true) {
+		s.nudge() // write back who was silent (beat)
+	}
 	now := time.Now().UnixNano()
 	if last := s.lostLog.Load(); now-last >= int64(time.Second) && s.lostLog.CompareAndSwap(last, now) {
 		s.log.Warn("sluice: Redis lost shared rate-limit state (evicted, flushed or restarted empty); what was lost counts as full for a window: use a Redis of its own, or maxmemory-policy noeviction (docs/scale-out.md)",
@@ -1062,12 +1070,20 @@ func (s *Store) beat() error {
 	s.watchEvictions(ctx)
 	sent := time.Now()
 	onShare, ahead, began := s.sharing()
-	res, err := s.sc.heartbeat.Run(ctx, s.rdb, []string{s.ns}, s.procID, ms(3*s.cfg.Heartbeat), ms(DefaultKeep),
-		s.generation(), onShare, ahead, b2i(s.mayEvict())).Slice()
+	args := []any{s.procID, ms(3 * s.cfg.Heartbeat), ms(DefaultKeep), s.generation(), onShare, ahead, b2i(s.mayEvict())}
+	back := false
+	if pl := s.peers.Load(); s.restore.Load() && pl != nil && pl.gen != s.generation() {
+		// read in the generation that was lost
+		args, back = pl.args(args), true
+	} else {
+		args = append(args, 0)
+		back = s.restore.Load() // nothing of another generation to write back
+	}
+	res, err := s.sc.heartbeat.Run(ctx, s.rdb, []string{s.ns}, args...).Slice()
 	if err != nil {
 		return err
 	}
-	if len(res) != 4 {
+	if len(res) != 5 {
 		return fmt.Errorf("redisstore: heartbeat: %d results", len(res))
 	}
 	rtt := time.Since(sent)
@@ -1078,6 +1094,13 @@ func (s *Store) beat() error {
 	s.skew.Store(&skew{offset: redisNow - sent.Add(rtt/2).UnixMilli(), err: ms(rtt/2) + 1})
 	s.processes.Store(s.mostProcesses(int32(max(1, n))))
 	s.saw(gen, lost == 1)
+	if back {
+		s.restore.Store(false)
+	}
+	if !s.restore.Load() {
+		// (kept from before a loss found now, until written back)
+		s.peers.Store(readPeers(gen, res[4]))
+	}
 	if !s.settle() {
 		return nil // a call failed again: recorded, and the store is in fallback
 	}
@@ -1159,4 +1182,38 @@ func b2i(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// peerList is P:seen as a heartbeat read it: the processes and their
+// last heartbeats (Redis ms), in generation gen.
+type peerList struct {
+	gen  string
+	ids  []string
+	last []int64
+}
+
+// readPeers reads heartbeatLua's list of P:seen (id, score pairs).
+func readPeers(gen string, v any) *peerList {
+	pl := &peerList{gen: gen}
+	flat, _ := v.([]any)
+	for i := 0; i+1 < len(flat) && len(pl.ids) < maxPeers; i += 2 {
+		id, _ := flat[i].(string)
+		score, _ := flat[i+1].(string)
+		last, err := strconv.ParseInt(strings.SplitN(score, ".", 2)[0], 10, 64)
+		if id == "" || err != nil {
+			continue
+		}
+		pl.ids, pl.last = append(pl.ids, id), append(pl.last, last)
+	}
+	return pl
+}
+
+// args appends to a heartbeat's arguments the processes to write back
+// (heartbeatLua: their count, then id and last heartbeat each).
+func (pl *peerList) args(args []any) []any {
+	args = append(args, len(pl.ids))
+	for i, id := range pl.ids {
+		args = append(args, id, pl.last[i])
+	}
+	return args
 }
