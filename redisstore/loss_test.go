@@ -29,6 +29,20 @@ import (
 // bucket another process had just filled got a new pioneer and a window of
 // its own.
 
+// granted is how many of 10 global slots s grants at once, each on a
+// route of its own (named by prefix).
+func granted(s *Store, prefix string) int {
+	n := 0
+	for i := range 10 {
+		r := request()
+		r.Route, r.Major = "GET /x/{id} id="+prefix+strconv.Itoa(i), "id="+prefix+strconv.Itoa(i)
+		if s.Reserve(context.Background(), r).OK {
+			n++
+		}
+	}
+	return n
+}
+
 // fill takes n global slots in s, answered at once.
 func fill(t *testing.T, s *Store, n int) {
 	t.Helper()
@@ -140,17 +154,7 @@ func TestSilentProcessShareIsKeptOut(t *testing.T) {
 	b, err := New(srv.Client(t), bcfg)
 	require.NoError(t, err)
 	ctx := context.Background()
-	count := func(s *Store, prefix string) int {
-		n := 0
-		for i := range 10 {
-			r := request()
-			r.Route, r.Major = "GET /x/{id} id="+prefix+strconv.Itoa(i), "id="+prefix+strconv.Itoa(i)
-			if s.Reserve(ctx, r).OK {
-				n++
-			}
-		}
-		return n
-	}
+	count := granted
 	empty := func() { // (not a loss: the test empties the log, at once: b's heartbeat may run)
 		_, err := a.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			p.Del(ctx, a.ns+":g")
@@ -232,17 +236,7 @@ func TestWipeKeepsOutTheSharesOfProcessesNotHeardSince(t *testing.T) {
 	a := newStore(t, srv, cfg)
 	b := newStore(t, srv, cfg)
 	ctx := context.Background()
-	count := func(prefix string) int {
-		n := 0
-		for i := range 10 {
-			r := request()
-			r.Route, r.Major = "GET /x/{id} id="+prefix+strconv.Itoa(i), "id="+prefix+strconv.Itoa(i)
-			if a.Reserve(ctx, r).OK {
-				n++
-			}
-		}
-		return n
-	}
+	count := func(prefix string) int { return granted(a, prefix) }
 	// past the loss's hold: the loss is dated a period back, the log
 	// emptied (not a loss of its own)
 	holdOver := func() {
