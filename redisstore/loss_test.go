@@ -607,3 +607,19 @@ func TestMalformedRouteWindowDoesNotBreakTheReport(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "5", limit)
 }
+
+// What a heartbeat reads back of P:seen is Redis's, not trusted: an id
+// too long, a score that is no time, or more than maxPeers entries are
+// left out of what is written back after a loss.
+func TestReadPeersBoundsWhatRedisReturns(t *testing.T) {
+	flat := []any{"a1", "1795992674169", strings.Repeat("x", maxPeerID+1), "1795992674169",
+		"b2", "not a time", "c3", "1.795992674170e+12", "d4", "-5", 7, "1"}
+	for i := range maxPeers + 10 {
+		flat = append(flat, "p"+strconv.Itoa(i), "1795992674169")
+	}
+	pl := readPeers("g", flat)
+	require.Len(t, pl.ids, maxPeers)
+	assert.Equal(t, []string{"a1", "c3"}, pl.ids[:2])
+	assert.Equal(t, []int64{1795992674169, 1795992674170}, pl.last[:2])
+	assert.Equal(t, "g", pl.gen)
+}

@@ -756,7 +756,7 @@ if ARGV[5] == '1' then
   return {0, now, '', 0}
 end
 local gen, lostAt, lostNow = generation(P, ARGV[4], now, keep, 'hb:' .. id .. ':' .. now, ARGV[7] == '1')
-local back = math.min(tonumber(ARGV[8] or '0') or 0, ` + maxPeersLua + `)
+local back = math.min(tonumber(ARGV[8] or '0') or 0, ` + strconv.Itoa(maxPeers) + `)
 if back > 0 and lostAt > 0 then
   for j = 0, back - 1 do
     local pid, last = ARGV[9 + 2 * j], tonumber(ARGV[10 + 2 * j])
@@ -790,14 +790,16 @@ if n >= m then
 end
 -- a silent process still counts (its share may be in use), whatever
 -- became of the count's key
-return {math.max(m, redis.call('ZCARD', S)), now, gen, lostNow, redis.call('ZREVRANGE', S, 0, ` + maxPeersLua + ` - 1, 'WITHSCORES')}
+return {math.max(m, redis.call('ZCARD', S)), now, gen, lostNow, redis.call('ZREVRANGE', S, 0, ` + strconv.Itoa(maxPeers) + ` - 1, 'WITHSCORES')}
 `
 
 // maxPeers bounds the processes a heartbeat returns and writes back after
-// a loss (heartbeatLua).
-const maxPeers = 256
-
-const maxPeersLua = "256"
+// a loss (heartbeatLua), and maxPeerID a process id read back (a store's
+// own is 16 hex digits): what Redis returns is not trusted to be either.
+const (
+	maxPeers  = 256
+	maxPeerID = 64
+)
 
 // lossLua is what every script that reads shared state starts with: how
 // lost state is told from state never written, and the capacity left when

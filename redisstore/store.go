@@ -71,6 +71,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -1199,11 +1200,11 @@ func readPeers(gen string, v any) *peerList {
 	for i := 0; i+1 < len(flat) && len(pl.ids) < maxPeers; i += 2 {
 		id, _ := flat[i].(string)
 		score, _ := flat[i+1].(string)
-		last, err := strconv.ParseInt(strings.SplitN(score, ".", 2)[0], 10, 64)
-		if id == "" || err != nil {
+		last, err := strconv.ParseFloat(score, 64)
+		if id == "" || len(id) > maxPeerID || err != nil || last <= 0 || last > math.MaxInt64/2 {
 			continue
 		}
-		pl.ids, pl.last = append(pl.ids, id), append(pl.last, last)
+		pl.ids, pl.last = append(pl.ids, id), append(pl.last, int64(last))
 	}
 	return pl
 }
