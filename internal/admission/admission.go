@@ -578,7 +578,11 @@ func (q *Queue[K]) spare(now time.Time, w Window, place Place) (spare, kept int)
 		if i+1 < len(ahead) && ahead[i+1].by.Equal(k.by) {
 			continue // one time: its keeps together
 		}
-		spare = min(spare, w.(Freer).FreeAt(now, later(k.by, now))-want)
+		at := k.by
+		if at.Before(now) {
+			at = now // late to ask, within its grace
+		}
+		spare = min(spare, w.(Freer).FreeAt(now, at)-want)
 	}
 	return max(0, spare), 0
 }
@@ -615,12 +619,4 @@ func (r *ring[K]) Pop() any {
 	*r = old[:len(old)-1]
 	e.index = -1
 	return e
-}
-
-// later is the later of a and b.
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
 }
