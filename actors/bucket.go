@@ -733,11 +733,19 @@ func (b *bucket) askAdmission(ctx actor.Context, now time.Time) {
 // behind a later answer could ask.
 func (b *bucket) announceSoon(ctx actor.Context, now time.Time) {
 	w := b.win()
+	others := w.waiting.Load() > 0
+	if !others && b.pioneers == 0 {
+		return // nobody in line, no queue behind a pioneer
+	}
 	_, per, ok := w.limit()
 	if !ok {
 		return
 	}
-	others := w.waiting.Load() > 0
+	rtt := time.Duration(b.sys.rtt.Load())
+	// A queue behind its pioneer tells it once a period at most: each
+	// request that joins would otherwise tell it again, and a slow
+	// pioneer's queue keep slots idle again and again.
+	behind := b.soonAt.IsZero() || now.Sub(b.soonAt) >= per
 	var (
 		at    time.Time
 		want  int
@@ -745,47 +753,39 @@ func (b *bucket) announceSoon(ctx actor.Context, now time.Time) {
 		since time.Time
 		first = ^uint64(0)
 		class = admission.Bulk
+		known bool // a known lane's reopening is in the keep
 	)
 	for _, l := range b.lanes {
 		c := l.line.Head()
 		if c == nil || c.Route.GlobalExempt || l.serial {
 			continue
 		}
-		if !l.State.Known && l.running > 0 {
-			// Behind its pioneer: it asks at the pioneer's answer, for at
-			// most what a period holds at the pace assumed for an unknown
-			// bucket (admission.UnknownPace). Once a period at most: each
-			// request that joins would otherwise tell it again, and a
-			// slow pioneer's queue keep slots idle again and again.
-			if !b.soonAt.IsZero() && now.Sub(b.soonAt) < per {
+		var ready time.Time
+		var n int
+		switch {
+		case !l.State.Known && l.running > 0:
+			// Behind its pioneer: it asks at the pioneer's answer, for
+			// at most what a period holds at the pace assumed for an
+			// unknown bucket (admission.UnknownPace).
+			if !behind {
 				continue
 			}
-			ready := now.Add(time.Duration(b.sys.rtt.Load()))
-			if at.IsZero() || ready.Before(at) {
-				at = ready
+			ready, n = now.Add(rtt), min(l.line.Len(), max(1, int(per/admission.UnknownPace)))
+		case others && l.State.Known && l.machine.Current() != fsm.Initial:
+			ok, wait := b.ready(l, now)
+			if ok || wait <= 0 || wait >= per {
+				continue
 			}
-			n := min(l.line.Len(), max(1, int(per/admission.UnknownPace)))
-			want += n
-			class = max(class, l.line.TopClass(n))
-			path = max(path, admission.Backlog(l.line.Len(), 0, 0, 0))
-			if since.IsZero() || c.Submitted.Before(since) || c.Submitted.Equal(since) && c.ID < first {
-				since, first = c.Submitted, c.ID
-			}
+			ready, n, known = now.Add(wait), min(l.line.Len(), l.State.Limit), true
+		default:
 			continue
 		}
-		if !others || !l.State.Known || l.machine.Current() == fsm.Initial {
-			continue
-		}
-		ok, wait := b.ready(l, now)
-		if ok || wait <= 0 || wait >= per {
-			continue
-		}
-		if ready := now.Add(wait); at.IsZero() || ready.Before(at) {
+		if at.IsZero() || ready.Before(at) {
 			at = ready
 		}
-		want += min(l.line.Len(), l.State.Limit)
-		class = max(class, l.line.TopClass(l.State.Limit))
-		path = max(path, l.Backlog(now.Add(wait), l.line.Len()))
+		want += n
+		class = max(class, l.line.TopClass(n))
+		path = max(path, l.Backlog(ready, l.line.Len()))
 		if since.IsZero() || c.Submitted.Before(since) || c.Submitted.Equal(since) && c.ID < first {
 			since, first = c.Submitted, c.ID
 		}
@@ -799,8 +799,10 @@ func (b *bucket) announceSoon(ctx actor.Context, now time.Time) {
 		return
 	}
 	b.soonAt = at
-	// (its last window's slots free about a round trip after it reopens)
-	slack := time.Duration(b.sys.rtt.Load())
+	var slack time.Duration
+	if known {
+		slack = rtt // its last window's slots free about a round trip after it reopens
+	}
 	ctx.Send(b.sys.sup, &soonMsg{key: b.key, keep: admission.Keep{At: at, Slack: slack, Want: want, Path: path, Since: since, First: first, Class: class}})
 }
 

@@ -565,11 +565,15 @@ func (q *Queue[K]) spare(now time.Time, w Window, place Place) (spare, kept int)
 	if len(ahead) == 0 {
 		return -1, 0
 	}
-	if f, ok := w.(Freer); !ok || f.FreeAt(now, now) < 0 {
+	countOnly := func() (int, int) {
 		for _, k := range ahead {
 			kept += k.want
 		}
 		return -1, kept
+	}
+	f, ok := w.(Freer)
+	if !ok {
+		return countOnly()
 	}
 	slices.SortFunc(ahead, func(a, b keep) int { return a.by.Compare(b.by) })
 	spare, want := math.MaxInt, 0
@@ -582,7 +586,11 @@ func (q *Queue[K]) spare(now time.Time, w Window, place Place) (spare, kept int)
 		if at.Before(now) {
 			at = now // late to ask, within its grace
 		}
-		spare = min(spare, w.(Freer).FreeAt(now, at)-want)
+		free := f.FreeAt(now, at)
+		if free < 0 {
+			return countOnly() // it cannot tell
+		}
+		spare = min(spare, free-want)
 	}
 	return max(0, spare), 0
 }
