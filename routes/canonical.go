@@ -74,6 +74,10 @@ func BaseVersion(base string) string {
 //   - a version after /api that is "v" and more than 3 digits
 //     (/api/v0010/webhooks/…): a server may read it as a version, where
 //     this router would read it as a route's first segment;
+//   - a version without /api before it, or a second one (/v10/webhooks/…,
+//     /api/v10/v9/…): joined onto a base without a version
+//     (https://discord.com/api) it becomes one, and the route a token
+//     route this router did not see;
 //   - a first segment that is webhooks or interactions only by Unicode's
 //     case folding (webhookſ with U+017F, also percent-encoded): a server
 //     that folds it would see a token route;
@@ -140,6 +144,14 @@ func canonicalSegments(rawPath string, spare int) (segs []string, version string
 		// them the two prefixes could not be told apart again (/api/api/x
 		// would be sent as /api/x).
 		return nil, "", pathError("path repeats the /api prefix")
+	}
+	if versionLike(segs[0]) {
+		// No route of Discord's starts so either. Without /api before it
+		// (/v10/webhooks/1/T), joined onto a base without a version
+		// (https://discord.com/api), it becomes a version, and the route
+		// a token route this router did not see: it would carry the
+		// bot's token there.
+		return nil, "", pathError("a version without /api before it, or a second one")
 	}
 	for _, k := range [...]string{"webhooks", "interactions"} {
 		if asciiFold(segs[0], k) {

@@ -22,8 +22,9 @@
 //
 // # Rules
 //
-//   - Prefixes /api, /api/vN, a query string, a fragment, repeated and
-//     trailing slashes are ignored.
+//   - Prefixes /api and /api/vN (N of 1 to 3 digits), a query string, a
+//     fragment, repeated and trailing slashes are ignored; the spellings
+//     ErrInvalidPath lists are refused.
 //   - Major parameters are those Discord documents: channel_id and guild_id
 //     when they are the top-level resource (/channels/{id}, /guilds/{id}),
 //     webhook_id, and webhook_token when present. The token never appears in

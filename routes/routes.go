@@ -32,7 +32,8 @@ const TokenHashLength = 16
 // ErrInvalidPath is returned (wrapped in a [*ParseError]) when the path given
 // to [Parse] or [CanonicalPath] is one a server may read in more than one
 // way (a dot segment, an encoded slash or backslash, a semicolon, a
-// version of more than 3 digits, the /api prefix twice, a token route's
+// version of more than 3 digits or without /api before it, the /api
+// prefix twice, a token route's
 // word spelled only by Unicode case folding: [CanonicalPath] lists them),
 // is empty, does not start with "/", is longer than [MaxPathLength],
 // contains a control character, a space or a malformed percent-encoding,

@@ -207,6 +207,8 @@ func TestParseErrors(t *testing.T) {
 		{"only prefix", "GET", "/api/v10/", ErrInvalidPath},
 		{"version of 4 digits", "POST", "/api/v0010/interactions/1/" + interactionToken + "/callback", ErrInvalidPath},
 		{"version of 9 zeros", "POST", "/Api/v000000000/interACtions/0/0", ErrInvalidPath},
+		{"version without /api (a token route on a base without a version)", "POST", "/v10/webhooks/1/tok", ErrInvalidPath},
+		{"second version", "POST", "/api/v10/v9/webhooks/1/tok", ErrInvalidPath},
 		{"semicolon parameter", "POST", "/api/v10/webhooks;x/1/" + webhookToken, ErrInvalidPath},
 		{"semicolon after the version", "POST", "/api/v10;x/interactions/1/" + interactionToken + "/callback", ErrInvalidPath},
 		{"encoded semicolon", "POST", "/api/v10/webhooks%3bx/1/" + webhookToken, ErrInvalidPath},

@@ -322,10 +322,11 @@ func metricsText(t *testing.T, p *proxyProc) string {
 
 // TestProxyHostileDotSegments (security: paths the proxy and the API
 // would read differently). With a default bot token, every spelling of a
-// webhook route through a dot segment ("." ".." "%2e" "%2E%2E" ".%2e"
-// "..;x"), an encoded slash or backslash, a raw backslash, an encoded
-// control character, a semicolon ("webhooks;x", "%3B"), a version of
-// more than 3 digits ("v0010") or "webhooks" spelled by Unicode case
+// webhook route through a dot segment ("." ".." "%2e" "%2E%2E" ".%2e"),
+// an encoded slash or backslash, a raw backslash, an encoded control
+// character, a semicolon ("webhooks;x", "%3B", "..;x"), a version of more
+// than 3 digits ("v0010"), one without /api or a second one ("/v10/"),
+// or "webhooks" spelled by Unicode case
 // folding ("webhookſ") is answered 400 bad_request by the proxy
 // and never reaches the upstream, which would resolve it to the webhook
 // route and, seeing the bot token on it, answer 401 Invalid Webhook
@@ -345,6 +346,8 @@ func TestProxyHostileDotSegments(t *testing.T) {
 		"/api/v10/webhooks%3Bx/1/tok",
 		"/api/v10;x/webhooks/1/tok",
 		"/api/v0010/webhooks/1/tok",
+		"/v10/webhooks/1/tok",
+		"/api/v10/V9/webhooks/1/tok",
 		"/Api/v000000000/interACtions/1/tok/callback",
 		"/api/v10/webhookſ/1/tok",
 		"/api/v10/webhook%C5%BF/1/tok",
