@@ -83,7 +83,9 @@ func (q *Queue[T, R]) setRetries(s []T) {
 	case len(s) == 0:
 		q.retries = nil
 	case q.retries == nil:
-		q.retries = &s
+		p := new([]T) // not &s: that would move s to the heap on every call
+		*p = s
+		q.retries = p
 	default:
 		*q.retries = s
 	}
@@ -133,6 +135,17 @@ func (q *Queue[T, R]) Compact() {
 	}
 	clear(q.items[len(out):])
 	q.items = out
+	q.dropStalePromotion()
+}
+
+// dropStalePromotion forgets the request the share promoted once it no
+// longer holds the head (it finished and was dropped): the queue keeps no
+// finished request alive, and front needs it at the head only.
+func (q *Queue[T, R]) dropStalePromotion() {
+	var zero T
+	if q.promoted != zero && (len(q.items) == 0 || q.items[0] != q.promoted) {
+		q.promoted = zero
+	}
 }
 
 // PlaceOf is where c goes in the queue: behind every request of its class
@@ -316,16 +329,19 @@ func (q *Queue[T, R]) Retry(c T) {
 
 // DueRetries moves the retries whose backoff is over at now to the front
 // of the queue (behind the request the share promoted, if it holds the
-// head), in the order they failed, and drops the finished ones. It
-// returns the ones it moved and the wait for the next one (0: none).
+// head), in the order they failed, each then at its declared place
+// (Order, as PushFront), and drops the finished ones. It returns the ones
+// it moved and the wait for the next one (0: none). While no backoff is
+// over it allocates nothing: the retries waiting are kept in place.
 func (q *Queue[T, R]) DueRetries(now time.Time) (due []T, next time.Duration) {
 	if q.retries == nil {
 		return nil, 0
 	}
 	var r R
-	var keep []T
+	waiting := *q.retries
+	keep := waiting[:0]
 	var at time.Time
-	for _, c := range *q.retries {
+	for _, c := range waiting {
 		switch nb := r.NotBefore(c); {
 		case r.Finished(c):
 		case !now.Before(nb):
@@ -337,9 +353,10 @@ func (q *Queue[T, R]) DueRetries(now time.Time) (due []T, next time.Duration) {
 			}
 		}
 	}
+	clear(waiting[len(keep):])
 	q.setRetries(keep)
-	if len(due) > 0 {
-		q.items = slices.Insert(q.items, q.front(), due...)
+	for i := len(due) - 1; i >= 0; i-- { // the first to fail ends up first
+		q.PushFront(due[i])
 	}
 	if at.IsZero() {
 		return due, 0
@@ -349,7 +366,8 @@ func (q *Queue[T, R]) DueRetries(now time.Time) (due []T, next time.Duration) {
 
 // Filter keeps, in the queue and the retries, the requests keep returns
 // true for and that are not finished afterwards (keep may finish the
-// others: it is called once per request, in order).
+// others: it is called once per request, in order). An emptied queue
+// keeps its room, as Pop's.
 func (q *Queue[T, R]) Filter(keep func(T) bool) {
 	var r R
 	filter := func(cs []T) []T {
@@ -360,13 +378,11 @@ func (q *Queue[T, R]) Filter(keep func(T) bool) {
 			}
 		}
 		clear(cs[len(out):])
-		if len(out) == 0 {
-			return nil
-		}
 		return out
 	}
 	q.items = filter(q.items)
 	q.setRetries(filter(q.Retries()))
+	q.dropStalePromotion()
 }
 
 // Merge takes other's requests into q (two lanes found to share one

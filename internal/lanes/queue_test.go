@@ -184,6 +184,62 @@ func TestQueueDueRetries(t *testing.T) {
 	assert.Empty(t, q.Retries())
 }
 
+// A retry back in line goes to its declared place, as one PushFront puts
+// back: a request reserved in a later window never holds the lane before
+// one reserved earlier. And a retry still waiting costs no allocation at
+// each look.
+func TestQueueDueRetriesKeepDeclaredPlaces(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	var q queue
+	join(&q, &item{id: 10, place: t0.Add(time.Second)})
+	join(&q, &item{id: 11, place: t0.Add(3 * time.Second)})
+	q.Retry(&item{id: 1, place: t0.Add(2 * time.Second), notBefore: t0})
+	q.Retry(&item{id: 2, place: t0.Add(4 * time.Second), notBefore: t0})
+	q.Retry(&item{id: 3, notBefore: t0.Add(time.Hour)})
+	due, _ := q.DueRetries(t0)
+	assert.Equal(t, []uint64{1, 2}, ids(due))
+	assert.Equal(t, []uint64{10, 1, 11, 2}, ids(q.Items()), "retries by their windows among the placed requests")
+	allocs := testing.AllocsPerRun(100, func() { q.DueRetries(t0) })
+	assert.Zero(t, allocs, "a look at a retry still waiting allocates")
+	assert.Equal(t, []uint64{3}, ids(q.Retries()))
+}
+
+// The request the share promoted is forgotten once Compact or Filter drop
+// it (it finished): the queue keeps no finished request alive. An emptied
+// queue keeps its room.
+func TestQueueForgetsADroppedPromotion(t *testing.T) {
+	var q queue
+	for _, c := range []*item{{id: 1, class: admission.Interactive}, {id: 2, class: admission.Interactive}, {id: 3, class: admission.Bulk}} {
+		join(&q, c)
+	}
+	id := uint64(10)
+	for i := 0; q.promoted == nil && i < 2*admission.ShareEvery; i++ {
+		id++
+		join(&q, &item{id: id, class: admission.Interactive})
+		send(&q)
+	}
+	require.NotNil(t, q.promoted, "the share promoted no request")
+	p := q.promoted
+	require.Same(t, p, q.Head())
+	p.done = true
+	q.Compact()
+	assert.Nil(t, q.promoted, "Compact kept the finished promoted request")
+
+	for i := 0; q.promoted == nil && i < 2*admission.ShareEvery; i++ {
+		id++
+		join(&q, &item{id: id, class: admission.Bulk})
+		id++
+		join(&q, &item{id: id, class: admission.Interactive})
+		send(&q)
+	}
+	require.NotNil(t, q.promoted, "the share promoted no request")
+	q.Filter(func(c *item) bool { return c != q.promoted })
+	assert.Nil(t, q.promoted, "Filter kept the dropped promoted request")
+	q.Filter(func(*item) bool { return false })
+	assert.Zero(t, q.Len())
+	assert.NotZero(t, cap(q.Items()), "the emptied queue lost its room")
+}
+
 // Two lanes found to share a bucket: one queue by class then submission,
 // the retries together, the merged one empty.
 func TestQueueMerge(t *testing.T) {
