@@ -1,7 +1,6 @@
 package routes
 
 import (
-	"net/url"
 	"strconv"
 	"strings"
 )
@@ -78,9 +77,14 @@ func BaseVersion(base string) string {
 //     /api/v10/v9/…): joined onto a base without a version
 //     (https://discord.com/api) it becomes one, and the route a token
 //     route this router did not see;
-//   - a first segment that is webhooks or interactions only by Unicode's
-//     case folding (webhookſ with U+017F, also percent-encoded): a server
-//     that folds it would see a token route;
+//   - a first segment (below the prefix) that is not an ASCII word of
+//     letters, digits, - and _, as every first segment of Discord's routes
+//     is: a server that folds case (webhookſ with U+017F), normalises
+//     compatibility forms (fullwidth ｗｅｂｈｏｏｋｓ) or trims spaces
+//     (webhooks%20) might see a token route;
+//   - an escaped escape (%2577, %252e, %25%32%65: a percent sign before
+//     two hex digits): a server or gateway that decodes twice reads
+//     another path (%252e%252e is a dot segment to it);
 //   - an empty path, one not starting with "/", longer than
 //     [MaxPathLength], with a raw control character or space, a malformed
 //     escape, or nothing after the prefix ([Parse] refuses all of these,
@@ -153,26 +157,33 @@ func canonicalSegments(rawPath string, spare int) (segs []string, version string
 		// bot's token there.
 		return nil, "", pathError("a version without /api before it, or a second one")
 	}
+	if !resourceWord(segs[0]) {
+		// Every first segment of Discord's routes is such a word. Any
+		// other may be one to a server that normalises what this router
+		// keeps: Unicode's case folding (webhookſ with U+017F, webhoo\u212As),
+		// compatibility forms (fullwidth ｗｅｂｈｏｏｋｓ), trimmed spaces
+		// (webhooks%20), each maybe percent-encoded; it would see a token
+		// route where this router sees another.
+		return nil, "", pathError("path's first segment is not an ASCII word (letters, digits, - and _)")
+	}
 	for _, k := range [...]string{"webhooks", "interactions"} {
 		if asciiFold(segs[0], k) {
 			segs[0] = k
-			return segs, version, nil
+			break
 		}
-	}
-	// Spelled so that only Unicode's folding (U+017F for s, U+212A for
-	// k), maybe percent-encoded (webhook%C5%BF), makes it one of them: a
-	// server that decodes and folds would see a token route where this
-	// router sees another.
-	first := segs[0]
-	if strings.IndexByte(first, '%') >= 0 {
-		if d, err := url.PathUnescape(first); err == nil { // escapes were validated
-			first = d
-		}
-	}
-	if strings.EqualFold(first, "webhooks") || strings.EqualFold(first, "interactions") {
-		return nil, "", pathError("path's first segment is webhooks or interactions only by Unicode case folding")
 	}
 	return segs, version, nil
+}
+
+// resourceWord reports whether a canonical segment is made of ASCII
+// letters, digits, - and _ only (it then holds no escape either).
+func resourceWord(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 // asciiFold reports whether s is k, a lower-case ASCII word, in any ASCII
@@ -245,6 +256,16 @@ func canonicalSegment(s string) (string, error) {
 	out := b.String()
 	if out == "." || out == ".." {
 		return "", pathError("path contains a dot segment")
+	}
+	for rest, i := out, strings.Index(out, "%25"); i >= 0; i = strings.Index(rest, "%25") {
+		// An escaped percent sign before two hex digits, however spelled
+		// (%252e, %25%32%65): decoded once more, by a server or gateway
+		// that decodes twice, it is another escape, so another path (a dot
+		// segment, a slash, a token route's word).
+		if i+4 < len(rest) && isHex(rest[i+3]) && isHex(rest[i+4]) {
+			return "", pathError("path contains an escaped escape (decoded twice, another path)")
+		}
+		rest = rest[i+3:]
 	}
 	return out, nil
 }

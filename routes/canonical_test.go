@@ -53,6 +53,9 @@ func TestCanonicalPathNormalises(t *testing.T) {
 		"/channels/1/messages/2/reactions/name%3a123/%40me":   {"", "/channels/1/messages/2/reactions/name%3A123/%40me"},
 		"/channels/1/messages/2/reactions/%F0%9F%91%8D/@me":   {"", "/channels/1/messages/2/reactions/%F0%9F%91%8D/@me"},
 		"/api/v10/channels/1/messages/2/reactions/\u2764/@me": {"v10", "/channels/1/messages/2/reactions/\u2764/@me"},
+		"/channels/1/messages/2/reactions/100%25/@me":         {"", "/channels/1/messages/2/reactions/100%25/@me"},
+		"/channels/1/messages/2/reactions/%25zz%25":           {"", "/channels/1/messages/2/reactions/%25zz%25"},
+		"/stage-instances/1":                                  {"", "/stage-instances/1"},
 	} {
 		got, err := CanonicalPath(in)
 		require.NoError(t, err, in)

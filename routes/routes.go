@@ -33,8 +33,8 @@ const TokenHashLength = 16
 // to [Parse] or [CanonicalPath] is one a server may read in more than one
 // way (a dot segment, an encoded slash or backslash, a semicolon, a
 // version of more than 3 digits or without /api before it, the /api
-// prefix twice, a token route's
-// word spelled only by Unicode case folding: [CanonicalPath] lists them),
+// prefix twice, a first segment that is no ASCII word, an escaped escape:
+// [CanonicalPath] lists them),
 // is empty, does not start with "/", is longer than [MaxPathLength],
 // contains a control character, a space or a malformed percent-encoding,
 // has no segment left once the /api/vN prefix is removed, or (Parse) puts

@@ -326,8 +326,10 @@ func metricsText(t *testing.T, p *proxyProc) string {
 // an encoded slash or backslash, a raw backslash, an encoded control
 // character, a semicolon ("webhooks;x", "%3B", "..;x"), a version of more
 // than 3 digits ("v0010"), one without /api or a second one ("/v10/"),
-// or "webhooks" spelled by Unicode case
-// folding ("webhookſ") is answered 400 bad_request by the proxy
+// a first segment that is no ASCII word ("webhookſ" by Unicode case
+// folding, fullwidth letters, "webhooks%20"), or an escaped escape that a
+// server decoding twice reads as another path ("%2577ebhooks",
+// "%252e%252e") is answered 400 bad_request by the proxy
 // and never reaches the upstream, which would resolve it to the webhook
 // route and, seeing the bot token on it, answer 401 Invalid Webhook
 // Token; afterwards a bot request still gets 200 (the bot token was not taken for revoked);
@@ -351,6 +353,12 @@ func TestProxyHostileDotSegments(t *testing.T) {
 		"/Api/v000000000/interACtions/1/tok/callback",
 		"/api/v10/webhookſ/1/tok",
 		"/api/v10/webhook%C5%BF/1/tok",
+		"/api/v10/\uff57\uff45\uff42\uff48\uff4f\uff4f\uff4b\uff53/1/tok",
+		"/api/v10/%EF%BD%97ebhooks/1/tok",
+		"/api/v10/webhooks%20/1/tok",
+		"/api/v10/%2577ebhooks/1/tok",
+		"/api/v10/channels/1/%252e%252e/%252e%252e/webhooks/1/tok",
+		"/api/v10/channels/1/%25%32%65%25%32%65/webhooks/1/tok",
 		"/api/v10/./webhooks/1/tok",
 		"/api/v10/x/../webhooks/1/tok",
 		"/api/v10/%2e/webhooks/1/tok",
