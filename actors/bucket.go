@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/fsm"
 	"github.com/sluicehq/sluice/internal/admission"
 	"github.com/sluicehq/sluice/internal/attempt"
+	"github.com/sluicehq/sluice/internal/telemetry"
 	"github.com/sluicehq/sluice/ratelimit"
 	"github.com/sluicehq/sluice/routes"
 	"github.com/sluicehq/sluice/supervision"
@@ -432,7 +433,7 @@ func (b *bucket) enqueue(c *Call) {
 		}
 	}
 	c.queuedAt = now
-	b.sys.tel.eventWith(c, "queued", attribute.String("sluice.bucket", l.key))
+	telemetry.EventWith(c.span, "queued", attribute.String("sluice.bucket", l.key))
 	if l.line.Insert(pos, c) {
 		b.restamp(l, now) // its place moved the calls behind it
 	}
@@ -889,8 +890,8 @@ func (b *bucket) dispatch(ctx actor.Context, l *lane, c *Call, g *gate, global b
 		c.readyAt = time.Time{}
 	}
 	c.sends.Add(1)
-	b.sys.tel.event(c, "dispatched")
-	b.sys.tel.event(c, "sent")
+	telemetry.Event(c.span, "dispatched")
+	telemetry.Event(c.span, "sent")
 	self := b.self
 	var sr *ratelimit.SharedRequest
 	if b.win().shared != nil {
@@ -1016,7 +1017,7 @@ func (b *bucket) result(ctx actor.Context, m *resultMsg) {
 	status := 0
 	if m.resp != nil {
 		status = m.resp.StatusCode
-		b.sys.tel.eventWith(c, "headers", attribute.Int("http.response.status_code", status))
+		telemetry.EventWith(c.span, "headers", attribute.Int("http.response.status_code", status))
 	}
 	v := m.verdict
 	// What the attempt means, by the one outcome table: what its bucket,
@@ -1070,7 +1071,7 @@ func (b *bucket) result(ctx actor.Context, m *resultMsg) {
 	if status == http.StatusTooManyRequests {
 		scope = v.Kind.Scope()
 	}
-	b.sys.tel.response(status, scope)
+	b.sys.tel.Response(status, scope)
 	if c.authProbe.Load() && status != http.StatusUnauthorized && b.sys.auth.accepted() {
 		b.sys.log.Info("sluice: the API accepts the token again")
 	}
@@ -1288,7 +1289,7 @@ func (b *bucket) dueRetries(l *lane, now time.Time) time.Duration {
 	due, next := l.line.DueRetries(now)
 	for _, c := range due {
 		c.queuedAt = now
-		b.sys.tel.event(c, "retry")
+		telemetry.Event(c.span, "retry")
 	}
 	return next
 }

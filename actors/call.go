@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/admission"
 	"github.com/sluicehq/sluice/internal/declared"
+	"github.com/sluicehq/sluice/internal/telemetry"
 	"github.com/sluicehq/sluice/routes"
 )
 
@@ -248,9 +249,12 @@ func (c *Call) runOnDone() {
 // Done is closed when the call has its outcome.
 func (c *Call) Done() <-chan struct{} { return c.done }
 
-// waits returns where the call's time went so far.
-func (c *Call) waits() (bucket, global, network time.Duration) {
-	return time.Duration(c.waitBucket.Load()), time.Duration(c.waitGlobal.Load()), time.Duration(c.waitNetwork.Load())
+// outcome is what telemetry records of the call's end: its result, where
+// its time went, its sends, class and window.
+func (c *Call) outcome() telemetry.Outcome {
+	return telemetry.Outcome{Resp: c.resp, Err: c.err,
+		Bucket: time.Duration(c.waitBucket.Load()), Global: time.Duration(c.waitGlobal.Load()), Network: time.Duration(c.waitNetwork.Load()),
+		Sends: c.sends.Load(), Priority: c.Class.String(), Window: c.window.String()}
 }
 
 // onWire reports whether the call is on the wire as a first pioneer; safe

@@ -15,12 +15,12 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/fsm"
 	"github.com/sluicehq/sluice/internal/attempt"
 	"github.com/sluicehq/sluice/internal/declared"
+	"github.com/sluicehq/sluice/internal/telemetry"
 	"github.com/sluicehq/sluice/ratelimit"
 	"github.com/sluicehq/sluice/supervision"
 	"github.com/sluicehq/sluice/transport"
@@ -176,9 +176,9 @@ type System struct {
 	// clock learns the server's clock from every answer (see
 	// ratelimit.ServerClock); safe for concurrent use.
 	clock    ratelimit.ServerClock
-	supState atomic.Int64 // the supervisor's fsm.SupervisorState
-	tel      *telemetry   // nil: no OpenTelemetry
-	auth     authLatch    // a 401 to the configured token: later calls fail fast
+	supState atomic.Int64         // the supervisor's fsm.SupervisorState
+	tel      *telemetry.Telemetry // nil: no OpenTelemetry
+	auth     authLatch            // a 401 to the configured token: later calls fail fast
 	// exch sends one attempt and reads its answer, body within reader's
 	// bounds (MaxResponseBytes, MaxBufferedBytes).
 	exch   attempt.Exchange
@@ -275,7 +275,7 @@ func Start(cfg Config) (*System, error) {
 		ipGlobal = cfg.Global
 	}
 	s.windows[IPWindow] = newGlobalWindow(ipGlobal, cfg.IPShared)
-	tel, err := newTelemetry(cfg.TracerProvider, cfg.MeterProvider, s)
+	tel, err := telemetry.New(cfg.TracerProvider, cfg.MeterProvider, s.gauges)
 	if err != nil {
 		releaseHost()
 		return nil, fmt.Errorf("sluice: metrics: %w", err)
@@ -343,7 +343,7 @@ func (s *System) register(c *Call) (int64, bool) {
 	s.calls.Add(1)
 	s.subMu.RUnlock()
 	n := s.pending.Add(1)
-	s.tel.start(c)
+	c.Ctx, c.span = s.tel.Start(c.Ctx, c.Route, c.window.String(), c.ID)
 	c.arm(s)
 	// In live only once armed: Close completes what it finds there, and
 	// the outcome's bookkeeping (System.finished) needs the owner. Watched
@@ -364,7 +364,9 @@ func (s *System) finished(c *Call) {
 		s.groups.release(c, s.now())
 	}
 	s.auth.release(c)
-	s.tel.finish(c)
+	if s.tel != nil { // nil: nothing to record, the outcome not even read
+		s.tel.Finish(c.span, c.outcome())
+	}
 	s.live.remove(c.ID)
 	s.pending.Add(-1)
 	s.calls.Done()
@@ -453,7 +455,7 @@ func (s *System) seal(c *Call) error {
 		req.Header["User-Agent"] = c.sealed[1:2:2]
 	}
 	if c.span != nil {
-		inject(c.Ctx, propagation.HeaderCarrier(req.Header))
+		telemetry.Inject(c.Ctx, req.Header)
 	}
 	return nil
 }
@@ -583,7 +585,7 @@ func (s *System) close(ctx context.Context) error {
 			return true
 		})
 		<-allDone
-		s.tel.close()
+		s.tel.Close()
 		releaseHost()
 	}
 	return err
@@ -933,13 +935,30 @@ func connectionError(ctx context.Context, err error) error {
 }
 
 // Load is a reading of the system taken without an actor message: the
-// figures its observable metrics report (see telemetry).
+// figures its observable metrics report (see gauges).
 type Load struct {
 	Time                      time.Time
 	State                     string // the supervisor's state
 	Pending, Running, Buckets int
 	InvalidLeft               int // -1: no invalid-request budget
 	Windows                   []WindowSnapshot
+}
+
+// gauges is the reading the observable metrics report
+// (telemetry.Gauges), taken at each metric collection, on the SDK's
+// goroutine: the same counters and windows as Load.
+func (s *System) gauges() telemetry.Gauges {
+	now := s.now()
+	g := telemetry.Gauges{Pending: s.pending.Load(), Running: s.running.Load(), Buckets: s.buckets.Load(),
+		State: s.supState.Load(), InvalidLeft: -1}
+	if s.cfg.Invalid != nil {
+		g.InvalidLeft = int64(s.cfg.Invalid.Left(now))
+	}
+	g.Windows = make([]telemetry.WindowGauge, 0, len(s.windows))
+	for w, gw := range s.windows {
+		g.Windows = append(g.Windows, telemetry.WindowGauge{Name: Window(w).String(), Used: int64(gw.used(now)), Paused: gw.limiter.Blocked(now)})
+	}
+	return g
 }
 
 // Load reads the system's counters and global windows. It is safe to

@@ -282,7 +282,7 @@ func (s *System) senderMiddleware() []actor.SenderMiddleware {
 // transition emits a state machine transition of t's machine for the
 // bucket key (empty for the supervisor).
 func (s *System) transition(t tracer, pid *actor.PID, key, event, from, to string) {
-	s.tel.transition(t.traceName(), event, "")
+	s.tel.Transition(t.traceName(), event, "")
 	s.traceTransition(t, pid, key, event, from, to)
 }
 
@@ -290,7 +290,7 @@ func (s *System) transition(t tracer, pid *actor.PID, key, event, from, to strin
 // supervisor's, with key "window bot" or "window ip"; its metric names the
 // machine "window".
 func (s *System) windowTransition(t tracer, pid *actor.PID, w Window, event, from, to string) {
-	s.tel.transition("window", event, w.String())
+	s.tel.Transition("window", event, w.String())
 	s.traceTransition(t, pid, "window "+w.String(), event, from, to)
 }
 
