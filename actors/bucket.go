@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/fsm"
 	"github.com/sluicehq/sluice/internal/admission"
 	"github.com/sluicehq/sluice/internal/attempt"
+	"github.com/sluicehq/sluice/internal/pioneers"
 	"github.com/sluicehq/sluice/internal/telemetry"
 	"github.com/sluicehq/sluice/ratelimit"
 	"github.com/sluicehq/sluice/routes"
@@ -456,8 +457,8 @@ func (b *bucket) ready(l *lane, now time.Time) (bool, time.Duration) {
 			if b.pioneers > 0 {
 				return false, 0
 			}
-			if c := l.line.Head(); c != nil && !b.sys.firsts.free(l.template, c, l, b.self) {
-				return false, firstPoll // another actor's first pioneer of the template
+			if c := l.line.Head(); c != nil && !b.sys.firsts.Free(l.template, c, l, b.self) {
+				return false, pioneers.Poll // another actor's first pioneer of the template
 			}
 			for _, k := range b.lanes {
 				if k != l && k.State.Known && mayShare(l, k) {
@@ -616,10 +617,10 @@ func (b *bucket) try(ctx actor.Context, l *lane, c *Call, g *gate, now time.Time
 		return true, false, 0
 	}
 	if l.first && l.machine.Current() == fsm.Initial {
-		if !b.sys.firsts.take(l.template, c, l, b.self) {
+		if !b.sys.firsts.Take(l.template, c, l, b.self) {
 			// Another actor's first pioneer of the template took the turn
 			// since ready: its answer (a pioneeredMsg) wakes this.
-			return false, false, firstPoll
+			return false, false, pioneers.Poll
 		}
 		if hash, known := b.sys.store.Alias(l.template); known && hash != "" {
 			// The turn came free with the template's answer (recorded
@@ -1038,7 +1039,7 @@ func (b *bucket) result(ctx actor.Context, m *resultMsg) {
 		// A first answer without a bucket: nothing to learn, the
 		// template's other first pioneers need not wait (release tells
 		// them).
-		b.sys.firsts.settle(c.lane.resolve().template)
+		b.sys.firsts.Settle(c.lane.resolve().template)
 	}
 	l := b.release(ctx, c, m.at, h, count)
 	if answered {
@@ -1148,7 +1149,7 @@ func (b *bucket) learn(l *lane, c *Call, h ratelimit.Headers, status int) {
 // endFirstTurn ends c's turn as the first pioneer of template, if it has
 // it, and tells the actors waiting for it.
 func (b *bucket) endFirstTurn(ctx actor.Context, template string, c *Call) {
-	for _, pid := range b.sys.firsts.done(template, c) {
+	for _, pid := range b.sys.firsts.Done(template, c) {
 		ctx.Send(pid, &pioneeredMsg{template: template})
 	}
 }

@@ -113,7 +113,7 @@ type Call struct {
 	waitGlobal  atomic.Int64 // nanoseconds waiting for the global limit and the connection
 	waitNetwork atomic.Int64 // nanoseconds on the wire
 	// firstWire is set while the call is on the wire as its template's
-	// first pioneer: other actors read it (firstPioneers).
+	// first pioneer: other actors read it (pioneers.Turns).
 	firstWire atomic.Bool
 	stopCtx   atomic.Value // func() bool: unregisters the context watch (arm)
 	// attempt holds the context.CancelFunc of the attempt on the wire

@@ -52,7 +52,7 @@
 // mayShare), so it goes alone, only when every such known lane can spare a
 // slot, and takes one from each (a hold); its answer reports each hold exactly once:
 // Observe in the bucket it turned out to be, Refund in the others. One first
-// pioneer goes at a time per template across the actors (firstPioneers):
+// pioneer goes at a time per template across the actors (pioneers.Turns):
 // the template's other channels wait for its answer, then take their own
 // bucket of that hash (adoptLearned) instead of each guessing. When the
 // answer names a bucket another lane already has, the route's lane merges

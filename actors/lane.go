@@ -70,7 +70,8 @@ type lane struct {
 	mergedInto *lane
 }
 
-// callRules is how a lane's queue reads a call (lanes.Rules).
+// callRules is how the pure packages read a call: a lane's queue
+// (lanes.Rules) and its template's first pioneer turn (pioneers.Rules).
 type callRules struct{}
 
 func (callRules) Class(c *Call) admission.Class   { return c.Class }
@@ -78,6 +79,7 @@ func (callRules) Seq(c *Call) uint64              { return c.ID }
 func (callRules) Finished(c *Call) bool           { return c.Finished() }
 func (callRules) Place(c *Call) (time.Time, bool) { return placeStart(c) }
 func (callRules) NotBefore(c *Call) time.Time     { return c.notBefore }
+func (callRules) OnWire(c *Call) bool             { return c.onWire() }
 
 // routeRef names a route family: method and template.
 type routeRef struct{ method, template string }

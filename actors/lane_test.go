@@ -3,6 +3,7 @@ package actors
 import (
 	"testing"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -33,4 +34,27 @@ func TestRekeyCarriesTheMergedLanesRoutes(t *testing.T) {
 	react := &lane{template: "GET /channels/{channel_id}/messages/{message_id}/reactions"}
 	assert.True(t, mayShare(react, owner), "a child of the merged lane's route")
 	assert.False(t, mayShare(react, &lane{template: "GET /guilds/{guild_id}/members"}))
+}
+
+// TestFirstTurnsReadTheCall: the System's first pioneer turns (rules in
+// internal/pioneers) read a call's outcome and its first pioneer's wire
+// flag: a call finished unsent holds nothing, one on the wire holds the
+// turn, finished or not.
+func TestFirstTurnsReadTheCall(t *testing.T) {
+	var s System
+	la, lb := &lane{}, &lane{}
+	a, b := &Call{}, &Call{}
+	pa, pb := actor.NewPID("local", "a"), actor.NewPID("local", "b")
+	const tpl = "GET /channels/{channel_id}/pins"
+
+	require.True(t, s.firsts.Take(tpl, a, la, pa))
+	assert.False(t, s.firsts.Take(tpl, b, lb, pb))
+	a.firstWire.Store(true)
+	a.fin.Store(true)
+	assert.False(t, s.firsts.Take(tpl, b, lb, pb), "on the wire")
+	a.firstWire.Store(false)
+	assert.True(t, s.firsts.Take(tpl, b, lb, pb), "finished unsent")
+	told := s.firsts.Done(tpl, b)
+	require.Len(t, told, 1, "told once, however often it asked")
+	assert.True(t, told[0].Equal(pb))
 }

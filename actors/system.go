@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/fsm"
 	"github.com/sluicehq/sluice/internal/attempt"
 	"github.com/sluicehq/sluice/internal/declared"
+	"github.com/sluicehq/sluice/internal/pioneers"
 	"github.com/sluicehq/sluice/internal/telemetry"
 	"github.com/sluicehq/sluice/ratelimit"
 	"github.com/sluicehq/sluice/supervision"
@@ -147,8 +148,8 @@ type System struct {
 	windows [numWindows]*globalWindow
 	store   ratelimit.BucketStore
 	// firsts: one first pioneer at a time per route template, across
-	// the actors (firsts.go).
-	firsts firstPioneers
+	// the actors (internal/pioneers).
+	firsts pioneers.Turns[*Call, *lane, *actor.PID, callRules]
 	log    *slog.Logger
 
 	// hardCtx ends every request on the wire when Close gives up waiting.
