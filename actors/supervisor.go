@@ -107,65 +107,15 @@ type gate struct {
 	turn *atomic.Uint32
 }
 
-// pick returns the connection carrying the fewest requests, counting
-// those picked and not yet sent, and Claims it (nil: none); among equally
-// loaded ones, successive picks take turns. The request's worker Unclaims
-// it as it hands the request over (System.work): requests dispatched
-// together spread over the pool, so one reset ends fewer of a bucket's
-// window. Taking turns keeps them spread when the machine is so busy that
-// each request of a burst is answered before the next is picked (every
-// connection then carries none, and the first would take them all).
-//
-// A connection that died (its Done closed) is picked only when every one
-// did, between the caller's live check and the pick: it carries no
-// request, so it looked the least loaded, and every request sent on it
-// came back at once unsent, to be sent on it again. Until the supervisor
-// heard of the death through its full mailbox, a bucket actor resent its
-// queue on it about 130,000 times a second (TestChaosEveryRequestEndsAndNoUnsafeResend
-// hung for its two minutes in about half of its runs after the first in
-// one process).
-func (g *gate) pick() *transport.Conn {
-	var best *transport.Conn
-	least, bestAlive := 0, false
-	n := len(g.conns)
-	if n == 0 {
-		return nil
-	}
-	start := int(g.turn.Add(1) % uint32(n))
-	for i := range n {
-		c := g.conns[(start+i)%n]
-		a := alive(c)
-		if l := c.Load(); best == nil || a && !bestAlive || a == bestAlive && l < least {
-			best, least, bestAlive = c, l, a
-		}
-	}
-	if best != nil {
-		best.Claim()
-	}
-	return best
-}
+// pick claims the least loaded live connection (transport.Pick; nil:
+// none). The request's worker Unclaims it as it hands the request over
+// (System.work).
+func (g *gate) pick() *transport.Conn { return transport.Pick(g.conns, g.turn) }
 
-// live reports whether any of g's connections has not died.
-func (g *gate) live() bool {
-	for _, c := range g.conns {
-		if alive(c) {
-			return true
-		}
-	}
-	return false
-}
-
-// alive reports whether c has not died (its Done is open). The
+// live reports whether any of g's connections has not died. The
 // supervisor removes a dead connection from the gate when its connDownMsg
 // comes, which may be a while behind other messages.
-func alive(c *transport.Conn) bool {
-	select {
-	case <-c.Done():
-		return false
-	default:
-		return true
-	}
-}
+func (g *gate) live() bool { return transport.AnyAlive(g.conns) }
 
 // maxDialFailures is how many connections in a row may fail to reach the
 // API (a dial that failed, or a connection that died young without being
