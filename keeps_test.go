@@ -117,3 +117,122 @@ func TestPioneerOnTheWireKeepsItsSlots(t *testing.T) {
 	// The first window: the warm-up, both pioneers, and the 3 slots left.
 	assert.Equal(t, []string{hot, hot, hot}, arrivals[3:6], "the window's last slots went to the long backlog: %v", arrivals)
 }
+
+// A keep no queue needs any more is withdrawn at once, not left to hold
+// the window's slots until it lapses (admission.SoonGrace after the
+// reopening it named): here the hot queue's pioneer is answered with its
+// bucket shut for longer than the global period, and the cold channel
+// waiting in line gets the slots the keep held in the same handler of the
+// supervisor's (before, they waited for the keep's lapse, a timer away).
+//
+// A global window of 6 per second; a warm-up learns the route; the hot
+// channel (11 messages) sends its pioneer and, while the server holds it,
+// tells its keep. The cold channel (3) then sends its pioneer (fast path)
+// and asks for its 2 others, held by the keep. The hot pioneer's answer
+// shuts its bucket for 1.5 s.
+func TestAKeepNoQueueNeedsIsWithdrawn(t *testing.T) {
+	const cold, hot = "100", "200"
+	var (
+		mu     sync.Mutex
+		sent   = map[string]int{}
+		events []sluice.TraceEvent // the supervisor's, in order
+	)
+	hotKept, coldAsked, releaseHot := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var kept, asked atomic.Bool
+	srv := tlsServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		parts := strings.Split(r.URL.Path, "/") // /api/v10/channels/{id}/messages
+		ch := parts[len(parts)-2]
+		mu.Lock()
+		sent[ch]++
+		n := sent[ch]
+		mu.Unlock()
+		h := w.Header()
+		h.Set("X-RateLimit-Limit", "5")
+		h.Set("X-RateLimit-Remaining", strconv.Itoa(max(0, 5-n)))
+		h.Set("X-RateLimit-Reset-After", "1.000")
+		if ch == hot && n == 1 {
+			select {
+			case <-releaseHot:
+			case <-r.Context().Done():
+				return
+			}
+			h.Set("X-RateLimit-Remaining", "0")
+			h.Set("X-RateLimit-Reset-After", "1.500") // shut for longer than the global period
+		}
+		h.Set("X-RateLimit-Bucket", "msgs")
+		w.Write([]byte(`{}`))
+	}))
+	lim := limiterFor(t, srv, sluice.Options{GlobalLimit: 6, GlobalWindow: time.Second, NoDefaultLimits: true,
+		Trace: func(e sluice.TraceEvent) {
+			if e.Actor != "supervisor" {
+				return
+			}
+			mu.Lock()
+			events = append(events, e)
+			mu.Unlock()
+			if e.Kind == "receive" && e.Message == "soon" && kept.CompareAndSwap(false, true) {
+				close(hotKept)
+			}
+			if e.Kind == "receive" && e.Message == "want" && kept.Load() && asked.CompareAndSwap(false, true) {
+				close(coldAsked)
+			}
+		}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := lim.Do(ctx, req("POST", "/channels/1/messages", `{}`))
+	require.NoError(t, err)
+	resp.Body.Close()
+
+	hotCtx, cancelHot := context.WithCancel(ctx)
+	defer cancelHot()
+	var hots []*sluice.Future
+	for range 11 {
+		hots = append(hots, lim.Send(hotCtx, req("POST", "/channels/"+hot+"/messages", `{}`)))
+	}
+	select {
+	case <-hotKept:
+	case <-ctx.Done():
+		t.Fatal("the hot queue behind its pioneer told no keep")
+	}
+	var colds []*sluice.Future
+	for range 3 {
+		colds = append(colds, lim.Send(ctx, req("POST", "/channels/"+cold+"/messages", `{}`)))
+	}
+	select {
+	case <-coldAsked:
+	case <-ctx.Done():
+		t.Fatal("the cold channel never asked the supervisor")
+	}
+	close(releaseHot)
+	for _, f := range colds {
+		resp, err := f.Await(ctx)
+		require.NoError(t, err)
+		resp.Body.Close()
+	}
+	cancelHot() // its bucket's next windows are not this test's
+	for _, f := range hots {
+		if resp, err := f.Await(ctx); err == nil {
+			resp.Body.Close()
+		}
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	// The supervisor's events: the keep, then its withdrawal, whose
+	// handler grants the cold channel's ask.
+	var soons []int
+	for i, e := range events {
+		if e.Kind == "receive" && e.Message == "soon" {
+			soons = append(soons, i)
+		}
+	}
+	require.GreaterOrEqual(t, len(soons), 2, "the keep was never withdrawn")
+	granted := false
+	for _, e := range events[soons[1]+1:] {
+		if e.Kind == "receive" {
+			break // the next message: the withdrawal's handler is over
+		}
+		granted = granted || e.Kind == "send" && e.Message == "grant"
+	}
+	assert.True(t, granted, "the withdrawal's handler granted nothing: the slots stayed kept")
+}

@@ -65,6 +65,7 @@ type bucket struct {
 	wantPath    time.Duration // the backlog last told with want
 	soonAt      time.Time     // the reopening last told with soonMsg
 	wanting     bool
+	kept        bool            // a keep told with soonMsg may stand: no want since, nor withdrawal
 	wantClass   admission.Class // the class of want
 	wantPioneer bool            // and whether it was for a pioneer
 	probe       bool
@@ -719,7 +720,7 @@ func (b *bucket) askAdmission(ctx actor.Context, now time.Time) {
 		// telling.
 		return
 	}
-	b.wanting, b.want, b.wantPath, b.wantPioneer, b.wantClass = true, want, path, pioneer, class
+	b.wanting, b.want, b.wantPath, b.wantPioneer, b.wantClass, b.kept = true, want, path, pioneer, class, false // a want replaces the keep
 	ctx.Send(b.sys.sup, &wantMsg{key: b.key, ask: admission.Ask{Want: want, Global: global, Path: path, Since: since, First: first, Pioneer: pioneer, Class: class}})
 }
 
@@ -732,12 +733,14 @@ func (b *bucket) askAdmission(ctx actor.Context, now time.Time) {
 // round trip away: it says so whether others wait or not, as the buckets
 // that learn their limits first would otherwise take the window's slots
 // one after the other, each alone in line, before a longer backlog
-// behind a later answer could ask.
+// behind a later answer could ask. A keep that no queue needs any more
+// (cancelled, or its pioneer's answer shut its bucket for longer) is
+// withdrawn at once, not left to lapse.
 func (b *bucket) announceSoon(ctx actor.Context, now time.Time) {
 	w := b.win()
 	others := w.waiting.Load() > 0
-	if !others && b.pioneers == 0 {
-		return // nobody in line, no queue behind a pioneer
+	if !others && b.pioneers == 0 && !b.kept {
+		return // nobody in line, no queue behind a pioneer, no keep standing
 	}
 	_, per, ok := w.limit()
 	if !ok {
@@ -756,6 +759,10 @@ func (b *bucket) announceSoon(ctx actor.Context, now time.Time) {
 		first = ^uint64(0)
 		class = admission.Bulk
 		known bool // a known lane's reopening is in the keep
+		// needed: some queue would still have a keep told for it, were
+		// others waiting and its last one told a period ago; without one,
+		// a keep standing is withdrawn.
+		needed bool
 	)
 	for _, l := range b.lanes {
 		c := l.line.Head()
@@ -764,22 +771,25 @@ func (b *bucket) announceSoon(ctx actor.Context, now time.Time) {
 		}
 		var ready time.Time
 		var n int
+		tell := false
 		switch {
 		case !l.State.Known && l.running > 0:
 			// Behind its pioneer: it asks at the pioneer's answer, for
 			// at most what a period holds at the pace assumed for an
 			// unknown bucket (admission.UnknownPace).
-			if !behind {
-				continue
-			}
-			ready, n = now.Add(rtt), min(l.line.Len(), max(1, int(per/admission.UnknownPace)))
-		case others && l.State.Known && l.machine.Current() != fsm.Initial:
+			ready, n, tell = now.Add(rtt), min(l.line.Len(), max(1, int(per/admission.UnknownPace))), behind
+		case l.State.Known && l.machine.Current() != fsm.Initial:
 			ok, wait := b.ready(l, now)
 			if ok || wait <= 0 || wait >= per {
 				continue
 			}
-			ready, n, known = now.Add(wait), min(l.line.Len(), l.State.Limit), true
+			ready, n, tell = now.Add(wait), min(l.line.Len(), l.State.Limit), others
+			known = known || tell
 		default:
+			continue
+		}
+		needed = needed || l.Backlog(ready, l.line.Len()) >= per
+		if !tell {
 			continue
 		}
 		if at.IsZero() || ready.Before(at) {
@@ -792,6 +802,11 @@ func (b *bucket) announceSoon(ctx actor.Context, now time.Time) {
 			since, first = c.Submitted, c.ID
 		}
 	}
+	if b.kept && !needed {
+		b.kept = false
+		ctx.Send(b.sys.sup, &soonMsg{key: b.key}) // wants nothing: withdrawn
+		return
+	}
 	if want == 0 || path < per || at.Equal(b.soonAt) {
 		// Nothing waits, or its queue needs no window after the
 		// reopening one: waiting for the next burst costs it at most a
@@ -800,7 +815,7 @@ func (b *bucket) announceSoon(ctx actor.Context, now time.Time) {
 		// its later windows with the first.
 		return
 	}
-	b.soonAt = at
+	b.soonAt, b.kept = at, true
 	var slack time.Duration
 	if known {
 		slack = rtt // its last window's slots free about a round trip after it reopens

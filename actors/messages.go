@@ -70,7 +70,8 @@ type wantMsg struct {
 // window keeps slots back for it from the actors behind it in line
 // (admission.Queue.Soon). A slot handed out now comes back a period
 // later; handed to a colder actor just before a hot bucket reopens, it
-// left that bucket's window waiting for the next burst.
+// left that bucket's window waiting for the next burst. A keep that wants
+// nothing withdraws the actor's keep (bucket.kept).
 type soonMsg struct {
 	key  string
 	keep admission.Keep

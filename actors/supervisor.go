@@ -236,6 +236,9 @@ func (s *supervisor) receive(ctx actor.Context) {
 		s.want(ctx, m)
 	case *soonMsg:
 		s.soon(m)
+		if m.keep.Want <= 0 {
+			s.admit(ctx) // the slots it kept may go to the line now
+		}
 	case *etaMsg:
 		s.answerETA(ctx, m)
 	case *freedMsg:

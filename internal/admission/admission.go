@@ -28,8 +28,9 @@
 //
 //   - keeps: a bucket whose queue waits for its own window, reopening within
 //     the global period, says so (Soon); the slots it will want are kept
-//     from the buckets behind it in line, until it asks or its keep lapses
-//     (SoonGrace after its reopening). A slot handed to a colder bucket just
+//     from the buckets behind it in line, until it asks, withdraws it (a
+//     keep that wants nothing) or its keep lapses (SoonGrace after its
+//     reopening). A slot handed to a colder bucket just
 //     before a hot bucket reopens leaves that bucket's window waiting a
 //     whole period. Only what it would find missing is kept: with a window
 //     that tells its slots free at a later time (Freer), the slots free by
@@ -328,10 +329,17 @@ func (q *Queue[K]) Want(now time.Time, key K, a Ask) {
 // clamp maps a class outside the classes to the nearest one.
 func clamp(c Class) Class { return min(Interactive, max(Bulk, c)) }
 
-// Soon keeps slots back for key (Keep). Ignored while key is in line (its
-// want stands) or for an empty keep.
+// Soon keeps slots back for key (Keep), in place of its earlier keep. A
+// keep that wants nothing withdraws key's keep at once, where it would
+// otherwise hold its slots until it lapses: its queue was cancelled, or
+// its pioneer's answer showed its bucket shut for longer. Ignored while
+// key is in line (its want stands).
 func (q *Queue[K]) Soon(now time.Time, key K, k Keep) {
-	if q.byKey[key] != nil || k.Want <= 0 {
+	if q.byKey[key] != nil {
+		return
+	}
+	if k.Want <= 0 {
+		delete(q.keeps, key)
 		return
 	}
 	q.keeps[key] = keep{at: k.At, by: k.At.Add(max(0, k.Slack)), want: k.Want, place: Place{Class: clamp(k.Class), Deadline: Deadline(now, k.Since, k.Path, false), First: k.First}}

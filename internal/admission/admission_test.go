@@ -179,6 +179,34 @@ func TestServeKeepsOnlyWhatAReopeningBucketWouldMiss(t *testing.T) {
 	}
 }
 
+// A keep that wants nothing withdraws the bucket's keep at once (its queue
+// was cancelled, or its pioneer's answer shut its bucket for longer): the
+// slots it held go to the line, where they waited for the keep to lapse.
+// It changes nothing while the bucket is in line.
+func TestSoonWithdrawsAKeep(t *testing.T) {
+	now := t0.Add(100 * time.Millisecond)
+	served := func(q *admission.Queue[string]) int {
+		grants, _, _ := q.Serve(now, countOnly{ratelimit.NewSlidingWindow(4, time.Second)}, false)
+		got := 0
+		for _, g := range grants {
+			got += g.Slots
+		}
+		return got
+	}
+	q := admission.New[string](4, time.Second)
+	q.Soon(now, "hot", admission.Keep{At: t0.Add(time.Second), Want: 4, Path: 3 * time.Second, Since: t0, First: 1})
+	q.Want(now, "cold", admission.Ask{Want: 2, Global: true, Since: t0, First: 2})
+	assert.Zero(t, served(q), "the keep holds the window's slots")
+
+	q.Soon(now, "hot", admission.Keep{})
+	assert.Equal(t, 2, served(q), "withdrawn, its slots go to the line")
+
+	q = admission.New[string](4, time.Second)
+	q.Want(now, "hot", admission.Ask{Want: 1, Global: true, Since: t0, First: 1})
+	q.Soon(now, "hot", admission.Keep{})
+	assert.Equal(t, 1, q.Len(), "a withdrawal leaves a bucket in line where it is")
+}
+
 // While a bucket with a backlog longer than the period waits, slots go at
 // the window's rate after its burst: a window filled at once would free
 // at once, a period later. Slots given back unused give their tokens back.
