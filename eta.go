@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/internal/forecast"
 )
 
 // Stage is where a request is on its way to its outcome.
@@ -27,21 +27,21 @@ const (
 )
 
 // String returns "pending", "queued", "retrying", "sent" or "done".
-func (s Stage) String() string { return actors.Stage(s).String() }
+func (s Stage) String() string { return forecast.Stage(s).String() }
 
 // What sets an ETA's Start (ETA.Limit, WaitError.By).
 const (
 	// LimitBucket: the request's bucket (its windows, its place in the
 	// bucket's queue, a 429's pause).
-	LimitBucket = actors.BoundBucket
+	LimitBucket = forecast.BoundBucket
 	// LimitDeclared: a declared limit (Options.Limits), named in
 	// ETA.Declared.
-	LimitDeclared = actors.BoundDeclared
+	LimitDeclared = forecast.BoundDeclared
 	// LimitGlobal: the global limit (its window shared with every
 	// bucket's requests, or a global 429's pause).
-	LimitGlobal = actors.BoundGlobal
+	LimitGlobal = forecast.BoundGlobal
 	// LimitRetry: the backoff before a retry.
-	LimitRetry = actors.BoundRetry
+	LimitRetry = forecast.BoundRetry
 )
 
 // ETA is where a request stands and when it is expected to be sent: the
@@ -104,7 +104,7 @@ func (f *Future) ETA(ctx context.Context) (ETA, error) {
 	return publicETA(e), err
 }
 
-func publicETA(e actors.ETA) ETA {
+func publicETA(e forecast.ETA) ETA {
 	return ETA{Stage: Stage(e.Stage), Position: e.Position, Start: e.Start, End: e.End,
 		Limit: e.Limit, Declared: e.Declared, Known: e.Known}
 }

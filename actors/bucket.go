@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/fsm"
 	"github.com/sluicehq/sluice/internal/admission"
 	"github.com/sluicehq/sluice/internal/attempt"
+	"github.com/sluicehq/sluice/internal/forecast"
 	"github.com/sluicehq/sluice/internal/pioneers"
 	"github.com/sluicehq/sluice/internal/telemetry"
 	"github.com/sluicehq/sluice/ratelimit"
@@ -413,20 +414,20 @@ func (b *bucket) enqueue(c *Call) {
 		pos = l.line.PlaceOf(c)
 		start, _, known = l.Slot(now, pos)
 	}
-	wait, by := start.Sub(now), BoundBucket
+	wait, by := start.Sub(now), forecast.BoundBucket
 	if gw := b.sys.groups.reserve(c, now); gw > wait {
-		wait, by = gw, BoundDeclared
+		wait, by = gw, forecast.BoundDeclared
 	}
 	if !c.Route.GlobalExempt {
 		if gw := b.win().limiter.Blocked(now); gw > wait {
-			wait, by = gw, BoundGlobal
+			wait, by = gw, forecast.BoundGlobal
 		}
 	}
-	c.stamp(now.Add(wait), known || by == BoundDeclared, l, now) // a declared window is a forecast too
+	c.stamp(now.Add(wait), known || by == forecast.BoundDeclared, l, now) // a declared window is a forecast too
 	if wait > 0 {
 		if limit > 0 && wait > limit {
 			declared := ""
-			if by == BoundDeclared {
+			if by == forecast.BoundDeclared {
 				_, declared, _ = b.sys.groups.estimate(c, now)
 			}
 			b.sys.groups.release(c, now)
@@ -895,7 +896,7 @@ func (b *bucket) dispatch(ctx actor.Context, l *lane, c *Call, g *gate, global b
 	if h := b.sys.crashHook; h != nil {
 		h(dispatchPoint{call: c, placed: true})
 	}
-	c.due.Store(dueNever)
+	c.due.Store(forecast.DueNever)
 	c.probe = b.probe
 	b.probe = false
 	if c.readyAt.IsZero() {

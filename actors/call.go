@@ -75,9 +75,10 @@ type Call struct {
 
 	// due is when its bucket and declared groups would let it go, in Unix
 	// nanoseconds of the limiter's clock, as its bucket actor last
-	// estimated it; dueUnset before it is queued, dueNever on the wire or
-	// outside the limits. Read by the global forecasts of other calls'
-	// ETAs (System.globalSlots), on any goroutine.
+	// estimated it; forecast.DueUnset before it is queued,
+	// forecast.DueNever on the wire or outside the limits. Read by the
+	// global forecasts of other calls' ETAs (forecast.Assemble, through
+	// System.finish), on any goroutine.
 	due atomic.Int64
 	// guess is set while due is only a lower bound: its bucket's limit is
 	// not known (it waits for its lane's pioneer). Stamped with due.

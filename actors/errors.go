@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/attempt"
+	"github.com/sluicehq/sluice/internal/forecast"
 )
 
 // Sentinel errors. Each is returned (possibly wrapped) as documented.
@@ -85,7 +86,7 @@ type WaitError struct {
 }
 
 func (e *WaitError) Error() string {
-	if e.By == BoundGlobal {
+	if e.By == forecast.BoundGlobal {
 		return fmt.Sprintf("sluice: predicted wait %s for the global limit (%s) exceeds %s", e.Wait.Round(time.Millisecond), e.Bucket, e.Limit.Round(time.Millisecond))
 	}
 	if e.Declared != "" {

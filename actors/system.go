@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/fsm"
 	"github.com/sluicehq/sluice/internal/attempt"
 	"github.com/sluicehq/sluice/internal/declared"
+	"github.com/sluicehq/sluice/internal/forecast"
 	"github.com/sluicehq/sluice/internal/pioneers"
 	"github.com/sluicehq/sluice/internal/telemetry"
 	"github.com/sluicehq/sluice/ratelimit"
@@ -380,7 +381,7 @@ func (s *System) finished(c *Call) {
 // MaxResponseBytes; Close waits for it like for any call, then cancels it.
 func (s *System) SubmitDirect(c *Call, rt http.RoundTripper) {
 	c.direct = true
-	c.due.Store(dueNever)
+	c.due.Store(forecast.DueNever)
 	if _, ok := s.register(c); !ok {
 		return
 	}

@@ -93,7 +93,7 @@ type globalWindow struct {
 	waiting atomic.Int32
 	// granted counts the slots reserved for bucket actors (grantMsg) and
 	// not spent yet: held in the limiter for calls still queued (the
-	// global forecast must not count those twice, see System.globalSlots).
+	// global forecast must not count those twice, see forecast.Assemble).
 	granted atomic.Int32
 }
 

@@ -1,7 +1,20 @@
-// Package forecast replays the global admission over the requests
-// waiting for a global window, to tell when each is expected to take its
-// slot: the global part of an ETA. It is pure: time is an argument, and
-// the replay works on its own copy of what it is given.
+// Package forecast tells when a waiting request is expected to be sent:
+// its ETA. It is pure: time is an argument, and it works on its own copy
+// of what it is given.
+//
+// Assemble puts an ETA together from its parts (eta.go): the part its
+// bucket actor knows (Part: its stage, its place, its bucket's window),
+// its declared groups' window (Declared), and its global window's, which
+// Replay tells. The actors only gather those inputs (System.finish: the
+// bucket actor's part, the live requests' stamps, the windows' limiters
+// and granted slots, the clock) and call Assemble, for Future.ETA and
+// Snapshot alike. ETA.Limit names the limit that sets an ETA's Start,
+// the latest of them; the global window raises an ETA only when it held
+// the request past the time its other limits let it go.
+//
+// Replay replays the global admission over the requests waiting for a
+// global window, to tell when each is expected to take its slot: the
+// global part of an ETA.
 //
 // The window does not serve requests in submission order. The supervisor
 // serves bucket actors, the highest class first (admission.Class, with the
