@@ -146,7 +146,7 @@ func (b *bucket) restamp(l *lane, now time.Time) {
 			continue
 		}
 		start, _, known := l.Slot(now, pos)
-		if g, _, ok := b.sys.groups.estimate(c, now); ok && (g.Start.After(start) || !known) {
+		if g, _, ok := b.sys.groups.Estimate(c.decl(), now); ok && (g.Start.After(start) || !known) {
 			start, known = later(g.Start, start), true // a declared window is a forecast too
 		}
 		c.stamp(start, known, l, now)
@@ -247,8 +247,8 @@ func (s *System) ETA(ctx context.Context, c *Call) (ETA, error) {
 	case <-ctx.Done():
 		return ETA{}, ctx.Err()
 	}
-	if sh := c.shared; sh != nil {
-		sh.refresh(ctx, s.now()) // the places ahead in every process
+	if sh := c.place.Shared(); sh != nil {
+		sh.Refresh(ctx, s.now()) // the places ahead in every process
 	}
 	now := s.now()
 	return s.finish([]laneETA{le}, now, &m.ring)[0].ETA, nil
@@ -305,7 +305,7 @@ func (s *System) finish(parts []laneETA, now time.Time, ring *ringKeys) []Reques
 		// limit is unknown (its window is only a lower bound, [now, now]):
 		// the request goes inside the group's window unless its bucket
 		// turns out to hold it longer.
-		if g, name, ok := s.groups.estimate(c, now); ok && (g.Start.After(e.Start) || !e.Known && g.End.After(e.Start)) {
+		if g, name, ok := s.groups.Estimate(c.decl(), now); ok && (g.Start.After(e.Start) || !e.Known && g.End.After(e.Start)) {
 			e.Start, e.End, e.Limit, e.Declared = later(g.Start, e.Start), g.End, BoundDeclared, name
 		}
 		out[i].ETA = e
