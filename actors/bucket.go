@@ -233,7 +233,7 @@ func (b *bucket) notSent(ctx actor.Context, c *Call, now time.Time, err error) {
 	if c.lane != nil {
 		b.release(ctx, c, now, ratelimit.Headers{}, ratelimit.ChargeNone)
 	} else {
-		b.sys.groups.cancel(c, now)
+		b.sys.groups.Cancel(c.decl(), now)
 		b.releaseGlobal(ctx, c, now, true)
 	}
 	if c.probe {
@@ -415,7 +415,7 @@ func (b *bucket) enqueue(c *Call) {
 		start, _, known = l.Slot(now, pos)
 	}
 	wait, by := start.Sub(now), forecast.BoundBucket
-	if gw := b.sys.groups.reserve(c, now); gw > wait {
+	if gw := b.sys.groups.Reserve(c.decl(), now); gw > wait {
 		wait, by = gw, forecast.BoundDeclared
 	}
 	if !c.Route.GlobalExempt {
@@ -428,9 +428,9 @@ func (b *bucket) enqueue(c *Call) {
 		if limit > 0 && wait > limit {
 			declared := ""
 			if by == forecast.BoundDeclared {
-				_, declared, _ = b.sys.groups.estimate(c, now)
+				_, declared, _ = b.sys.groups.Estimate(c.decl(), now)
 			}
-			b.sys.groups.release(c, now)
+			b.sys.groups.Release(c.decl(), c.window, false, now) // no answer yet
 			c.Complete(nil, &WaitError{Bucket: c.Route.Redacted(), Declared: declared, By: by, Wait: wait, Limit: limit, At: now.Add(wait)})
 			return
 		}
@@ -484,7 +484,7 @@ func (b *bucket) ready(l *lane, now time.Time) (bool, time.Duration) {
 	// head whose window moved back (a higher class took its place) goes
 	// behind the calls due before it, and the new head is asked.
 	for i := 0; ; i++ {
-		ok, wait, moved := b.sys.groups.ready(l.line.Head(), now)
+		ok, wait, moved := b.sys.groups.Ready(l.line.Head().decl(), now)
 		if ok || !moved || i >= l.line.Len() || !l.line.Order(0) {
 			return ok, wait
 		}
@@ -631,12 +631,12 @@ func (b *bucket) try(ctx actor.Context, l *lane, c *Call, g *gate, now time.Time
 			return true, false, 0 // adoptLearned, at the next round
 		}
 	}
-	if ok, wait := b.sys.groups.take(c, now); !ok {
+	if ok, wait := b.sys.groups.Take(c.decl(), now); !ok {
 		return false, false, wait // another actor took the declared group's last slot
 	}
 	admitted, global := b.admit(g, c, now)
 	if !admitted {
-		b.sys.groups.cancel(c, now) // it keeps its place
+		b.sys.groups.Cancel(c.decl(), now) // it keeps its place
 		if c.readyAt.IsZero() {
 			c.readyAt = now
 		}
@@ -917,9 +917,7 @@ func (b *bucket) dispatch(ctx actor.Context, l *lane, c *Call, g *gate, global b
 		sr = &ratelimit.SharedRequest{Now: now, Route: c.Route.Key(), Template: template, Major: c.Route.Major, Hash: hash,
 			Global: global || !c.Route.GlobalExempt, Local: l.State, Window: l.Window, Margin: l.State.Margin(now),
 			Serial: l.serial}
-		if sh := c.shared; sh != nil {
-			sr.Groups, sr.GroupID, sr.GroupClass = sh.groups, sh.id, int8(c.Class)
-		}
+		c.place.FillShared(sr, c.Class)
 	}
 	conn := g.pick()    // claimed here, ended by the worker or just below
 	b.dispatching = nil // the worker's now
@@ -967,10 +965,10 @@ func (b *bucket) release(ctx actor.Context, c *Call, at time.Time, h ratelimit.H
 	}
 	if uncounted {
 		l.State.Refund(at)
-		b.sys.groups.cancel(c, at) // a finished call's place is released there
+		b.sys.groups.Cancel(c.decl(), at) // a finished call's place is released there
 	} else {
 		observe(&l.State, at, c.sentAt, h, count)
-		b.sys.groups.settle(c, at)
+		b.sys.groups.Settle(c.decl(), c.sentAt, at)
 	}
 	target := "" // the bucket that counted it, for the holds (built only for them)
 	if len(c.holds) > 0 && h.Has.Bucket && h.Bucket != "" {
@@ -1131,11 +1129,11 @@ func (b *bucket) deferred(ctx actor.Context, c *Call, m *resultMsg) {
 		return
 	}
 	own := false // the wait is c's alone
-	if g.Scope == "declared" && c.shared != nil {
+	if sh := c.place.Shared(); g.Scope == "declared" && sh != nil {
 		// Its window, as the store has it now. A window that moved (c
 		// came after its end and was placed again, behind the others)
 		// holds c, not the lane: the calls behind it are due sooner.
-		own = c.shared.refused(now, g.Wait)
+		own = sh.Refused(now, g.Wait)
 	}
 	requeueFront(l, c, now)
 	if own || g.Notify && b.lastWake > m.wakeSeq {
@@ -1240,7 +1238,7 @@ func (b *bucket) limited(ctx actor.Context, l *lane, c *Call, v ratelimit.Verdic
 		l.State.Pause(at.Add(o.Wait))
 		// A declared limit that still met one: stricter than declared, or
 		// spent by someone else too.
-		b.sys.groups.block(c, at.Add(o.Wait), at)
+		b.sys.groups.Block(c.decl(), at.Add(o.Wait), at)
 	default: // user: pause this bucket only; a window reopened late teaches the margin
 		l.State.LateReopen(at, c.sentAt, o.Wait)
 		l.State.Pause(at.Add(o.Wait))

@@ -98,15 +98,13 @@ type Call struct {
 	// direct is set for a call sent outside the limits (SubmitDirect).
 	// Set before submission.
 	direct bool
-	// shared is set when a shared store counts the call's declared groups
-	// (System.reserveShared, before the call reaches its actor); nil
-	// otherwise.
-	shared *sharedPlace
-	// placeAt is the start of the call's window in its declared groups
-	// counted in this process (the latest of them), as reserved when it
-	// was queued: its lane keeps its queue in that order (lanes.Queue.Order).
-	// Zero without such groups. The bucket actor's only.
-	placeAt time.Time
+	// place is where the call waits in its declared groups
+	// (declared.Place: its window in this process's groups, or its place
+	// in a shared store's). System.Submit sets it before the call is
+	// registered, so the completion hook (System.finished), which may run
+	// on another goroutine as soon as it is, reads it without a race;
+	// then its window is the bucket actor's (declared.Place's invariant).
+	place declared.Place
 
 	// Read by the outcome hook, which may run on another goroutine.
 	sends       atomic.Int64 // attempts put on the wire
@@ -143,6 +141,12 @@ type Call struct {
 // NewCall returns a call ready to submit.
 func NewCall(id uint64, ctx context.Context, req *http.Request, route routes.Route, safe bool, now time.Time) *Call {
 	return &Call{ID: id, Req: req, Ctx: ctx, Route: route, Safe: safe, Submitted: now, done: make(chan struct{})}
+}
+
+// decl is what package declared reads of c (declared.Request): its
+// Limits, ID and Class, its outcome and its place.
+func (c *Call) decl() declared.Request {
+	return declared.Request{Refs: c.Limits, ID: c.ID, Class: c.Class, Req: c, Place: &c.place}
 }
 
 // arm makes s the owner whose bookkeeping runs with the outcome, and sets

@@ -86,7 +86,7 @@ func (b *bucket) restamp(l *lane, now time.Time) {
 			continue
 		}
 		start, _, known := l.Slot(now, pos)
-		if g, _, ok := b.sys.groups.estimate(c, now); ok && (g.Start.After(start) || !known) {
+		if g, _, ok := b.sys.groups.Estimate(c.decl(), now); ok && (g.Start.After(start) || !known) {
 			start, known = later(g.Start, start), true // a declared window is a forecast too
 		}
 		c.stamp(start, known, l, now)
@@ -187,8 +187,8 @@ func (s *System) ETA(ctx context.Context, c *Call) (forecast.ETA, error) {
 	case <-ctx.Done():
 		return forecast.ETA{}, ctx.Err()
 	}
-	if sh := c.shared; sh != nil {
-		sh.refresh(ctx, s.now()) // the places ahead in every process
+	if sh := c.place.Shared(); sh != nil {
+		sh.Refresh(ctx, s.now()) // the places ahead in every process
 	}
 	now := s.now()
 	return s.finish([]laneETA{le}, now, &m.ring)[0], nil
@@ -223,7 +223,7 @@ func (s *System) finish(parts []laneETA, now time.Time, ring *ringKeys) []foreca
 		p, c := &parts[i], parts[i].call
 		asked[i] = forecast.Asked{Part: p.Part, Window: int(c.window), Exempt: c.Route.GlobalExempt, Waiter: c.waiter()}
 		if p.Stage.Waiting() {
-			if g, name, ok := s.groups.estimate(c, now); ok {
+			if g, name, ok := s.groups.Estimate(c.decl(), now); ok {
 				asked[i].Declared = forecast.Declared{Start: g.Start, End: g.End, Name: name, OK: true}
 			}
 		}

@@ -77,7 +77,7 @@ type callRules struct{}
 func (callRules) Class(c *Call) admission.Class   { return c.Class }
 func (callRules) Seq(c *Call) uint64              { return c.ID }
 func (callRules) Finished(c *Call) bool           { return c.Finished() }
-func (callRules) Place(c *Call) (time.Time, bool) { return placeStart(c) }
+func (callRules) Place(c *Call) (time.Time, bool) { return c.place.Start() }
 func (callRules) NotBefore(c *Call) time.Time     { return c.notBefore }
 func (callRules) OnWire(c *Call) bool             { return c.onWire() }
 

@@ -27,7 +27,7 @@ func (s *System) SharedGroups(ctx context.Context, local []declared.Snapshot) ([
 		if !counts || !reads {
 			continue
 		}
-		keys := s.groups.recent.Of(Window(w), now)
+		keys := s.groups.Recent.Of(Window(w), now)
 		if len(keys) == 0 {
 			continue
 		}

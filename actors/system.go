@@ -203,8 +203,9 @@ type System struct {
 	closing atomic.Bool
 	stopped chan struct{}
 
-	// groups are the live groups of the declared limits (Call.Limits).
-	groups groupSet
+	// groups are the live groups of the declared limits (Call.Limits),
+	// and the shared stores' ones this process reserved in lately.
+	groups declared.Groups[Window]
 
 	// crashHook is the test seam from Config.crashHook.
 	crashHook func(msg any)
@@ -313,7 +314,7 @@ func (s *System) Now() time.Time { return s.now() }
 // ErrClosed at once.
 func (s *System) Submit(c *Call) {
 	s.classify(c)
-	c.shared = s.sharedPlaceOf(c)
+	c.place = s.placeOf(c)
 	n, ok := s.register(c)
 	if !ok {
 		return
@@ -326,8 +327,21 @@ func (s *System) Submit(c *Call) {
 		c.Complete(nil, err)
 		return
 	}
-	s.reserveShared(c)
+	// Its place in the shared store's declared groups, if any, on the
+	// caller's goroutine: in the order of submission across processes.
+	s.groups.ReserveShared(c.Ctx, c.decl(), c.window, s.cfg.Clock)
 	s.root.Send(s.sup, &submitMsg{call: c})
+}
+
+// placeOf returns c's place in its declared groups, not reserved yet:
+// in the shared store of its window when that store counts declared
+// groups and c is in some (declared.NewPlace).
+func (s *System) placeOf(c *Call) declared.Place {
+	var store ratelimit.SharedGroups
+	if len(c.Limits) > 0 {
+		store, _ = s.windows[c.window].shared.(ratelimit.SharedGroups)
+	}
+	return declared.NewPlace(c.ID, c.Limits, store)
 }
 
 // register counts c as submitted (Close waits for its outcome) and returns
@@ -363,7 +377,7 @@ func (s *System) register(c *Call) (int64, bool) {
 // (Call.Complete runs it before a waiter sees the outcome).
 func (s *System) finished(c *Call) {
 	if len(c.Limits) > 0 {
-		s.groups.release(c, s.now())
+		s.groups.Release(c.decl(), c.window, c.resp != nil, s.now())
 	}
 	s.auth.release(c)
 	if s.tel != nil { // nil: nothing to record, the outcome not even read
@@ -783,8 +797,8 @@ func (s *System) work(conn *transport.Conn, c *Call, bucket *actor.PID, sr *rate
 		// or the bucket actor puts it back in line for the wait told.
 		seq := s.wakes.Load()
 		grant = win.shared.Reserve(ctx, *sr)
-		if sh := c.shared; sh != nil {
-			sh.taken.Store(grant.OK && !grant.Local)
+		if sh := c.place.Shared(); sh != nil {
+			sh.SetTaken(grant.OK && !grant.Local)
 		}
 		if !grant.OK {
 			refused := grant // a copy: grant stays on the stack

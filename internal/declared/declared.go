@@ -1,8 +1,12 @@
-// Package declared holds the declared limits a process counts itself
-// (sluice.Limit, compiled): the limits and the group a request counts in
-// (Limit, Ref), the live ratelimit.Group of every group in use (Set), and
+// Package declared holds the declared limits (sluice.Limit, compiled) and
+// their rules: the limits and the group a request counts in (Limit, Ref),
+// the live ratelimit.Group of every group in use in this process (Set),
 // the groups of shared stores a process reserved in lately, for its
-// snapshot (Recent).
+// snapshot (Recent), where a request waits in its groups (Place;
+// SharedPlace when a shared store such as Redis counts them), and what a
+// request does in its groups as it goes (Groups, reading it through a
+// Request: reserve, ready, take all or none, cancel, settle, release,
+// block, estimate, and the reservation in a shared store).
 //
 // A declared group may span bucket actors (a bot's "100 DMs a minute"
 // covers every DM channel), so its count cannot live in one actor: Set and
@@ -10,6 +14,16 @@
 // (ratelimit.SlidingWindow), each under its own lock, never held while
 // sending. Each request finds its place in a Group by itself: FIFO across
 // actors comes from the order of reservations. Time is an argument.
+//
+// The actors call it: System.Submit makes each call's Place (NewPlace,
+// before the call is registered) and reserves it in a shared store
+// (Groups.ReserveShared, on the caller's goroutine); the bucket actor
+// holding the call reserves, readies, takes, cancels, settles and blocks
+// it (Place.Start orders its lane's queue); the completion hook releases
+// it, on any goroutine; the ETAs read Groups.Estimate and
+// SharedPlace.Refresh, the worker SharedPlace.SetTaken. It knows no actor
+// and no call: a Request (the call's fields and its Place) is all it
+// reads of one.
 package declared
 
 import (
