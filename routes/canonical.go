@@ -3,6 +3,8 @@ package routes
 import (
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Path is a request path in the one form Sluice reads, keys and sends:
@@ -82,9 +84,15 @@ func BaseVersion(base string) string {
 //     is: a server that folds case (webhookſ with U+017F), normalises
 //     compatibility forms (fullwidth ｗｅｂｈｏｏｋｓ) or trims spaces
 //     (webhooks%20) might see a token route;
-//   - an escaped escape (%2577, %252e, %25%32%65: a percent sign before
-//     two hex digits): a server or gateway that decodes twice reads
-//     another path (%252e%252e is a dot segment to it);
+//   - an escaped escape (%2577, %252e, %25%32%65, %25u002e: a percent
+//     sign before two hex digits, or before u and four): a server or
+//     gateway that decodes twice reads another path (%252e%252e is a dot
+//     segment to it);
+//   - a segment that a server normalising what it decodes may read as a
+//     dot segment or a separator: dots and spaces only ("...", "..%20"),
+//     not valid UTF-8 once decoded (the overlong %C0%AE), or holding a
+//     character whose compatibility form (NFKC) is a dot, a slash, a
+//     backslash, a percent sign or a semicolon (．．, ‥, ／, ＼);
 //   - an empty path, one not starting with "/", longer than
 //     [MaxPathLength], with a raw control character or space, a malformed
 //     escape, or nothing after the prefix ([Parse] refuses all of these,
@@ -205,16 +213,24 @@ func asciiFold(s, k string) bool {
 func canonicalSegment(s string) (string, error) {
 	if !strings.ContainsAny(s, "%\\") {
 		// No escape: the segment is canonical as written (no copy).
+		ascii := true
 		for i := 0; i < len(s); i++ {
 			switch {
 			case s[i] <= ' ' || s[i] == 0x7f:
 				return "", pathError("path contains a control character or a space")
 			case s[i] == ';':
 				return "", pathError("path contains a semicolon")
+			case s[i] >= utf8.RuneSelf:
+				ascii = false
 			}
 		}
-		if s == "." || s == ".." {
+		if strings.Trim(s, ".") == "" {
 			return "", pathError("path contains a dot segment")
+		}
+		if !ascii {
+			if err := normalisable(s); err != nil {
+				return "", err
+			}
 		}
 		return s, nil
 	}
@@ -254,20 +270,86 @@ func canonicalSegment(s string) (string, error) {
 		}
 	}
 	out := b.String()
-	if out == "." || out == ".." {
-		return "", pathError("path contains a dot segment")
-	}
 	for rest, i := out, strings.Index(out, "%25"); i >= 0; i = strings.Index(rest, "%25") {
-		// An escaped percent sign before two hex digits, however spelled
-		// (%252e, %25%32%65): decoded once more, by a server or gateway
-		// that decodes twice, it is another escape, so another path (a dot
+		// An escaped percent sign before two hex digits, or before u and
+		// four (IIS's %u escapes), however spelled (%252e, %25%32%65,
+		// %25u002e): decoded once more, by a server or gateway that
+		// decodes twice, it is another escape, so another path (a dot
 		// segment, a slash, a token route's word).
-		if i+4 < len(rest) && isHex(rest[i+3]) && isHex(rest[i+4]) {
+		if r := rest[i+3:]; len(r) >= 2 && isHex(r[0]) && isHex(r[1]) ||
+			len(r) >= 5 && (r[0] == 'u' || r[0] == 'U') && isHex(r[1]) && isHex(r[2]) && isHex(r[3]) && isHex(r[4]) {
 			return "", pathError("path contains an escaped escape (decoded twice, another path)")
 		}
 		rest = rest[i+3:]
 	}
+	if err := normalisable(out); err != nil {
+		return "", err
+	}
 	return out, nil
+}
+
+// normalisable refuses a canonical segment that a server normalising
+// what it decodes may read as a dot segment or a separator, where this
+// router reads an ordinary segment: decoded, it is dots and spaces only
+// (".", "..", "...", ".. ", "..%C2%A0": servers trim trailing dots and
+// spaces), it is not valid UTF-8 (overlong forms: %C0%AE is "." to a
+// lenient decoder), or it holds a character whose compatibility form is
+// a dot, a slash, a backslash, a percent sign or a semicolon
+// (compatSeparator). Other non-ASCII characters (a reaction's emoji) are
+// ordinary.
+func normalisable(canon string) error {
+	var buf [128]byte // a segment this long or shorter is decoded on the stack
+	d := buf[:0]
+	for i := 0; i < len(canon); i++ { // its escapes were validated
+		if c := canon[i]; c == '%' {
+			d = append(d, unhex(canon[i+1])<<4|unhex(canon[i+2]))
+			i += 2
+		} else {
+			d = append(d, c)
+		}
+	}
+	if !utf8.Valid(d) {
+		return pathError("path is not valid UTF-8 once decoded")
+	}
+	onlyDots, dot := true, false
+	for _, r := range string(d) {
+		switch {
+		case r == '.':
+			dot = true
+		case unicode.IsSpace(r):
+		case compatSeparator(r):
+			return pathError("path contains a character a server may normalise to a dot, a slash, a backslash, a percent sign or a semicolon")
+		default:
+			onlyDots = false
+		}
+	}
+	if onlyDots && dot {
+		return pathError("path contains a dot segment")
+	}
+	return nil
+}
+
+// compatSeparator reports the characters whose compatibility
+// decomposition (Unicode NFKC) holds a dot, a slash, a backslash, a
+// percent sign or a semicolon: all 44 of them in Unicode 14 (every code
+// point above 0x7F was normalised to find them). A server that applies
+// NFKC reads ．． (U+FF0E) as a dot segment and ／ (U+FF0F) as a separator.
+func compatSeparator(r rune) bool {
+	switch {
+	case r < 0x37e:
+		return false
+	case r == 0x37e, // ; GREEK QUESTION MARK
+		0x2024 <= r && r <= 0x2026,                         // ․ ‥ … (dot leaders, ellipsis)
+		r == 0x2100, r == 0x2101, r == 0x2105, r == 0x2106, // ℀ ℁ ℅ ℆ (a/c, a/s, c/o, c/u)
+		0x2488 <= r && r <= 0x249b,            // ⒈ to ⒛ (digit full stops)
+		r == 0x33c2, r == 0x33c7, r == 0x33d8, // ㏂ ㏇ ㏘ (a.m., Co., p.m.)
+		r == 0xfe14, r == 0xfe19, r == 0xfe30, // vertical semicolon, ellipsis, two dot leader
+		r == 0xfe52, r == 0xfe54, r == 0xfe68, r == 0xfe6a, // small . ; \ %
+		r == 0xff05, r == 0xff0e, r == 0xff0f, r == 0xff1b, r == 0xff3c, // fullwidth % . / ; \
+		r == 0x1f100: // 🄀 (digit zero full stop)
+		return true
+	}
+	return false
 }
 
 // unreserved reports RFC 3986's unreserved characters, whose escapes mean

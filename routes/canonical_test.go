@@ -2,6 +2,7 @@ package routes
 
 import (
 	"errors"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -11,7 +12,9 @@ import (
 
 // TestDotSegmentsRefusedInEverySpelling: a dot segment, however spelled, is
 // refused by CanonicalPath and Parse, so no route is classified one way
-// and resolved another by the server.
+// and resolved another by the server: escaped, with parameters, trimmed of
+// trailing spaces, in a compatibility form a server normalising with NFKC
+// reads as dots or separators, overlong, or decoded twice.
 func TestDotSegmentsRefusedInEverySpelling(t *testing.T) {
 	for _, p := range []string{
 		"/api/v10/./webhooks/1/tok", "/api/v10/x/../webhooks/1/tok", "/./webhooks/1/tok",
@@ -21,6 +24,16 @@ func TestDotSegmentsRefusedInEverySpelling(t *testing.T) {
 		"/api/v10/channels/1/a%2Fb", "/api/v10/channels/1/a%2fb", "/api/v10/channels%5C1", `/api/v10/channels\..\x`,
 		"/api/v10/channels/%00", "/api/v10/channels/%1f", "/api/v10/channels/%7F",
 		"/Api/Api", "/api/api/v10/channels/1", "/api/v10/API/channels/1",
+		// dots and spaces only: servers trim trailing dots and spaces
+		"/channels/1/...", "/api/v10/channels/1/..%20/..%20/webhooks/1/tok", "/api/v10/channels/1/..%C2%A0/webhooks/1/tok", "/channels/1/.%20.",
+		// compatibility forms (NFKC) of a dot, a slash, a backslash, a percent sign
+		"/api/v10/channels/1/\uff0e\uff0e/\uff0e\uff0e/webhooks/1/tok", "/api/v10/channels/1/\u2025/\u2025/webhooks/1/tok",
+		"/api/v10/channels/1/%EF%BC%8E%EF%BC%8E/webhooks/1/tok", "/api/v10/channels/1\uff0f..\uff0f..\uff0fwebhooks/1/tok",
+		"/api/v10/x\uff3c..\uff3cwebhooks/1/tok", "/api/v10/channels/1/\uff052e\uff052e/webhooks/1/tok", "/api/v10/channels/1/a\u037ex",
+		// not UTF-8 once decoded: an overlong dot and slash
+		"/api/v10/channels/1/%C0%AE%C0%AE/webhooks/1/tok", "/api/v10/channels/1%C0%AF..%C0%AFwebhooks/1/tok", "/channels/1/%FF",
+		// %u escapes decoded after a second decoding
+		"/api/v10/channels/1/%25u002e%25u002e/webhooks/1/tok", "/api/v10/channels/1/%25U002E%25u002E/webhooks/1/tok",
 	} {
 		_, err := CanonicalPath(p)
 		assert.ErrorIs(t, err, ErrInvalidPath, p)
@@ -31,7 +44,8 @@ func TestDotSegmentsRefusedInEverySpelling(t *testing.T) {
 		assert.NotContains(t, pe.Error(), "tok", "the error does not repeat the input")
 	}
 	// Dots that are not a whole segment are ordinary characters.
-	for _, p := range []string{"/guilds/1/widget.png", "/channels/1/...", "/channels/1/.x", "/channels/1/x."} {
+	for _, p := range []string{"/guilds/1/widget.png", "/channels/1/.x", "/channels/1/x.", "/channels/1/1..2", "/channels/1/%25u00zz",
+		"/channels/1/messages/2/reactions/\u2764\ufe0f/@me", "/channels/1/messages/2/reactions/%F0%9F%91%8D/@me"} {
 		_, err := CanonicalPath(p)
 		assert.NoError(t, err, p)
 	}
@@ -105,5 +119,26 @@ func TestMethodLabel(t *testing.T) {
 	for in, want := range map[string]string{"get": "GET", "PATCH": "PATCH", "options": "OPTIONS", "FOO": OtherLabel, "": OtherLabel,
 		strings.Repeat("A", 40): OtherLabel, "PROPFIND": OtherLabel} {
 		assert.Equal(t, want, MethodLabel(in), in)
+	}
+}
+
+// Every character whose compatibility form (NFKC, Unicode 14) holds a dot,
+// a slash, a backslash, a percent sign or a semicolon is refused in any
+// segment, raw or percent-encoded; its neighbours are ordinary. The list
+// was made by normalising every code point above 0x7F (Python's
+// unicodedata.normalize("NFKC")).
+func TestCompatibilityFormsOfSeparatorsRefused(t *testing.T) {
+	for _, r := range []rune{0x37e, 0x2024, 0x2025, 0x2026, 0x2100, 0x2101, 0x2105, 0x2106,
+		0x2488, 0x2489, 0x248a, 0x248b, 0x248c, 0x248d, 0x248e, 0x248f, 0x2490, 0x2491, 0x2492, 0x2493,
+		0x2494, 0x2495, 0x2496, 0x2497, 0x2498, 0x2499, 0x249a, 0x249b, 0x33c2, 0x33c7, 0x33d8,
+		0xfe14, 0xfe19, 0xfe30, 0xfe52, 0xfe54, 0xfe68, 0xfe6a, 0xff05, 0xff0e, 0xff0f, 0xff1b, 0xff3c, 0x1f100} {
+		for _, p := range []string{"/channels/1/a" + string(r) + "b", "/channels/1/" + url.PathEscape(string(r))} {
+			_, err := CanonicalPath(p)
+			assert.ErrorIs(t, err, ErrInvalidPath, "U+%04X in %q", r, p)
+		}
+	}
+	for _, r := range []rune{0x2023, 0x2027, 0x20ff, 0x2102, 0x2487, 0x249c, 0xfe13, 0xfe53, 0xff04, 0xff10, 0x1f101, 0x2764} {
+		_, err := CanonicalPath("/channels/1/a" + string(r) + "b")
+		assert.NoError(t, err, "U+%04X", r)
 	}
 }

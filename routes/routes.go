@@ -33,7 +33,8 @@ const TokenHashLength = 16
 // to [Parse] or [CanonicalPath] is one a server may read in more than one
 // way (a dot segment, an encoded slash or backslash, a semicolon, a
 // version of more than 3 digits or without /api before it, the /api
-// prefix twice, a first segment that is no ASCII word, an escaped escape:
+// prefix twice, a first segment that is no ASCII word, an escaped escape,
+// a segment a normalising server reads as dots or a separator:
 // [CanonicalPath] lists them),
 // is empty, does not start with "/", is longer than [MaxPathLength],
 // contains a control character, a space or a malformed percent-encoding,

@@ -329,7 +329,9 @@ func metricsText(t *testing.T, p *proxyProc) string {
 // a first segment that is no ASCII word ("webhookſ" by Unicode case
 // folding, fullwidth letters, "webhooks%20"), or an escaped escape that a
 // server decoding twice reads as another path ("%2577ebhooks",
-// "%252e%252e") is answered 400 bad_request by the proxy
+// "%252e%252e", "%25u002e"), or a segment a normalising server reads as
+// dots or a separator ("．．" in fullwidth, "／", the overlong "%C0%AE",
+// "..%20") is answered 400 bad_request by the proxy
 // and never reaches the upstream, which would resolve it to the webhook
 // route and, seeing the bot token on it, answer 401 Invalid Webhook
 // Token; afterwards a bot request still gets 200 (the bot token was not taken for revoked);
@@ -359,6 +361,12 @@ func TestProxyHostileDotSegments(t *testing.T) {
 		"/api/v10/%2577ebhooks/1/tok",
 		"/api/v10/channels/1/%252e%252e/%252e%252e/webhooks/1/tok",
 		"/api/v10/channels/1/%25%32%65%25%32%65/webhooks/1/tok",
+		"/api/v10/channels/1/\uff0e\uff0e/\uff0e\uff0e/webhooks/1/tok",
+		"/api/v10/channels/1/%EF%BC%8E%EF%BC%8E/%EF%BC%8E%EF%BC%8E/webhooks/1/tok",
+		"/api/v10/channels/1%EF%BC%8F..%EF%BC%8F..%EF%BC%8Fwebhooks/1/tok",
+		"/api/v10/channels/1/%C0%AE%C0%AE/%C0%AE%C0%AE/webhooks/1/tok",
+		"/api/v10/channels/1/..%20/..%20/webhooks/1/tok",
+		"/api/v10/channels/1/%25u002e%25u002e/%25u002e%25u002e/webhooks/1/tok",
 		"/api/v10/./webhooks/1/tok",
 		"/api/v10/x/../webhooks/1/tok",
 		"/api/v10/%2e/webhooks/1/tok",
