@@ -782,6 +782,9 @@ func (b *bucket) announceSoon(ctx actor.Context, now time.Time) {
 		case l.State.Known && l.machine.Current() != fsm.Initial:
 			ok, wait := b.ready(l, now)
 			if ok || wait <= 0 || wait >= per {
+				// A probe of its reopening on the wire: its queue asks at
+				// the probe's answer, a round trip away (probeAwaited).
+				needed = needed || l.State.Probing() && l.State.InFlight() > 0
 				continue
 			}
 			ready, n, tell = now.Add(wait), min(l.line.Len(), l.State.Limit), others
@@ -804,8 +807,10 @@ func (b *bucket) announceSoon(ctx actor.Context, now time.Time) {
 		}
 	}
 	if b.kept && !needed {
-		b.kept = false
-		ctx.Send(b.sys.sup, &soonMsg{key: b.key}) // wants nothing: withdrawn
+		// Withdrawn: a keep that wants nothing. The next one, if a queue
+		// needs it again, is told afresh (no "told already").
+		b.kept, b.soonAt = false, time.Time{}
+		ctx.Send(b.sys.sup, &soonMsg{key: b.key})
 		return
 	}
 	if want == 0 || path < per || at.Equal(b.soonAt) {

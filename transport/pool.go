@@ -5,8 +5,8 @@ import "sync/atomic"
 // Pick returns the connection of conns carrying the fewest requests,
 // counting those Claimed and not yet sent, and Claims it (nil: conns is
 // empty); among equally loaded ones, successive picks take turns, from
-// turn, which the caller keeps for the pool (the zero value starts
-// anywhere). The caller Unclaims it as it hands the request to RoundTrip
+// turn, which the caller keeps for the pool: not nil (its zero value
+// starts anywhere). The caller Unclaims it as it hands the request to RoundTrip
 // (or gives the request up): requests dispatched together spread over the
 // pool, so one reset ends fewer of them. Taking turns keeps them spread
 // when the machine is so busy that each request of a burst is answered

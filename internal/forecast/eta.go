@@ -85,7 +85,7 @@ type Part struct {
 }
 
 // Declared is the latest window a request's declared groups reserved for
-// it, and its limit's name (the actors' groupSet.estimate).
+// it, and its limit's name (declared.Groups.Estimate).
 type Declared struct {
 	Start, End time.Time
 	Name       string
@@ -151,16 +151,9 @@ type Global struct {
 	ClockKnown bool
 }
 
-// needsGlobal reports whether any of the asked requests waits for a
-// global slot: only then is the global part replayed.
-func needsGlobal(asked []Asked) bool {
-	for i := range asked {
-		if a := &asked[i]; a.Stage.Waiting() && !a.Exempt && !a.Granted {
-			return true
-		}
-	}
-	return false
-}
+// waitsForSlot reports whether a is still to be sent and needs a global
+// slot it does not hold: only then is its global window replayed.
+func (a *Asked) waitsForSlot() bool { return a.Stage.Waiting() && !a.Exempt && !a.Granted }
 
 // Assemble completes the asked requests' ETAs with what their declared
 // groups and global windows tell, at now: the result's i-th is asked[i]'s.
@@ -218,8 +211,8 @@ func Assemble(asked []Asked, g Global, now time.Time) []ETA {
 // from the time its own limits let it go (Live.Due; for the asked ones,
 // their ETA so far).
 func globalSlots(out []ETA, asked []Asked, waiting []int, g Global, now time.Time) {
-	if !needsGlobal(asked) {
-		return
+	if !slices.ContainsFunc(waiting, func(i int) bool { return asked[i].waitsForSlot() }) {
+		return // none waits for a global slot: the live requests are not read
 	}
 	ws := make([][]Waiter, len(g.Windows))
 	holding := make([]int, len(g.Windows)) // requests left out that hold a granted slot
@@ -230,7 +223,7 @@ func globalSlots(out []ETA, asked []Asked, waiting []int, g Global, now time.Tim
 		if p.Granted {
 			holding[p.Window]++
 		}
-		if p.Exempt || p.Granted {
+		if !p.waitsForSlot() {
 			continue // needs no global slot, or holds one already
 		}
 		w := p.Waiter

@@ -95,17 +95,21 @@ func (q *Queue[T, R]) setRetries(s []T) {
 func (q *Queue[T, R]) Empty() bool { return len(q.items) == 0 && q.retries == nil }
 
 // Head returns the first live request of the queue (the zero T if none),
-// dropping finished ones before it.
+// dropping finished ones before it (the request the share promoted too:
+// forgotten, see dropStalePromotion).
 func (q *Queue[T, R]) Head() T {
 	var r R
+	var zero T
 	for len(q.items) > 0 {
 		c := q.items[0]
 		if !r.Finished(c) {
 			return c
 		}
+		if c == q.promoted {
+			q.promoted = zero
+		}
 		q.Pop()
 	}
-	var zero T
 	return zero
 }
 

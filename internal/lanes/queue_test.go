@@ -204,8 +204,8 @@ func TestQueueDueRetriesKeepDeclaredPlaces(t *testing.T) {
 	assert.Equal(t, []uint64{3}, ids(q.Retries()))
 }
 
-// The request the share promoted is forgotten once Compact or Filter drop
-// it (it finished): the queue keeps no finished request alive. An emptied
+// The request the share promoted is forgotten once Head, Compact or
+// Filter drop it (it finished): the queue keeps no finished request alive. An emptied
 // queue keeps its room.
 func TestQueueForgetsADroppedPromotion(t *testing.T) {
 	var q queue
@@ -224,6 +224,18 @@ func TestQueueForgetsADroppedPromotion(t *testing.T) {
 	p.done = true
 	q.Compact()
 	assert.Nil(t, q.promoted, "Compact kept the finished promoted request")
+
+	id++
+	join(&q, &item{id: id, class: admission.Bulk})
+	for i := 0; q.promoted == nil && i < 2*admission.ShareEvery; i++ {
+		id++
+		join(&q, &item{id: id, class: admission.Interactive})
+		send(&q)
+	}
+	require.NotNil(t, q.promoted, "the share promoted no request")
+	q.promoted.done = true
+	q.Head()
+	assert.Nil(t, q.promoted, "Head dropped the finished promoted request and kept it")
 
 	for i := 0; q.promoted == nil && i < 2*admission.ShareEvery; i++ {
 		id++
