@@ -2,11 +2,9 @@ package actors
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -29,14 +27,15 @@ type supervisor struct {
 	self    *actor.PID
 	machine *fsm.Supervisor
 
-	// conns are the live connections, at most Config.Connections: the
-	// first is dialled at start, the others one after the other while
-	// requests wait (unless a connection failed since), so one connection's death
-	// ends only the requests it carried (the blast radius), not all.
-	// Invariant: len(conns) > 0  <=>  machine is connected or global_limit;
-	// sys.gate always holds the conns and hold last published (publish).
-	conns   []pooled
-	dialing bool // a dial is in flight (at most one at a time)
+	// pool is the connections' policy (transport.PoolState): the live
+	// connections, at most Config.Connections, the dial in flight, the
+	// failed connections in a row and their backoff. The supervisor applies
+	// its decisions: it dials, closes, arms the redial timer and fails
+	// what waits.
+	// Invariant: pool.Len() > 0  <=>  machine is connected or global_limit;
+	// sys.gate always holds the pool's conns and hold last published
+	// (publish).
+	pool transport.PoolState
 	// children maps a major-parameter string to its bucket actor.
 	// Invariant: at most one actor per key; the supervisor is the only
 	// sender of enqueueMsg.
@@ -52,21 +51,6 @@ type supervisor struct {
 
 	closing error // set by closeMsg: new submits fail with it
 	stopped bool  // set on Stopping: later messages are not acted on
-	// failures counts connections in a row that failed: dials that failed
-	// and connections that died young (see youngLife). It grows the
-	// reconnection backoff. refused counts the last of them in a row that
-	// showed the API refusing or out of reach: dials that failed, and
-	// young deaths of connections the server never accepted
-	// (transport.Conn.Accepted) or that ended in a GOAWAY. At
-	// maxDialFailures the buckets waiting for a connection fail with an
-	// *UnavailableError. A connection the server accepted and then dropped
-	// before answering (a reset, a crash under load) shows the API
-	// reachable: it grows the backoff, and the requests it carried are
-	// resent within their own retry budgets, so nothing waits forever.
-	failures    int
-	refused     int
-	redialArmed bool  // a redial timer is pending: submit does not dial
-	lastErr     error // the last failed connection's error
 
 	// breaker holds every request, exempt ones too (a Cloudflare ban is per
 	// IP), then lets one probe through; probing is set while it is out.
@@ -79,12 +63,6 @@ type supervisor struct {
 	names   namer // bucket actors' names
 	// timerSlots are timers' slots: every kind.
 	timerSlots [numTimers]timerSlot
-}
-
-// pooled is a live connection and when it came up.
-type pooled struct {
-	conn *transport.Conn
-	upAt time.Time
 }
 
 type child struct {
@@ -116,21 +94,6 @@ func (g *gate) pick() *transport.Conn { return transport.Pick(g.conns, g.turn) }
 // supervisor removes a dead connection from the gate when its connDownMsg
 // comes, which may be a while behind other messages.
 func (g *gate) live() bool { return transport.AnyAlive(g.conns) }
-
-// maxDialFailures is how many connections in a row may fail to reach the
-// API (a dial that failed, or a connection that died young without being
-// accepted, or in a GOAWAY) before the buckets waiting for a connection
-// fail their queues with an *UnavailableError; every further such failure
-// fails what waits again, until a connection is accepted or serves answers.
-const maxDialFailures = 3
-
-// youngLife is the age under which a connection that delivered no answer
-// counts as a failed connection when it dies, if no connection answered
-// anything for as long: a server that completes the handshake and closes,
-// or sends GOAWAY before answering anything, must meet a growing backoff,
-// not a reconnection storm; a connection reset while others answer is an
-// ordinary fault, replaced at once.
-const youngLife = 10 * time.Second
 
 func newSupervisor(sys *System) actor.Actor {
 	s := &supervisor{sys: sys, children: map[string]*child{},
@@ -252,8 +215,8 @@ func (s *supervisor) receive(ctx actor.Context) {
 		s.connDown(ctx, m)
 	case *redialMsg:
 		if s.timers.current(timerRedial, m.gen) {
-			s.redialArmed = false
-			if s.demand() {
+			s.pool.BackoffEnded()
+			if s.pool.Demand(s.sys.pending.Load()) {
 				s.dial()
 			}
 		}
@@ -330,38 +293,34 @@ func (s *supervisor) receive(ctx actor.Context) {
 		s.stopped = true
 		s.timers.stopAll()
 		s.clearRing()
-		for _, p := range s.conns {
-			p.conn.Close()
+		for _, c := range s.pool.Clear() {
+			c.Close()
 		}
-		s.conns = nil
 		s.publish()
 	}
 }
 
 // connDown removes a dead connection from the pool. A connection that died
 // young counts as a failed one (growing backoff); otherwise it is replaced
-// at once if requests wait.
+// at once if requests wait (transport.PoolState.Died has the rules).
 func (s *supervisor) connDown(ctx actor.Context, m *connDownMsg) {
-	i := slices.IndexFunc(s.conns, func(p pooled) bool { return p.conn == m.conn })
+	upAt, ok := s.pool.Remove(m.conn)
 	m.conn.Close()
-	if i < 0 {
+	if !ok {
 		return // already gone
 	}
-	p := s.conns[i]
-	s.conns = slices.Delete(s.conns, i, i+1)
-	s.sys.log.Warn("sluice: connection died", slog.String("reason", errString(m.err)), slog.Int("left", len(s.conns)))
-	if len(s.conns) == 0 {
+	s.sys.log.Warn("sluice: connection died", slog.String("reason", errString(m.err)), slog.Int("left", s.pool.Len()))
+	if s.pool.Len() == 0 {
 		s.fire(fsm.Down)
 	}
 	s.publish()
-	now := s.sys.now()
-	silent := now.Sub(time.Unix(0, s.sys.lastAnswer.Load())) >= youngLife
-	if p.conn.Answered() == 0 && now.Sub(p.upAt) < youngLife && silent {
-		s.failed(ctx, m.err, !p.conn.Accepted() || errors.Is(m.err, transport.ErrGoAway))
+	now, last := s.sys.now(), time.Unix(0, s.sys.lastAnswer.Load())
+	d := transport.Death{UpAt: upAt, Answered: m.conn.Answered(), Accepted: m.conn.Accepted(), Err: m.err}
+	if failed, refused := s.pool.Died(d, now, last); failed {
+		s.failed(ctx, m.err, refused)
 		return
 	}
-	s.failures, s.refused = 0, 0
-	if s.demand() {
+	if s.pool.Demand(s.sys.pending.Load()) {
 		s.dial()
 	}
 }
@@ -369,11 +328,7 @@ func (s *supervisor) connDown(ctx actor.Context, m *connDownMsg) {
 // publish stores the gate the bucket actors read.
 func (s *supervisor) publish() {
 	hold := s.closing != nil || s.probing || s.breaker.State(s.sys.now()) != supervision.Closed
-	g := &gate{hold: hold, conns: make([]*transport.Conn, len(s.conns)), turn: &s.sys.turn}
-	for i, p := range s.conns {
-		g.conns[i] = p.conn
-	}
-	s.sys.gate.Store(g)
+	s.sys.gate.Store(&gate{hold: hold, conns: s.pool.Conns(), turn: &s.sys.turn})
 }
 
 // submit routes c to the bucket actor of its major parameters, spawning it
@@ -416,10 +371,10 @@ func (s *supervisor) want(ctx actor.Context, m *wantMsg) {
 	if ch == nil || s.closing != nil {
 		return // stopped meanwhile, or closing: drainMsg fails its queue
 	}
-	if len(s.conns) == 0 && s.redialArmed && s.refused >= maxDialFailures {
+	if n, last, ok := s.pool.Unavailable(); ok {
 		// Connections keep failing and the next try is a backoff away:
 		// fail at once rather than wait behind it.
-		ctx.Send(ch.pid, &grantMsg{err: &UnavailableError{Failures: s.refused, Err: s.lastErr}})
+		ctx.Send(ch.pid, &grantMsg{err: &UnavailableError{Failures: n, Err: last}})
 		return
 	}
 	a := s.windows[ch.window]
@@ -444,7 +399,7 @@ func (s *supervisor) soon(m *soonMsg) {
 // ready (at most its bucket's remaining count, so no bucket takes more
 // than its own limit allows), in one grantMsg.
 func (s *supervisor) admit(ctx actor.Context) {
-	if s.waiting() == 0 || len(s.conns) == 0 || s.closing != nil {
+	if s.waiting() == 0 || s.pool.Len() == 0 || s.closing != nil {
 		return
 	}
 	now := s.sys.now()
@@ -564,48 +519,25 @@ func (s *supervisor) probeDone(ctx actor.Context, m *probeDoneMsg) {
 	s.admit(ctx)
 }
 
-// demand reports whether any request waits for an outcome: without one,
-// a lost connection is not replaced until a request comes.
-func (s *supervisor) demand() bool { return s.sys.pending.Load() > 0 }
-
-// callsPerConn is how many requests awaiting an outcome (queued, waiting
-// for admission or on the wire) each connection of the pool serves at most
-// while the pool can grow: one more beyond that dials another, up to
-// Config.Connections. A reset ends every
-// request in flight on its connection: with 4 connections for the bursts of
-// 50 requests a global limit of 50/s lets through, one drop ended a dozen
-// of them, and their channels' next windows with them; a pool that grows
-// with the load keeps that to a few (docs/failure-modes.md has the
-// figures). A bot that sends a request now and then keeps one connection.
-// The count is the callers' (System.pending), exact when each request is
-// submitted, not the buckets' view of what they are about to send.
-const callsPerConn = 4
-
-// crowded reports whether the open connections serve more than
-// callsPerConn requests awaiting an outcome each.
-func (s *supervisor) crowded() bool {
-	return s.sys.pending.Load() > int64(callsPerConn*len(s.conns))
-}
-
 // dial opens a connection: the first one (state disconnected -> connecting),
 // or one more for the pool while connected, requests wait, none failed
-// since and the open ones are crowded (callsPerConn). One dial at a time;
-// none while a backoff runs.
+// since and the open ones are crowded (transport.CallsPerConn), up to
+// Config.Connections. One dial at a time; none while a backoff runs
+// (transport.PoolState.Dial decides).
 func (s *supervisor) dial() {
-	if s.dialing || s.redialArmed || s.closing != nil {
+	if s.closing != nil {
 		return
 	}
-	switch s.machine.Current() {
-	case fsm.Disconnected:
+	st := s.machine.Current()
+	if st != fsm.Disconnected && st != fsm.Connected && st != fsm.GlobalLimit {
+		return
+	}
+	if !s.pool.Dial(st == fsm.Disconnected, s.sys.pending.Load(), s.sys.cfg.connections()) {
+		return
+	}
+	if st == fsm.Disconnected {
 		s.fire(fsm.Dial)
-	case fsm.Connected, fsm.GlobalLimit:
-		if len(s.conns) >= s.sys.cfg.connections() || s.failures > 0 || !s.crowded() { // crowded implies demand
-			return
-		}
-	default:
-		return
 	}
-	s.dialing = true
 	s.sys.goWork(job{f: func() {
 		var conn *transport.Conn
 		err := fmt.Errorf("%w: dialing panicked", ErrInternal)
@@ -623,34 +555,28 @@ func (s *supervisor) dial() {
 
 // failed counts a failed connection (a dial, or one that died young;
 // refused: it showed the API refusing or out of reach, see
-// supervisor.refused), fails what waits for a connection once too many
-// in a row refused, and arms the redial after a backoff that grows with
+// transport.PoolState), fails what waits for a connection once too many
+// in a row refused (transport.PoolState.Unavailable), with an
+// *UnavailableError, and arms the redial after a backoff that grows with
 // the count of failures.
 func (s *supervisor) failed(ctx actor.Context, err error, refused bool) {
-	s.failures++
-	if refused {
-		s.refused++
-	} else {
-		s.refused = 0
-	}
-	s.lastErr = err
-	s.sys.log.Warn("sluice: connecting failed", slog.Int("failures", s.failures), slog.String("error", errString(err)))
-	if s.refused >= maxDialFailures && len(s.conns) == 0 {
+	attempt := s.pool.Failed(err, refused)
+	s.sys.log.Warn("sluice: connecting failed", slog.Int("failures", attempt+1), slog.String("error", errString(err)))
+	if n, last, ok := s.pool.Unavailable(); ok {
 		// Nothing can be sent: fail what waits rather than hang it.
-		uerr := &UnavailableError{Failures: s.refused, Err: err}
+		uerr := &UnavailableError{Failures: n, Err: last}
 		for _, ch := range s.clearRing() {
 			ctx.Send(ch.pid, &grantMsg{err: uerr})
 		}
 	}
-	delay := s.sys.cfg.Backoff.Delay(s.failures-1, rand.Float64)
-	s.redialArmed = true
+	delay := s.sys.cfg.Backoff.Delay(attempt, rand.Float64)
 	s.timers.after(timerRedial, delay, func(gen uint64) any { return &redialMsg{gen} })
 }
 
 func (s *supervisor) dialed(ctx actor.Context, m *dialedMsg) {
-	s.dialing = false
+	s.pool.Dialed()
 	if m.err != nil {
-		if len(s.conns) == 0 {
+		if s.pool.Len() == 0 {
 			s.fire(fsm.DialFailed)
 		}
 		s.failed(ctx, m.err, true)
@@ -660,7 +586,7 @@ func (s *supervisor) dialed(ctx actor.Context, m *dialedMsg) {
 		m.conn.Close()
 		return
 	}
-	s.conns = append(s.conns, pooled{conn: m.conn, upAt: s.sys.now()})
+	s.pool.Add(m.conn, s.sys.now())
 	// The state follows the pool: an extra connection dialled before the
 	// pool emptied may be the one that brings it back.
 	if st := s.machine.Current(); st == fsm.Disconnected || st == fsm.Connecting {

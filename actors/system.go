@@ -115,9 +115,9 @@ type Config struct {
 }
 
 // DefaultConnections is the pool's size when Config.Connections is 0. The
-// pool grows to it by one connection per callsPerConn requests awaiting an
-// outcome: a connection reset ends only the requests of one connection in
-// up to 16.
+// pool grows to it by one connection per transport.CallsPerConn requests
+// awaiting an outcome: a connection reset ends only the requests of one
+// connection in up to 16.
 const DefaultConnections = 16
 
 func (c *Config) connections() int {

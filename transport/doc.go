@@ -55,6 +55,20 @@
 //
 // Always call Close, also after Done: it is idempotent.
 //
+// # A pool of connections
+//
+// The owner may keep several Conns (a blast radius: a reset ends only the
+// requests of one). pool.go holds what is policy rather than I/O, for it
+// to apply: Pick chooses the connection a request goes on (the least
+// loaded live one) and AnyAlive whether one can send; PoolState keeps the
+// live connections and decides, with the time as an argument, when to dial
+// another (one at a time, none during a backoff, while CallsPerConn
+// requests per connection are exceeded), when a dead connection counts as
+// a failed one (it died younger than YoungLife with no answer while no
+// connection answered), the backoff's attempt (Backoff.Delay's), and when
+// what waits for a connection should fail (MaxDialFailures refusals in a
+// row). It dials, closes and sleeps nothing.
+//
 // # Classifying request errors
 //
 // Classify maps any error from RoundTrip, Dial or a response body read to
