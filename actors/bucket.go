@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/internal/admission"
 	"github.com/sluicehq/sluice/internal/attempt"
 	"github.com/sluicehq/sluice/internal/forecast"
+	"github.com/sluicehq/sluice/internal/lanes"
 	"github.com/sluicehq/sluice/internal/pioneers"
 	"github.com/sluicehq/sluice/internal/telemetry"
 	"github.com/sluicehq/sluice/ratelimit"
@@ -120,7 +121,7 @@ func (b *bucket) traceBuffer(any) *traceBuf { return &b.tbuf }
 // actor's major parameters for the others).
 func (b *bucket) traceState(msg any) string {
 	if l := b.laneOf(msg); l != nil {
-		return l.machine.Current().String()
+		return l.Machine.Current().String()
 	}
 	if _, ok := msg.(*enqueueMsg); ok {
 		return fsm.Initial.String()
@@ -130,7 +131,7 @@ func (b *bucket) traceState(msg any) string {
 
 func (b *bucket) traceKey(msg any) string {
 	if l := b.laneOf(msg); l != nil {
-		return l.key
+		return l.Key
 	}
 	if m, ok := msg.(*enqueueMsg); ok {
 		return b.keyFor(m.call.Route)
@@ -144,7 +145,7 @@ func (b *bucket) laneOf(msg any) *lane {
 		return nil
 	}
 	if c.lane != nil {
-		return c.lane.resolve()
+		return c.lane.Resolve()
 	}
 	return b.find(b.keyFor(c.Route))
 }
@@ -310,11 +311,11 @@ func (b *bucket) receive(ctx actor.Context, msg any) {
 		for _, l := range b.lanes {
 			st := &l.State
 			out = append(out, BucketSnapshot{
-				Key: l.key, State: l.machine.Current().String(), Known: st.Known,
+				Key: l.Key, State: l.Machine.Current().String(), Known: st.Known,
 				Limit: st.Limit, Remaining: st.Remaining,
 				ResetIn: max(0, st.ResetAt.Sub(at)), PausedFor: max(0, st.PausedUntil.Sub(at)),
-				Margin: st.Margin(at), Queued: l.line.Len(), Retrying: len(l.line.Retries()), Running: int(l.running),
-				Serial: l.serial,
+				Margin: st.Margin(at), Queued: l.Line.Len(), Retrying: len(l.Line.Retries()), Running: int(l.Running),
+				Serial: l.Serial,
 			})
 		}
 		m.reply <- bucketSnapshot{buckets: out, queued: b.queued(now)}
@@ -346,7 +347,7 @@ func (b *bucket) keyFor(r routes.Route) string {
 
 func (b *bucket) find(key string) *lane {
 	for _, l := range b.lanes {
-		if l.key == key {
+		if l.Key == key {
 			return l
 		}
 	}
@@ -356,7 +357,7 @@ func (b *bucket) find(key string) *lane {
 // laneFor returns the lane of route, creating it.
 func (b *bucket) laneFor(r routes.Route) *lane {
 	for _, l := range b.lanes {
-		if l.serves(r) {
+		if l.Serves(r) {
 			return l
 		}
 	}
@@ -367,7 +368,7 @@ func (b *bucket) laneFor(r routes.Route) *lane {
 		key = routes.BucketKey(hash, r.Major)
 	}
 	if l := b.find(key); l != nil {
-		l.routes = append(l.routes, routeRef{r.Method, r.Template})
+		l.Routes = append(l.Routes, lanes.RouteRef{Method: r.Method, Template: r.Template})
 		return l
 	}
 	l := newLane(b, key, template, key == r.Key(), !known, r)
@@ -388,17 +389,17 @@ func (b *bucket) enqueue(c *Call) {
 		return
 	}
 	l := b.laneFor(c.Route)
-	if max := b.sys.cfg.MaxQueue; max > 0 && l.line.Len() >= max {
-		c.Complete(nil, fmt.Errorf("%w: %d requests queued for %s", ErrQueueFull, l.line.Len(), c.Route.Redacted()))
+	if max := b.sys.cfg.MaxQueue; max > 0 && l.Line.Len() >= max {
+		c.Complete(nil, fmt.Errorf("%w: %d requests queued for %s", ErrQueueFull, l.Line.Len(), c.Route.Redacted()))
 		return
 	}
-	l.line.NoteClass(c) // before PlaceOf: it may drop finished calls from the head
+	l.Line.NoteClass(c) // before PlaceOf: it may drop finished calls from the head
 	now := b.sys.now()
 	// The wait MaxWait weighs is what is certain: the bucket's windows
 	// (its pause included), the declared groups' reserved window and the
 	// global window's pause, not the global forecast, which counts other
 	// buckets' calls that admission may well serve later.
-	pos := l.line.PlaceOf(c)
+	pos := l.Line.PlaceOf(c)
 	start, _, known := l.Slot(now, pos)
 	limit := b.sys.cfg.MaxWait
 	if c.MaxWait > 0 && (limit == 0 || c.MaxWait < limit) {
@@ -410,8 +411,8 @@ func (b *bucket) enqueue(c *Call) {
 	if limit > 0 && start.Sub(now) > limit {
 		// The queue learns of calls cancelled while they waited only at
 		// its head: before refusing, count the live ones alone.
-		l.line.Compact()
-		pos = l.line.PlaceOf(c)
+		l.Line.Compact()
+		pos = l.Line.PlaceOf(c)
 		start, _, known = l.Slot(now, pos)
 	}
 	wait, by := start.Sub(now), forecast.BoundBucket
@@ -436,8 +437,8 @@ func (b *bucket) enqueue(c *Call) {
 		}
 	}
 	c.queuedAt = now
-	telemetry.EventWith(c.span, "queued", attribute.String("sluice.bucket", l.key))
-	if l.line.Insert(pos, c) {
+	telemetry.EventWith(c.span, "queued", attribute.String("sluice.bucket", l.Key))
+	if l.Line.Insert(pos, c) {
 		b.restamp(l, now) // its place moved the calls behind it
 	}
 }
@@ -447,24 +448,24 @@ func (b *bucket) enqueue(c *Call) {
 // wake the actor). The lane's state machine decides: an unknown (initial)
 // bucket sends one pioneer at a time, and a first pioneer goes alone and
 // only with a slot held in every known bucket of the actor it might share
-// (mayShare).
+// (lanes.Lane.MayShare).
 func (b *bucket) ready(l *lane, now time.Time) (bool, time.Duration) {
 	if now.Before(l.SharedUntil) {
 		return false, l.SharedUntil.Sub(now)
 	}
-	l.sync(now)
-	switch l.machine.Current() {
+	l.Sync(now)
+	switch l.Machine.Current() {
 	case fsm.Initial:
-		if l.first {
+		if l.First {
 			if b.pioneers > 0 {
 				return false, 0
 			}
-			if c := l.line.Head(); c != nil && !b.sys.firsts.Free(l.template, c, l, b.self) {
+			if c := l.Line.Head(); c != nil && !b.sys.firsts.Free(l.Template, c, l, b.self) {
 				return false, pioneers.Poll // another actor's first pioneer of the template
 			}
 			for _, k := range b.lanes {
-				if k != l && k.State.Known && mayShare(l, k) {
-					if ok, wait := peek(k.State, now); !ok {
+				if k != l && k.State.Known && l.MayShare(k) {
+					if ok, wait := lanes.Peek(k.State, now); !ok {
 						return false, wait
 					}
 				}
@@ -473,19 +474,19 @@ func (b *bucket) ready(l *lane, now time.Time) (bool, time.Duration) {
 			return false, 0
 		}
 	default:
-		if l.serial && l.running > 0 {
+		if l.Serial && l.Running > 0 {
 			return false, 0
 		}
 	}
-	if ok, wait := peek(l.State, now); !ok {
+	if ok, wait := lanes.Peek(l.State, now); !ok {
 		return false, wait
 	}
 	// The declared limits the head is under (Config: sluice.Limit). A
 	// head whose window moved back (a higher class took its place) goes
 	// behind the calls due before it, and the new head is asked.
 	for i := 0; ; i++ {
-		ok, wait, moved := b.sys.groups.Ready(l.line.Head().decl(), now)
-		if ok || !moved || i >= l.line.Len() || !l.line.Order(0) {
+		ok, wait, moved := b.sys.groups.Ready(l.Line.Head().decl(), now)
+		if ok || !moved || i >= l.Line.Len() || !l.Line.Order(0) {
 			return ok, wait
 		}
 		b.restamp(l, now)
@@ -558,11 +559,11 @@ func (b *bucket) pump(ctx actor.Context) {
 		n := len(b.lanes)
 		// The lanes' heads by class, the highest first: granted slots go
 		// to them first.
-		hi, lo := b.headClasses()
+		hi, lo := lanes.HeadClasses(b.lanes)
 		for class := hi; class >= lo; class-- {
 			for i := range n {
 				l := b.lanes[(b.next+i)%n]
-				c := l.line.Head()
+				c := l.Line.Head()
 				if c == nil || c.Class != class {
 					continue
 				}
@@ -578,12 +579,12 @@ func (b *bucket) pump(ctx actor.Context) {
 		}
 	}
 	for _, l := range b.lanes {
-		l.sync(now)
+		l.Sync(now)
 	}
 	switch {
 	case held:
 		b.askAdmission(ctx, now)
-	case !b.probeAwaited():
+	case !lanes.ProbeAwaited(b.lanes): // a queue waiting for its probe's answer keeps its grants
 		b.cancelGrants()
 	}
 	if !b.wanting {
@@ -613,21 +614,21 @@ type pumpedPoint struct{}
 func (b *bucket) try(ctx actor.Context, l *lane, c *Call, g *gate, now time.Time) (went, held bool, wait time.Duration) {
 	if ok, wait := b.ready(l, now); !ok {
 		return false, false, wait
-	} else if l.line.Head() != c {
+	} else if l.Line.Head() != c {
 		// c's declared window moved back (ready put it behind the calls
 		// due first): the next round takes the new head.
 		return true, false, 0
 	}
-	if l.first && l.machine.Current() == fsm.Initial {
-		if !b.sys.firsts.Take(l.template, c, l, b.self) {
+	if l.First && l.Machine.Current() == fsm.Initial {
+		if !b.sys.firsts.Take(l.Template, c, l, b.self) {
 			// Another actor's first pioneer of the template took the turn
 			// since ready: its answer (a pioneeredMsg) wakes this.
 			return false, false, pioneers.Poll
 		}
-		if hash, known := b.sys.store.Alias(l.template); known && hash != "" {
+		if hash, known := b.sys.store.Alias(l.Template); known && hash != "" {
 			// The turn came free with the template's answer (recorded
 			// before its turn ended): no guess to make.
-			b.endFirstTurn(ctx, l.template, c)
+			b.endFirstTurn(ctx, l.Template, c)
 			return true, false, 0 // adoptLearned, at the next round
 		}
 	}
@@ -646,83 +647,34 @@ func (b *bucket) try(ctx actor.Context, l *lane, c *Call, g *gate, now time.Time
 	return true, false, 0
 }
 
-// headClasses is the highest and the lowest class of the lanes' heads (hi
-// < lo: no lane has one).
-func (b *bucket) headClasses() (hi, lo admission.Class) {
-	hi, lo = admission.Bulk-1, admission.Interactive
-	for _, l := range b.lanes {
-		if c := l.line.Head(); c != nil {
-			hi, lo = max(hi, c.Class), min(lo, c.Class)
-		}
-	}
-	return hi, lo
-}
-
 // markHolders records which queued calls the actor's granted slots are
-// for (Call.holding): the first calls of its queues, lanes in the order
-// pump visits them next. The global forecast serves them from those
-// slots; counted among the calls still to serve, they took the window's
-// next slots in the replay, and every call behind them a burst later.
+// for (Call.holding; lanes.Holders chooses them).
 func (b *bucket) markHolders() {
 	for _, c := range b.holders {
 		c.holding.Store(false)
 	}
 	clear(b.holders)
-	b.holders = b.holders[:0]
-	left := b.grants
-	for i := 0; left > 0 && i < len(b.lanes); i++ {
-		l := b.lanes[(b.next+i)%len(b.lanes)]
-		for _, c := range l.line.Items() {
-			if left == 0 {
-				break
-			}
-			if c.Finished() || c.Route.GlobalExempt {
-				continue
-			}
-			c.holding.Store(true)
-			b.holders = append(b.holders, c)
-			left--
-		}
+	b.holders = lanes.Holders(b.lanes, b.next, b.grants, b.holders[:0])
+	for _, c := range b.holders {
+		c.holding.Store(true)
 	}
 }
 
 // askAdmission tells the supervisor how many requests wait for admission
 // (once until its answer).
 func (b *bucket) askAdmission(ctx actor.Context, now time.Time) {
-	want, global, path, since, first, pioneer := 0, false, time.Duration(0), now, ^uint64(0), false
-	class := admission.Bulk
-	for _, l := range b.lanes {
-		c := l.line.Head()
-		if c == nil {
-			continue
-		}
-		if ok, _ := b.ready(l, now); !ok {
-			continue
-		}
-		if c.Submitted.Before(since) || c.Submitted.Equal(since) && c.ID < first {
-			since, first = c.Submitted, c.ID
-		}
-		n := 1
-		if l.State.Known && !l.serial {
-			n = max(1, min(l.line.Len(), l.Room(now)))
-		}
-		want += n
-		class = max(class, l.line.TopClass(n))
-		global = global || !c.Route.GlobalExempt
-		path = max(path, l.Backlog(now, l.line.Len()))
-		pioneer = pioneer || !l.State.Known // ready while unknown: its pioneer
-	}
-	if want == 0 {
+	ask := lanes.Ask(b.lanes, now, b.ready)
+	if ask.Want == 0 {
 		return
 	}
-	if b.wanting && path < 2*b.wantPath+time.Second && (!pioneer || b.wantPioneer) && want <= b.want && class == b.wantClass {
+	if b.wanting && ask.Path < 2*b.wantPath+time.Second && (!ask.Pioneer || b.wantPioneer) && ask.Want <= b.want && ask.Class == b.wantClass {
 		// Asked already; only more ready requests (at most a window's),
 		// another class, a much longer backlog or a pioneer is worth
 		// telling.
 		return
 	}
-	b.wanting, b.want, b.wantPath, b.wantPioneer, b.wantClass, b.kept = true, want, path, pioneer, class, false // a want replaces the keep
-	ctx.Send(b.sys.sup, &wantMsg{key: b.key, ask: admission.Ask{Want: want, Global: global, Path: path, Since: since, First: first, Pioneer: pioneer, Class: class}})
+	b.wanting, b.want, b.wantPath, b.wantPioneer, b.wantClass, b.kept = true, ask.Want, ask.Path, ask.Pioneer, ask.Class, false // a want replaces the keep
+	ctx.Send(b.sys.sup, &wantMsg{key: b.key, ask: ask})
 }
 
 // announceSoon tells the supervisor when a queue that waits for its own
@@ -752,60 +704,7 @@ func (b *bucket) announceSoon(ctx actor.Context, now time.Time) {
 	// request that joins would otherwise tell it again, and a slow
 	// pioneer's queue keep slots idle again and again.
 	behind := b.soonAt.IsZero() || now.Sub(b.soonAt) >= per
-	var (
-		at    time.Time
-		want  int
-		path  time.Duration
-		since time.Time
-		first = ^uint64(0)
-		class = admission.Bulk
-		known bool // a known lane's reopening is in the keep
-		// needed: some queue would still have a keep told for it, were
-		// others waiting and its last one told a period ago; without one,
-		// a keep standing is withdrawn.
-		needed bool
-	)
-	for _, l := range b.lanes {
-		c := l.line.Head()
-		if c == nil || c.Route.GlobalExempt || l.serial {
-			continue
-		}
-		var ready time.Time
-		var n int
-		tell := false
-		switch {
-		case !l.State.Known && l.running > 0:
-			// Behind its pioneer: it asks at the pioneer's answer, for
-			// at most what a period holds at the pace assumed for an
-			// unknown bucket (admission.UnknownPace).
-			ready, n, tell = now.Add(rtt), min(l.line.Len(), max(1, int(per/admission.UnknownPace))), behind
-		case l.State.Known && l.machine.Current() != fsm.Initial:
-			ok, wait := b.ready(l, now)
-			if ok || wait <= 0 || wait >= per {
-				// A probe of its reopening on the wire: its queue asks at
-				// the probe's answer, a round trip away (probeAwaited).
-				needed = needed || l.State.Probing() && l.State.InFlight() > 0
-				continue
-			}
-			ready, n, tell = now.Add(wait), min(l.line.Len(), l.State.Limit), others
-			known = known || tell
-		default:
-			continue
-		}
-		needed = needed || l.Backlog(ready, l.line.Len()) >= per
-		if !tell {
-			continue
-		}
-		if at.IsZero() || ready.Before(at) {
-			at = ready
-		}
-		want += n
-		class = max(class, l.line.TopClass(n))
-		path = max(path, l.Backlog(ready, l.line.Len()))
-		if since.IsZero() || c.Submitted.Before(since) || c.Submitted.Equal(since) && c.ID < first {
-			since, first = c.Submitted, c.ID
-		}
-	}
+	k, needed := lanes.Keep(b.lanes, now, lanes.Soon{Per: per, RTT: rtt, Others: others, Behind: behind}, b.ready)
 	if b.kept && !needed {
 		// Withdrawn: a keep that wants nothing. The next one, if a queue
 		// needs it again, is told afresh (no "told already").
@@ -813,7 +712,7 @@ func (b *bucket) announceSoon(ctx actor.Context, now time.Time) {
 		ctx.Send(b.sys.sup, &soonMsg{key: b.key})
 		return
 	}
-	if want == 0 || path < per || at.Equal(b.soonAt) {
+	if k.Want == 0 || k.Path < per || k.At.Equal(b.soonAt) {
 		// Nothing waits, or its queue needs no window after the
 		// reopening one: waiting for the next burst costs it at most a
 		// period, once, while slots kept idle for it cost the window's
@@ -821,29 +720,8 @@ func (b *bucket) announceSoon(ctx actor.Context, now time.Time) {
 		// its later windows with the first.
 		return
 	}
-	b.soonAt, b.kept = at, true
-	var slack time.Duration
-	if known {
-		slack = rtt // its last window's slots free about a round trip after it reopens
-	}
-	ctx.Send(b.sys.sup, &soonMsg{key: b.key, keep: admission.Keep{At: at, Slack: slack, Want: want, Path: path, Since: since, First: first, Class: class}})
-}
-
-// probeAwaited reports whether a lane's queue waits for the answer to its
-// window's probe (ratelimit.Bucket.Probing), which comes within a round
-// trip. Global slots granted for that queue are kept for it meanwhile:
-// given back, they went at once to other buckets under a binding global
-// limit, and the queue, ready a round trip later, waited a whole global
-// window behind them, on every window its bucket probed. A kept slot costs
-// the global window nothing it does not count: each slot stays held until
-// its request's answer plus a period (GlobalLimiter.Settle).
-func (b *bucket) probeAwaited() bool {
-	for _, l := range b.lanes {
-		if l.line.Head() != nil && l.State.Probing() && l.State.InFlight() > 0 {
-			return true
-		}
-	}
-	return false
+	b.soonAt, b.kept = k.At, true
+	ctx.Send(b.sys.sup, &soonMsg{key: b.key, keep: k})
 }
 
 // cancelGrants gives back global slots reserved for us that nothing can
@@ -862,7 +740,8 @@ func (b *bucket) cancelGrants() {
 }
 
 // dispatch takes c's slot from its lane (and, for a first pioneer, one from
-// every known lane it might share: mayShare) and puts c on the wire.
+// every known lane it might share: lanes.Lane.MayShare) and puts c on the
+// wire.
 //
 // Until a worker has c, a panic leaves it in b.dispatching: recoverCrash
 // gives back what was taken for it as for a request not sent (its global
@@ -872,26 +751,26 @@ func (b *bucket) cancelGrants() {
 // a pioneer's count and c.pioneer; each hold and its entry in c.holds.
 func (b *bucket) dispatch(ctx actor.Context, l *lane, c *Call, g *gate, global bool, now time.Time) {
 	b.dispatching, c.global = c, global
-	l.line.Pop()
+	l.Line.Pop()
 	if h := b.sys.crashHook; h != nil {
 		h(dispatchPoint{call: c})
 	}
-	if l.line.Served(c) {
+	if l.Line.Served(c) {
 		b.restamp(l, now) // the share moved a call of a lower class to the head
 	}
 	l.State.Take(now)
-	l.running++
+	l.Running++
 	b.sys.running.Add(1)
 	c.lane, c.sentAt = l, now
 	if !l.State.Known {
 		c.pioneer = true
 		b.pioneers++
-		if l.first {
+		if l.First {
 			c.first = true
 			b.firstOut = true
 			c.firstWire.Store(true)
 			for _, k := range b.lanes {
-				if k != l && k.State.Known && mayShare(l, k) {
+				if k != l && k.State.Known && l.MayShare(k) {
 					k.State.Take(now) // a hold: reported when the pioneer is answered
 					c.holds = append(c.holds, k)
 				}
@@ -921,7 +800,7 @@ func (b *bucket) dispatch(ctx actor.Context, l *lane, c *Call, g *gate, global b
 		hash, _ := b.sys.store.Alias(template)
 		sr = &ratelimit.SharedRequest{Now: now, Route: c.Route.Key(), Template: template, Major: c.Route.Major, Hash: hash,
 			Global: global || !c.Route.GlobalExempt, Local: l.State, Window: l.Window, Margin: l.State.Margin(now),
-			Serial: l.serial}
+			Serial: l.Serial}
 		c.place.FillShared(sr, c.Class)
 	}
 	conn := g.pick()    // claimed here, ended by the worker or just below
@@ -949,9 +828,9 @@ func observe(st *ratelimit.Bucket, at, sentAt time.Time, h ratelimit.Headers, co
 // the holds of a pioneer, the pioneer count and its global slot.
 func (b *bucket) release(ctx actor.Context, c *Call, at time.Time, h ratelimit.Headers, count ratelimit.Charge) *lane {
 	uncounted := count == ratelimit.ChargeNone
-	l := c.lane.resolve()
+	l := c.lane.Resolve()
 	c.lane = nil
-	l.running--
+	l.Running--
 	b.sys.running.Add(-1)
 	if c.pioneer {
 		c.pioneer = false
@@ -962,10 +841,10 @@ func (b *bucket) release(ctx actor.Context, c *Call, at time.Time, h ratelimit.H
 			c.firstWire.Store(false)
 			// The template's hash, for every channel, before the actors
 			// waiting for this pioneer are told (learn records it too).
-			if h.Has.Bucket && h.Bucket != "" && l.routeKeyed {
-				b.sys.store.SetAlias(l.template, h.Bucket)
+			if h.Has.Bucket && h.Bucket != "" && l.RouteKeyed {
+				b.sys.store.SetAlias(l.Template, h.Bucket)
 			}
-			b.endFirstTurn(ctx, l.template, c)
+			b.endFirstTurn(ctx, l.Template, c)
 		}
 	}
 	if uncounted {
@@ -980,11 +859,11 @@ func (b *bucket) release(ctx actor.Context, c *Call, at time.Time, h ratelimit.H
 		target = routes.BucketKey(h.Bucket, c.Route.Major)
 	}
 	for _, k := range c.holds {
-		k = k.resolve()
+		k = k.Resolve()
 		switch {
 		case uncounted:
 			k.State.Refund(at)
-		case target == k.key:
+		case target == k.Key:
 			observe(&k.State, at, c.sentAt, h, count) // it was this bucket's request after all
 		case target != "":
 			k.State.Refund(at) // another bucket counted it
@@ -1052,13 +931,13 @@ func (b *bucket) result(ctx actor.Context, m *resultMsg) {
 		ErrorRetries: c.errAttempts, MaxErrorRetries: b.sys.cfg.MaxErrorRetries,
 	})
 	count := o.Charge
-	prev := &c.lane.resolve().State
+	prev := &c.lane.Resolve().State
 	known, limit, paused := prev.Known, prev.Limit, prev.PausedUntil
 	if c.first && m.resp != nil && status < 500 && status != http.StatusTooManyRequests && !(h.Has.Bucket && h.Bucket != "") {
 		// A first answer without a bucket: nothing to learn, the
 		// template's other first pioneers need not wait (release tells
 		// them).
-		b.sys.firsts.Settle(c.lane.resolve().template)
+		b.sys.firsts.Settle(c.lane.Resolve().Template)
 	}
 	l := b.release(ctx, c, m.at, h, count)
 	if answered {
@@ -1067,7 +946,7 @@ func (b *bucket) result(ctx actor.Context, m *resultMsg) {
 			l.Window = h.ResetAfter
 		}
 	}
-	l = l.resolve()
+	l = l.Resolve()
 	defer func() {
 		if st := &l.State; st.Known != known || st.Limit != limit || st.PausedUntil.After(paused) {
 			// The queue's due times were guessed without this: the
@@ -1116,7 +995,7 @@ func (b *bucket) result(ctx actor.Context, m *resultMsg) {
 // the time told, or for the answer another process's request gets.
 func (b *bucket) deferred(ctx actor.Context, c *Call, m *resultMsg) {
 	g := m.deferred
-	l := b.release(ctx, c, m.at, ratelimit.Headers{}, ratelimit.ChargeNone).resolve()
+	l := b.release(ctx, c, m.at, ratelimit.Headers{}, ratelimit.ChargeNone).Resolve()
 	c.sends.Add(-1)
 	now := b.sys.now()
 	if b.draining != nil {
@@ -1156,12 +1035,12 @@ func (b *bucket) deferred(ctx actor.Context, c *Call, m *resultMsg) {
 // that already has it: one owner per real bucket.
 func (b *bucket) learn(l *lane, c *Call, h ratelimit.Headers, status int) {
 	if status != 0 && status < 500 && status != http.StatusTooManyRequests || h.Has.Bucket {
-		l.first = false
+		l.First = false
 	}
-	if !h.Has.Bucket || h.Bucket == "" || !l.routeKeyed {
+	if !h.Has.Bucket || h.Bucket == "" || !l.RouteKeyed {
 		return
 	}
-	b.sys.store.SetAlias(l.template, h.Bucket)
+	b.sys.store.SetAlias(l.Template, h.Bucket)
 	b.rekey(l, routes.BucketKey(h.Bucket, c.Route.Major))
 }
 
@@ -1181,18 +1060,18 @@ func (b *bucket) endFirstTurn(ctx actor.Context, template string, c *Call) {
 func (b *bucket) adoptLearned() {
 	for i := 0; i < len(b.lanes); i++ {
 		l := b.lanes[i]
-		if !l.first || !l.routeKeyed || l.running > 0 {
+		if !l.First || !l.RouteKeyed || l.Running > 0 {
 			continue
 		}
-		c := l.line.Head()
+		c := l.Line.Head()
 		if c == nil {
 			continue
 		}
-		hash, ok := b.sys.store.Alias(l.template)
+		hash, ok := b.sys.store.Alias(l.Template)
 		if !ok || hash == "" {
 			continue
 		}
-		l.first = false
+		l.First = false
 		if b.rekey(l, routes.BucketKey(hash, c.Route.Major)) {
 			i-- // l left b.lanes
 		}
@@ -1205,22 +1084,11 @@ func (b *bucket) adoptLearned() {
 func (b *bucket) rekey(l *lane, target string) (merged bool) {
 	owner := b.find(target)
 	if owner == nil {
-		l.key, l.routeKeyed = target, false
+		l.Key, l.RouteKeyed = target, false
 		return false
 	}
 	// Another route of this major got there first: hand the work over once.
-	owner.State.Absorb(&l.State)
-	owner.line.Merge(&l.line)
-	owner.running += l.running
-	owner.serial = owner.serial || l.serial
-	owner.Window = max(owner.Window, l.Window)
-	for i := range l.numRoutes() {
-		if r := l.route(i); !owner.servesRef(r) {
-			owner.routes = append(owner.routes, r)
-		}
-	}
-	l.running = 0
-	l.mergedInto = owner
+	owner.Merge(l)
 	for i, x := range b.lanes {
 		if x == l {
 			b.lanes = append(b.lanes[:i], b.lanes[i+1:]...)
@@ -1239,7 +1107,7 @@ func (b *bucket) limited(ctx actor.Context, l *lane, c *Call, v ratelimit.Verdic
 	case ratelimit.PauseGlobal:
 		// The worker paused the global window already (System.work).
 	case ratelimit.PauseSerial:
-		l.serial = true // a limit no header shows: no more pipelining here
+		l.Serial = true // a limit no header shows: no more pipelining here
 		l.State.Pause(at.Add(o.Wait))
 		// A declared limit that still met one: stricter than declared, or
 		// spent by someone else too.
@@ -1290,7 +1158,7 @@ func (b *bucket) failed(l *lane, c *Call, err error, o ratelimit.Outcome) {
 // share promoted there): it was in line first.
 func requeueFront(l *lane, c *Call, now time.Time) {
 	c.queuedAt = now
-	start, _, known := l.Slot(now, l.line.PushFront(c))
+	start, _, known := l.Slot(now, l.Line.PushFront(c))
 	c.stamp(start, known, l, now)
 }
 
@@ -1299,14 +1167,14 @@ func (b *bucket) retryLater(l *lane, now time.Time, c *Call) {
 	c.notBefore = now.Add(b.sys.cfg.RetryBackoff.Delay(c.errAttempts, rand.Float64))
 	c.errAttempts++
 	c.stamp(c.notBefore, true, l, now)
-	l.line.Retry(c)
+	l.Line.Retry(c)
 }
 
 // dueRetries moves l's retries whose backoff is over to the front of its
 // queue, in the order they failed, and returns the wait for the next one
 // (0: none).
 func (b *bucket) dueRetries(l *lane, now time.Time) time.Duration {
-	due, next := l.line.DueRetries(now)
+	due, next := l.Line.DueRetries(now)
 	for _, c := range due {
 		c.queuedAt = now
 		telemetry.Event(c.span, "retry")
@@ -1325,7 +1193,7 @@ func (b *bucket) failQueued(err error, match func(*Call) bool) {
 		return true
 	}
 	for _, l := range b.lanes {
-		l.line.Filter(keep)
+		l.Line.Filter(keep)
 	}
 }
 
@@ -1340,7 +1208,7 @@ func (b *bucket) maybeIdle(ctx actor.Context) {
 	var wake time.Duration
 	keep := b.lanes[:0]
 	for _, l := range b.lanes {
-		idle, wait := l.idle(now, b.sys.cfg.IdleAfter)
+		idle, wait := l.Idle(now, b.sys.cfg.IdleAfter)
 		if !idle {
 			keep = append(keep, l)
 			if wait > 0 && (wake == 0 || wait < wake) {
@@ -1348,8 +1216,8 @@ func (b *bucket) maybeIdle(ctx actor.Context) {
 			}
 			continue
 		}
-		l.fire(fsm.Reset)
-		l.fire(fsm.Quiet)
+		l.Fire(fsm.Reset)
+		l.Fire(fsm.Quiet)
 		b.save(l)
 	}
 	for i := len(keep); i < len(b.lanes); i++ {
@@ -1374,8 +1242,8 @@ func (b *bucket) maybeIdle(ctx actor.Context) {
 func (b *bucket) awaiting() bool { return b.wanting || b.grants > 0 || b.pioneers > 0 }
 
 func (b *bucket) save(l *lane) {
-	if l.State.Known && !l.perToken && !l.routeKeyed {
-		b.sys.store.Save(l.key, l.State)
+	if l.State.Known && !l.PerToken && !l.RouteKeyed {
+		b.sys.store.Save(l.Key, l.State)
 	}
 }
 

@@ -61,7 +61,7 @@ type Call struct {
 	queuedAt    time.Time   // when it last joined its bucket's queue
 	readyAt     time.Time   // when its bucket would have sent it but admission held it
 	lane        *lane       // the bucket that admitted the current attempt (nil: not on the wire)
-	holds       []*lane     // known buckets holding a slot for this pioneer (see lane.go)
+	holds       []*lane     // known buckets holding a slot for this pioneer (see lanes.Lane.MayShare)
 	window      Window      // the global window it counts on (set by System.classify)
 	global      bool        // the attempt holds a slot of its window
 	pioneer     bool        // the attempt is a pioneer: its bucket's limit was unknown
@@ -87,8 +87,8 @@ type Call struct {
 	// (ratelimit.Bucket.ProbesReopening). Stamped with due.
 	reprobe atomic.Bool
 	// holding is set while a global slot granted to its bucket actor is
-	// meant for it (bucket.markHolders): the global forecast counts it as
-	// served, not as a call still to serve.
+	// meant for it (bucket.markHolders, lanes.Holders): the global
+	// forecast counts it as served, not as a call still to serve.
 	holding atomic.Bool
 	// pace is its bucket's window with the margin (ns; 0 while unknown),
 	// and limit its bucket's count per window (0 while unknown), stamped

@@ -15,7 +15,7 @@
 // "webhook_id=1;webhook_token=<hash>", or "" for routes without one).
 //
 // A bucket actor owns every rate-limit bucket of its major parameters: a
-// lane per bucket (lane.go) with its queue and retries (lanes.Queue), its
+// lane per bucket (lanes.Lane) with its queue and retries (lanes.Queue), its
 // count and pace (ratelimit.Bucket in lanes.Pace) and its machine
 // (initial, open, exhausted, limited, idle). Discord's buckets are a hash plus the major parameters, so routes
 // that may share a bucket always share their major parameters: merging two
@@ -49,7 +49,7 @@
 // route, whose machine stays initial: it sends one pioneer at a time. A
 // first pioneer (its template never answered) may land in a bucket of a
 // related route (the same template, its parent, a child or a sibling:
-// mayShare), so it goes alone, only when every such known lane can spare a
+// lanes.Lane.MayShare), so it goes alone, only when every such known lane can spare a
 // slot, and takes one from each (a hold); its answer reports each hold exactly once:
 // Observe in the bucket it turned out to be, Refund in the others. One first
 // pioneer goes at a time per template across the actors (pioneers.Turns):
@@ -57,7 +57,7 @@
 // bucket of that hash (adoptLearned) instead of each guessing. When the
 // answer names a bucket another lane already has, the route's lane merges
 // into it once (queues in submission order, in-flight counts, limits) and
-// answers still on the wire follow lane.mergedInto.
+// answers still on the wire follow it (lanes.Lane.Merge, MergedInto).
 //
 // # Admission
 //

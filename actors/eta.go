@@ -81,7 +81,7 @@ func (c *Call) stamp(at time.Time, known bool, l *lane, now time.Time) {
 // ones were guessed without it.
 func (b *bucket) restamp(l *lane, now time.Time) {
 	pos := 0
-	for _, c := range l.line.Items() {
+	for _, c := range l.Line.Items() {
 		if c.Finished() {
 			continue
 		}
@@ -103,14 +103,14 @@ func (b *bucket) eta(c *Call, now time.Time) laneETA {
 		out.Stage = forecast.StageDone
 		return out
 	case c.lane != nil:
-		out.Stage, out.Start, out.End, out.Known, out.bucket = forecast.StageSent, c.sentAt, c.sentAt, true, c.lane.resolve().key
+		out.Stage, out.Start, out.End, out.Known, out.bucket = forecast.StageSent, c.sentAt, c.sentAt, true, c.lane.Resolve().Key
 		return out
 	}
 	for _, l := range b.lanes {
 		pos := 0
-		for _, q := range l.line.Items() {
+		for _, q := range l.Line.Items() {
 			if q == c {
-				out.Stage, out.Pos, out.bucket = forecast.StageQueued, pos, l.key
+				out.Stage, out.Pos, out.bucket = forecast.StageQueued, pos, l.Key
 				out.Start, out.End, out.Known = l.Slot(now, pos)
 				out.Early = l.Earliest(now, pos, out.Start)
 				out.Granted = q.holding.Load()
@@ -120,9 +120,9 @@ func (b *bucket) eta(c *Call, now time.Time) laneETA {
 				pos++
 			}
 		}
-		for _, q := range l.line.Retries() {
+		for _, q := range l.Line.Retries() {
 			if q == c {
-				out.Stage, out.bucket = forecast.StageRetrying, l.key
+				out.Stage, out.bucket = forecast.StageRetrying, l.Key
 				// It goes back to the front of the queue when its backoff
 				// ends (behind a request the share promoted there, if one
 				// still is then: not known now, so counted as the head),
@@ -143,17 +143,17 @@ func (b *bucket) queued(now time.Time) []laneETA {
 	var out []laneETA
 	for _, l := range b.lanes {
 		pos := 0
-		for _, c := range l.line.Items() {
+		for _, c := range l.Line.Items() {
 			if c.Finished() {
 				continue
 			}
-			e := laneETA{call: c, bucket: l.key, Part: forecast.Part{Stage: forecast.StageQueued, Pos: pos, Granted: c.holding.Load()}}
+			e := laneETA{call: c, bucket: l.Key, Part: forecast.Part{Stage: forecast.StageQueued, Pos: pos, Granted: c.holding.Load()}}
 			e.Start, e.End, e.Known = l.Slot(now, pos)
 			e.Early = l.Earliest(now, pos, e.Start)
 			out = append(out, e)
 			pos++
 		}
-		for _, c := range l.line.Retries() {
+		for _, c := range l.Line.Retries() {
 			if !c.Finished() {
 				out = append(out, b.eta(c, now))
 			}

@@ -6,34 +6,36 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/internal/lanes"
 )
 
-// A lane serves its own route (read from its template) and the routes it
-// took; a merge hands all of the merged lane's over, once each.
+// rekey merges a route's lane into the lane that has its bucket's key
+// (lanes.Lane.Merge: every route once) and drops it from the actor.
 func TestRekeyCarriesTheMergedLanesRoutes(t *testing.T) {
-	msgs := routeRef{"GET", "/channels/{channel_id}/messages"}
-	one := routeRef{"GET", "/channels/{channel_id}/messages/{message_id}"}
-	edit := routeRef{"PATCH", "/channels/{channel_id}/messages/{message_id}"}
-	owner := &lane{key: "bucket h channel_id=1", template: "GET /channels/{channel_id}/messages", routes: []routeRef{edit}}
-	l := &lane{key: "GET /channels/{channel_id}/messages/{message_id} channel_id=1", routeKeyed: true,
-		template: "GET /channels/{channel_id}/messages/{message_id}", routes: []routeRef{edit}}
-	require.Equal(t, 2, l.numRoutes())
-	require.Equal(t, one, l.route(0), "a lane's own route is its template's")
-	assert.True(t, l.servesRef(one))
-	assert.False(t, owner.servesRef(one))
+	msgs := lanes.RouteRef{Method: "GET", Template: "/channels/{channel_id}/messages"}
+	one := lanes.RouteRef{Method: "GET", Template: "/channels/{channel_id}/messages/{message_id}"}
+	edit := lanes.RouteRef{Method: "PATCH", Template: "/channels/{channel_id}/messages/{message_id}"}
+	owner := &lane{Key: "bucket h channel_id=1", Template: "GET /channels/{channel_id}/messages", Routes: []lanes.RouteRef{edit}}
+	l := &lane{Key: "GET /channels/{channel_id}/messages/{message_id} channel_id=1", RouteKeyed: true,
+		Template: "GET /channels/{channel_id}/messages/{message_id}", Routes: []lanes.RouteRef{edit}}
 
 	b := &bucket{lanes: []*lane{owner, l}}
-	require.True(t, b.rekey(l, owner.key))
+	require.True(t, b.rekey(l, owner.Key))
 	assert.Equal(t, []*lane{owner}, b.lanes)
-	for _, r := range []routeRef{msgs, one, edit} {
-		assert.True(t, owner.servesRef(r), "%v", r)
+	assert.Same(t, owner, l.Resolve())
+	for _, r := range []lanes.RouteRef{msgs, one, edit} {
+		assert.True(t, owner.ServesRef(r), "%v", r)
 	}
-	assert.Equal(t, 3, owner.numRoutes(), "each route once")
+	assert.Equal(t, 3, owner.NumRoutes(), "each route once")
 
-	// A pioneer of a route related only to a route the merge brought.
-	react := &lane{template: "GET /channels/{channel_id}/messages/{message_id}/reactions"}
-	assert.True(t, mayShare(react, owner), "a child of the merged lane's route")
-	assert.False(t, mayShare(react, &lane{template: "GET /guilds/{guild_id}/members"}))
+	// A lane whose bucket no other lane has takes its key.
+	solo := &lane{Key: "GET /guilds/{guild_id}/members guild_id=1", RouteKeyed: true, Template: "GET /guilds/{guild_id}/members"}
+	b.lanes = append(b.lanes, solo)
+	require.False(t, b.rekey(solo, "bucket g guild_id=1"))
+	assert.Equal(t, "bucket g guild_id=1", solo.Key)
+	assert.False(t, solo.RouteKeyed)
+	assert.Len(t, b.lanes, 2)
 }
 
 // TestFirstTurnsReadTheCall: the System's first pioneer turns (rules in

@@ -288,7 +288,7 @@ func Replay(ws []Waiter, src Source, now time.Time, rtt, lag time.Duration, held
 	// calls as the window has room for beside those still waiting. A
 	// window that holds for a probe releases them too: the actor asks
 	// slots for all of them and keeps those the probe leaves until its
-	// answer (the actors' bucket.probeAwaited); the first to take a slot is the probe,
+	// answer (lanes.ProbeAwaited); the first to take a slot is the probe,
 	// the others go at its answer.
 	open := func(li *laneState, t int64) {
 		li.started, li.end = false, math.MaxInt64

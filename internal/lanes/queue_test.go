@@ -20,6 +20,8 @@ type item struct {
 	place     time.Time // a declared window's start; zero: none
 	notBefore time.Time
 	back      bool // it was sent and came back (a retry): it goes first, not by class
+	submitted time.Time
+	exempt    bool // needs no global slot
 }
 
 type itemRules struct{}
@@ -29,6 +31,8 @@ func (itemRules) Seq(i *item) uint64              { return i.id }
 func (itemRules) Finished(i *item) bool           { return i.done }
 func (itemRules) Place(i *item) (time.Time, bool) { return i.place, !i.place.IsZero() }
 func (itemRules) NotBefore(i *item) time.Time     { return i.notBefore }
+func (itemRules) Submitted(i *item) time.Time     { return i.submitted }
+func (itemRules) Exempt(i *item) bool             { return i.exempt }
 
 type queue = Queue[*item, itemRules]
 

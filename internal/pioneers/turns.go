@@ -3,7 +3,7 @@
 // first answer, holds for every channel (the store's aliases), but before
 // that answer no actor knows which bucket its route shares: a first
 // pioneer holds a slot only in the related known buckets of its own
-// channel (the actors' mayShare), and one that lands in an unrelated known
+// channel (lanes.Lane.MayShare), and one that lands in an unrelated known
 // bucket goes over that bucket's limit. With the template's requests on 50
 // channels sent at once, 50 first pioneers each guessed, and each drew a
 // 429 where its channel's window of a route sharing the hash was spent.
