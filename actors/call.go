@@ -19,8 +19,13 @@ import (
 // creates it; the actors move it through queues; exactly one Complete wins.
 //
 // Invariant: done is closed exactly once, after resp and err are set, and
-// neither changes afterwards. Everything else is owned by whichever actor
-// currently holds the call (never two at once).
+// neither changes afterwards. The other fields are of three kinds, each
+// marked where it is declared: set before submission (by the caller, or by
+// System.Submit before the call is shared) and never changed after; owned
+// by whichever bucket actor currently holds the call (never two at once),
+// and handed to a worker with the attempt (sentAt, read by the worker
+// before its result message); or atomic, for the goroutines that read them
+// (the completion hook, the forecasts, other actors, the worker).
 type Call struct {
 	// ID is unique per limiter, in submission order.
 	ID uint64
