@@ -82,7 +82,7 @@ func benchTarget(b *testing.B, impl string) benchDoer {
 	})
 	switch impl {
 	case "sluice", "sluice-one-connection":
-		conns := 0 // the default pool: one connection per transport.CallsPerConn requests waiting
+		conns := 0 // the default pool: one connection per connpool.CallsPerConn requests waiting
 		if impl == "sluice-one-connection" {
 			conns = 1 // bare-http2's one connection: the actors' cost alone
 		}

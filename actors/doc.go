@@ -6,10 +6,11 @@
 //
 // # Who owns what
 //
-// The supervisor owns the HTTP/2 connections, a pool that grows by one
-// connection per transport.CallsPerConn requests awaiting an outcome, up to
-// Config.Connections, whose policy is transport.PoolState (states disconnected, connecting, connected,
-// global_limit: connected while one is up), the global limit's pauses, the
+// The supervisor (states disconnected, connecting, connected, global_limit:
+// connected while a connection is up) owns the HTTP/2 connections, a pool
+// that grows by one connection per connpool.CallsPerConn requests awaiting
+// an outcome, up to Config.Connections (its policy: connpool.State), the
+// global limit's pauses, the
 // Cloudflare-ban breaker, the admission queue (see below) and the bucket
 // actors, keyed by major parameters ("channel_id=123", "guild_id=9",
 // "webhook_id=1;webhook_token=<hash>", or "" for routes without one).

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/fsm"
 	"github.com/sluicehq/sluice/internal/admission"
+	"github.com/sluicehq/sluice/internal/connpool"
 	"github.com/sluicehq/sluice/internal/forecast"
 	"github.com/sluicehq/sluice/ratelimit"
 	"github.com/sluicehq/sluice/supervision"
@@ -27,7 +28,7 @@ type supervisor struct {
 	self    *actor.PID
 	machine *fsm.Supervisor
 
-	// pool is the connections' policy (transport.PoolState): the live
+	// pool is the connections' policy (connpool.State): the live
 	// connections, at most Config.Connections, the dial in flight, the
 	// failed connections in a row and their backoff. The supervisor applies
 	// its decisions: it dials, closes, arms the redial timer and fails
@@ -35,7 +36,7 @@ type supervisor struct {
 	// Invariant: pool.Len() > 0  <=>  machine is connected or global_limit;
 	// sys.gate always holds the pool's conns and hold last published
 	// (publish).
-	pool transport.PoolState
+	pool connpool.State
 	// children maps a major-parameter string to its bucket actor.
 	// Invariant: at most one actor per key; the supervisor is the only
 	// sender of enqueueMsg.
@@ -302,7 +303,7 @@ func (s *supervisor) receive(ctx actor.Context) {
 
 // connDown removes a dead connection from the pool. A connection that died
 // young counts as a failed one (growing backoff); otherwise it is replaced
-// at once if requests wait (transport.PoolState.Died has the rules).
+// at once if requests wait (connpool.State.Died has the rules).
 func (s *supervisor) connDown(ctx actor.Context, m *connDownMsg) {
 	upAt, ok := s.pool.Remove(m.conn)
 	m.conn.Close()
@@ -315,7 +316,7 @@ func (s *supervisor) connDown(ctx actor.Context, m *connDownMsg) {
 	}
 	s.publish()
 	now, last := s.sys.now(), time.Unix(0, s.sys.lastAnswer.Load())
-	d := transport.Death{UpAt: upAt, Answered: m.conn.Answered(), Accepted: m.conn.Accepted(), Err: m.err}
+	d := connpool.Death{UpAt: upAt, Answered: m.conn.Answered(), Accepted: m.conn.Accepted(), Err: m.err}
 	if failed, refused := s.pool.Died(d, now, last); failed {
 		s.failed(ctx, m.err, refused)
 		return
@@ -521,9 +522,9 @@ func (s *supervisor) probeDone(ctx actor.Context, m *probeDoneMsg) {
 
 // dial opens a connection: the first one (state disconnected -> connecting),
 // or one more for the pool while connected, requests wait, none failed
-// since and the open ones are crowded (transport.CallsPerConn), up to
+// since and the open ones are crowded (connpool.CallsPerConn), up to
 // Config.Connections. One dial at a time; none while a backoff runs
-// (transport.PoolState.Dial decides).
+// (connpool.State.Dial decides).
 func (s *supervisor) dial() {
 	if s.closing != nil {
 		return
@@ -555,8 +556,8 @@ func (s *supervisor) dial() {
 
 // failed counts a failed connection (a dial, or one that died young;
 // refused: it showed the API refusing or out of reach, see
-// transport.PoolState), fails what waits for a connection once too many
-// in a row refused (transport.PoolState.Unavailable), with an
+// connpool.State), fails what waits for a connection once too many
+// in a row refused (connpool.State.Unavailable), with an
 // *UnavailableError, and arms the redial after a backoff that grows with
 // the count of failures.
 func (s *supervisor) failed(ctx actor.Context, err error, refused bool) {

@@ -115,7 +115,7 @@ type Config struct {
 }
 
 // DefaultConnections is the pool's size when Config.Connections is 0. The
-// pool grows to it by one connection per transport.CallsPerConn requests
+// pool grows to it by one connection per connpool.CallsPerConn requests
 // awaiting an outcome: a connection reset ends only the requests of one
 // connection in up to 16.
 const DefaultConnections = 16

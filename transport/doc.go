@@ -58,16 +58,10 @@
 // # A pool of connections
 //
 // The owner may keep several Conns (a blast radius: a reset ends only the
-// requests of one). pool.go holds what is policy rather than I/O, for it
-// to apply: Pick chooses the connection a request goes on (the least
-// loaded live one) and AnyAlive whether one can send; PoolState keeps the
-// live connections and decides, with the time as an argument, when to dial
-// another (one at a time, none during a backoff, while CallsPerConn
-// requests per connection are exceeded), when a dead connection counts as
-// a failed one (it died younger than YoungLife with no answer while no
-// connection answered), the backoff's attempt (Backoff.Delay's), and when
-// what waits for a connection should fail (MaxDialFailures refusals in a
-// row). It dials, closes and sleeps nothing.
+// requests of one): Pick chooses the connection a request goes on (the
+// least loaded live one, Claimed, taking turns among equals) and AnyAlive
+// whether one can send. (Sluice's own policy of when to grow its pool and
+// when failures back off is internal to it.)
 //
 // # Classifying request errors
 //

@@ -7,17 +7,6 @@ import (
 	"github.com/sluicehq/sluice/internal/admission"
 )
 
-// What a bucket actor tells admission of its lanes (package admission):
-// an ask for the requests ready now (Ask), a keep for a queue about to
-// reopen (Keep), and which queued requests the slots it holds are for
-// (Holders). Each reads the actor's lanes, in the order it keeps them,
-// and time; the actor decides whether to tell, and sends the message.
-//
-// Readiness is the actor's rule (it reads more than a lane: the other
-// pioneers, the declared groups, the template's first pioneer turn): it
-// is passed as ready, called as the actor would, on each lane in turn,
-// and may move the lane's machine and reorder its queue's head.
-
 // Ask is what an ask for admission carries at now for the lanes ls whose
 // head may go now (ready, asked of each lane with a head, in order): how
 // many requests are ready (Want: the head, or, for a known lane that is

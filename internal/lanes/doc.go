@@ -5,9 +5,16 @@
 // step with its count, when it is idle), its queue of requests (Queue:
 // who goes next, the lower classes' share, retries, merging two queues)
 // and its pace (Pace: when the request at each place may go, and how long
-// the whole queue needs); and what a bucket actor tells admission of its
-// lanes (Ask: the requests ready now; Keep: a queue about to reopen;
-// Holders: which queued requests the slots it holds are for).
+// the whole queue needs); what a bucket actor tells admission of its
+// lanes (Ask: the requests ready now; Keep: a queue about to reopen), and
+// which queued requests the global slots it holds are for (Holders, which
+// the global forecast reads). Each reads the actor's lanes, in the order
+// it keeps them, and time; the actor decides whether to tell, and sends
+// the message. Readiness is the actor's rule (it reads more than a lane:
+// the other pioneers, the declared groups, the template's first pioneer
+// turn): Ask and Keep are passed it as ready, called as the actor would,
+// on each lane in turn, and it may move the lane's machine and reorder
+// its queue's head.
 //
 // A bucket actor (package actors) owns one lane per bucket and calls these
 // from its own goroutine; nothing here is safe for concurrent use, starts

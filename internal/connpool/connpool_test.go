@@ -1,4 +1,4 @@
-package transport
+package connpool
 
 import (
 	"errors"
@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/transport"
 )
 
 // The pool's policy is bookkeeping: its tests use connections that were
@@ -17,12 +19,12 @@ var poolT0 = time.Unix(1_000_000, 0)
 // The first connection is dialled whenever no dial is in flight and no
 // backoff runs; one more only while the open ones are crowded, under the
 // cap, and no connection failed since.
-func TestPoolStateDial(t *testing.T) {
-	var p PoolState
+func TestStateDial(t *testing.T) {
+	var p State
 	assert.True(t, p.Dial(true, 0, 16), "the first connection, with nothing waiting (at start)")
 	assert.False(t, p.Dial(true, 0, 16), "one dial at a time")
 	p.Dialed()
-	a := new(Conn)
+	a := new(transport.Conn)
 	p.Add(a, poolT0)
 	assert.Equal(t, 1, p.Len())
 
@@ -30,7 +32,7 @@ func TestPoolStateDial(t *testing.T) {
 	assert.True(t, p.Dial(false, CallsPerConn+1, 16), "one more than CallsPerConn: crowded")
 	assert.False(t, p.Dial(false, 100, 16), "a dial is in flight")
 	p.Dialed()
-	b := new(Conn)
+	b := new(transport.Conn)
 	p.Add(b, poolT0)
 	assert.False(t, p.Dial(false, 2*CallsPerConn, 16), "two connections: crowded beyond 2*CallsPerConn")
 	assert.False(t, p.Dial(false, 100, 2), "at the cap")
@@ -60,7 +62,7 @@ func TestPoolStateDial(t *testing.T) {
 // answers counts as a failed one; it refused if the server never accepted
 // it or it ended in a GOAWAY. One that answered, or that dies while others
 // answer, or that lived YoungLife, is an ordinary fault.
-func TestPoolStateDied(t *testing.T) {
+func TestStateDied(t *testing.T) {
 	now := poolT0.Add(time.Hour)
 	quiet := now.Add(-YoungLife) // no answer for YoungLife: silent
 	young := now.Add(-YoungLife + time.Nanosecond)
@@ -73,15 +75,15 @@ func TestPoolStateDied(t *testing.T) {
 	}{
 		{"young, never accepted", Death{UpAt: young, Err: reset}, quiet, true, true},
 		{"young, accepted, reset", Death{UpAt: young, Accepted: true, Err: reset}, quiet, true, false},
-		{"young, accepted, GOAWAY", Death{UpAt: young, Accepted: true, Err: &GoAwayError{Code: 0}}, quiet, true, true},
-		{"young, accepted, wrapped GOAWAY", Death{UpAt: young, Accepted: true, Err: fmt.Errorf("x: %w", ErrGoAway)}, quiet, true, true},
+		{"young, accepted, GOAWAY", Death{UpAt: young, Accepted: true, Err: &transport.GoAwayError{Code: 0}}, quiet, true, true},
+		{"young, accepted, wrapped GOAWAY", Death{UpAt: young, Accepted: true, Err: fmt.Errorf("x: %w", transport.ErrGoAway)}, quiet, true, true},
 		{"young, never accepted, no error", Death{UpAt: young}, time.Time{}, true, true},
 		{"young, answered", Death{UpAt: young, Answered: 1, Err: reset}, quiet, false, false},
 		{"young, while another answers", Death{UpAt: young, Err: reset}, young, false, false},
 		{"lived YoungLife", Death{UpAt: quiet, Err: reset}, quiet, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var p PoolState
+			var p State
 			p.Failed(reset, true)
 			p.Failed(reset, true)
 			failed, refused := p.Died(tc.d, now, tc.lastAnswer)
@@ -102,8 +104,8 @@ func TestPoolStateDied(t *testing.T) {
 // while no connection is up and the backoff runs; a failure that did not
 // refuse (an accepted connection that died young) and an ordinary fault
 // start the count over; the backoff's attempt grows with every failure.
-func TestPoolStateFailedAndUnavailable(t *testing.T) {
-	var p PoolState
+func TestStateFailedAndUnavailable(t *testing.T) {
+	var p State
 	errs := make([]error, 8)
 	for i := range errs {
 		errs[i] = fmt.Errorf("dial %d failed", i)
@@ -139,7 +141,7 @@ func TestPoolStateFailedAndUnavailable(t *testing.T) {
 	assert.Equal(t, MaxDialFailures, n, "the refusals in a row, not every failure")
 
 	// A connection up: nothing fails, whatever the count.
-	c := new(Conn)
+	c := new(transport.Conn)
 	p.Add(c, poolT0)
 	_, _, ok = p.Unavailable()
 	assert.False(t, ok, "a connection is up")
@@ -156,26 +158,26 @@ func TestPoolStateFailedAndUnavailable(t *testing.T) {
 }
 
 // The list of connections: Add, Remove (once), Conns (a copy), Clear.
-func TestPoolStateConns(t *testing.T) {
-	var p PoolState
+func TestStateConns(t *testing.T) {
+	var p State
 	got := p.Conns()
 	assert.NotNil(t, got, "empty, not nil")
 	assert.Empty(t, got)
-	a, b, c := new(Conn), new(Conn), new(Conn)
+	a, b, c := new(transport.Conn), new(transport.Conn), new(transport.Conn)
 	p.Add(a, poolT0)
 	p.Add(b, poolT0.Add(time.Second))
 	p.Add(c, poolT0.Add(2*time.Second))
 	got = p.Conns()
-	assert.Equal(t, []*Conn{a, b, c}, got)
+	assert.Equal(t, []*transport.Conn{a, b, c}, got)
 	up, ok := p.Remove(b)
 	assert.True(t, ok)
 	assert.Equal(t, poolT0.Add(time.Second), up, "when it came up")
 	_, ok = p.Remove(b)
 	assert.False(t, ok, "already gone")
-	assert.Equal(t, []*Conn{a, b, c}, got, "a copy the caller keeps")
-	assert.Equal(t, []*Conn{a, c}, p.Conns())
+	assert.Equal(t, []*transport.Conn{a, b, c}, got, "a copy the caller keeps")
+	assert.Equal(t, []*transport.Conn{a, c}, p.Conns())
 	assert.Equal(t, 2, p.Len())
-	assert.Equal(t, []*Conn{a, c}, p.Clear())
+	assert.Equal(t, []*transport.Conn{a, c}, p.Clear())
 	assert.Zero(t, p.Len())
 	assert.Empty(t, p.Conns())
 }
