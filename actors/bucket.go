@@ -814,18 +814,9 @@ func (b *bucket) dispatch(ctx actor.Context, l *lane, c *Call, g *gate, global b
 	}
 }
 
-// observe reports an attempt that may have been counted to st.
-func observe(st *ratelimit.Bucket, at, sentAt time.Time, h ratelimit.Headers, count ratelimit.Charge) {
-	if count == ratelimit.ChargeArrived {
-		st.ObserveLost(at, sentAt, h)
-	} else {
-		st.Observe(at, sentAt, h)
-	}
-}
-
-// release ends c's attempt in the bookkeeping: its lane's count (Observe
-// or ObserveLost with h as count says, or Refund when it was not counted),
-// the holds of a pioneer, the pioneer count and its global slot.
+// release ends c's attempt in the bookkeeping: its lane's count
+// (lanes.Pace.Settle), the holds of a pioneer (lanes.SettleHolds), its
+// declared groups, the pioneer count and its global slot.
 func (b *bucket) release(ctx actor.Context, c *Call, at time.Time, h ratelimit.Headers, count ratelimit.Charge) *lane {
 	uncounted := count == ratelimit.ChargeNone
 	l := c.lane.Resolve()
@@ -847,30 +838,13 @@ func (b *bucket) release(ctx actor.Context, c *Call, at time.Time, h ratelimit.H
 			b.endFirstTurn(ctx, l.Template, c)
 		}
 	}
+	l.Settle(at, c.sentAt, h, count)
 	if uncounted {
-		l.State.Refund(at)
 		b.sys.groups.Cancel(c.decl(), at) // a finished call's place is released there
 	} else {
-		observe(&l.State, at, c.sentAt, h, count)
 		b.sys.groups.Settle(c.decl(), c.sentAt, at)
 	}
-	target := "" // the bucket that counted it, for the holds (built only for them)
-	if len(c.holds) > 0 && h.Has.Bucket && h.Bucket != "" {
-		target = routes.BucketKey(h.Bucket, c.Route.Major)
-	}
-	for _, k := range c.holds {
-		k = k.Resolve()
-		switch {
-		case uncounted:
-			k.State.Refund(at)
-		case target == k.Key:
-			observe(&k.State, at, c.sentAt, h, count) // it was this bucket's request after all
-		case target != "":
-			k.State.Refund(at) // another bucket counted it
-		default:
-			observe(&k.State, at, c.sentAt, ratelimit.Headers{}, count) // unknown: keep it charged
-		}
-	}
+	lanes.SettleHolds(c.holds, c.Route.Major, at, c.sentAt, h, count)
 	c.holds = nil
 	b.releaseGlobal(ctx, c, at, uncounted)
 	return l
@@ -942,9 +916,7 @@ func (b *bucket) result(ctx actor.Context, m *resultMsg) {
 	l := b.release(ctx, c, m.at, h, count)
 	if answered {
 		b.learn(l, c, h, status)
-		if h.Has.ResetAfter && h.ResetAfter > l.Window && status != http.StatusTooManyRequests {
-			l.Window = h.ResetAfter
-		}
+		l.Widen(h, status)
 	}
 	l = l.Resolve()
 	defer func() {
@@ -1034,9 +1006,7 @@ func (b *bucket) deferred(ctx actor.Context, c *Call, m *resultMsg) {
 // that learns its bucket takes that bucket's key, or merges into the lane
 // that already has it: one owner per real bucket.
 func (b *bucket) learn(l *lane, c *Call, h ratelimit.Headers, status int) {
-	if status != 0 && status < 500 && status != http.StatusTooManyRequests || h.Has.Bucket {
-		l.First = false
-	}
+	l.Answered(h, status)
 	if !h.Has.Bucket || h.Bucket == "" || !l.RouteKeyed {
 		return
 	}
@@ -1101,20 +1071,16 @@ func (b *bucket) rekey(l *lane, target string) (merged bool) {
 // limited handles a 429 as its outcome o says.
 func (b *bucket) limited(ctx actor.Context, l *lane, c *Call, v ratelimit.Verdict, o ratelimit.Outcome, at time.Time) {
 	scope := v.Kind.Scope()
+	l.Limited(o, at, c.sentAt) // the lane's pause (a user or serial 429)
 	switch o.Pause {
 	case ratelimit.PauseBan:
 		ctx.Send(b.sys.sup, &banMsg{wait: o.Wait})
 	case ratelimit.PauseGlobal:
 		// The worker paused the global window already (System.work).
 	case ratelimit.PauseSerial:
-		l.Serial = true // a limit no header shows: no more pipelining here
-		l.State.Pause(at.Add(o.Wait))
 		// A declared limit that still met one: stricter than declared, or
 		// spent by someone else too.
 		b.sys.groups.Block(c.decl(), at.Add(o.Wait), at)
-	default: // user: pause this bucket only; a window reopened late teaches the margin
-		l.State.LateReopen(at, c.sentAt, o.Wait)
-		l.State.Pause(at.Add(o.Wait))
 	}
 	if o.Pause != ratelimit.PauseBan { // (the supervisor tells of a ban)
 		b.sys.log.Warn("sluice: 429", slog.String("scope", scope), slog.String("route", c.Route.Redacted()), slog.Duration("retry_after", o.Wait))

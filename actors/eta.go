@@ -80,17 +80,12 @@ func (c *Call) stamp(at time.Time, known bool, l *lane, now time.Time) {
 // changed shape (its limit became known or changed, a pause): the old
 // ones were guessed without it.
 func (b *bucket) restamp(l *lane, now time.Time) {
-	pos := 0
-	for _, c := range l.Line.Items() {
-		if c.Finished() {
-			continue
-		}
+	for pos, c := range l.Line.Live() {
 		start, _, known := l.Slot(now, pos)
 		if g, _, ok := b.sys.groups.Estimate(c.decl(), now); ok && (g.Start.After(start) || !known) {
 			start, known = later(g.Start, start), true // a declared window is a forecast too
 		}
 		c.stamp(start, known, l, now)
-		pos++
 	}
 }
 
@@ -107,31 +102,12 @@ func (b *bucket) eta(c *Call, now time.Time) laneETA {
 		return out
 	}
 	for _, l := range b.lanes {
-		pos := 0
-		for _, q := range l.Line.Items() {
-			if q == c {
-				out.Stage, out.Pos, out.bucket = forecast.StageQueued, pos, l.Key
-				out.Start, out.End, out.Known = l.Slot(now, pos)
-				out.Early = l.Earliest(now, pos, out.Start)
-				out.Granted = q.holding.Load()
-				return out
+		if p, ok := l.Part(c, now); ok { // queued or retrying here (lanes.Lane.Part)
+			out.Part, out.bucket = p, l.Key
+			if p.Stage == forecast.StageQueued {
+				out.Granted = c.holding.Load()
 			}
-			if !q.Finished() {
-				pos++
-			}
-		}
-		for _, q := range l.Line.Retries() {
-			if q == c {
-				out.Stage, out.bucket = forecast.StageRetrying, l.Key
-				// It goes back to the front of the queue when its backoff
-				// ends (behind a request the share promoted there, if one
-				// still is then: not known now, so counted as the head),
-				// and then waits for its bucket like a head.
-				out.Start, out.End, out.Known = l.Slot(later(now, c.notBefore), 0)
-				out.Early = l.Earliest(later(now, c.notBefore), 0, out.Start)
-				out.Retry = !out.Start.After(c.notBefore)
-				return out
-			}
+			return out
 		}
 	}
 	return out
@@ -142,16 +118,10 @@ func (b *bucket) eta(c *Call, now time.Time) laneETA {
 func (b *bucket) queued(now time.Time) []laneETA {
 	var out []laneETA
 	for _, l := range b.lanes {
-		pos := 0
-		for _, c := range l.Line.Items() {
-			if c.Finished() {
-				continue
-			}
-			e := laneETA{call: c, bucket: l.Key, Part: forecast.Part{Stage: forecast.StageQueued, Pos: pos, Granted: c.holding.Load()}}
-			e.Start, e.End, e.Known = l.Slot(now, pos)
-			e.Early = l.Earliest(now, pos, e.Start)
+		for pos, c := range l.Line.Live() {
+			e := laneETA{call: c, bucket: l.Key, Part: l.Queued(now, pos)}
+			e.Granted = c.holding.Load()
 			out = append(out, e)
-			pos++
 		}
 		for _, c := range l.Line.Retries() {
 			if !c.Finished() {

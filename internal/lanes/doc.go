@@ -6,9 +6,14 @@
 // who goes next, the lower classes' share, retries, merging two queues)
 // and its pace (Pace: when the request at each place may go, and how long
 // the whole queue needs); what a bucket actor tells admission of its
-// lanes (Ask: the requests ready now; Keep: a queue about to reopen), and
+// lanes (Ask: the requests ready now; Keep: a queue about to reopen),
 // which queued requests the global slots it holds are for (Holders, which
-// the global forecast reads). Each reads the actor's lanes, in the order
+// the global forecast reads); what an attempt's end does to the lanes (its
+// lane's count and a first pioneer's holds, each reported exactly once:
+// Settle, SettleHolds; what the answer teaches: Answered, Widen; a 429's
+// pause: Limited); and the part of a request's ETA its lane tells
+// (forecast.Part: Part, Queued, Retrying, at its position among the live
+// requests, Live). Each reads the actor's lanes, in the order
 // it keeps them, and time; the actor decides whether to tell, and sends
 // the message. Readiness is the actor's rule (it reads more than a lane:
 // the other pioneers, the declared groups, the template's first pioneer
@@ -22,7 +27,10 @@
 // reads more than its lanes: whether a lane's head is ready (the other
 // pioneers, the declared groups; passed to Ask and Keep as a function),
 // whether to tell admission at all, and the messages; a lane's machine is
-// made by the actor, with its tracing hook (NewLane). The global forecast
+// made by the actor, with its tracing hook (NewLane); where an attempt ends,
+// the declared groups, the global slot, the store's aliases, rekeying and
+// the pioneers' turns; in an ETA, whether a global slot is held for the
+// request (forecast.Part.Granted) and a request on the wire. The global forecast
 // (package forecast) weighs a lane's backlog with the same rule
 // (admission.Backlog).
 package lanes

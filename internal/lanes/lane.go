@@ -38,7 +38,7 @@ type LaneRules[T any] interface {
 //   - Running == the number of requests on the wire admitted by this lane
 //     == State.InFlight() minus the holds other lanes' pioneers took here
 //     (those are in State.InFlight() too, and reported exactly once, by
-//     Observe or Refund, when the pioneer's answer arrives);
+//     Observe or Refund, when the pioneer's answer arrives: SettleHolds);
 //   - the machine's state follows State (Sync): initial while the limit is
 //     unknown, limited during a 429's pause, exhausted while nothing
 //     remains before the reset, open otherwise, idle once the window is
