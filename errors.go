@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sluicehq/sluice/actors"
+	"github.com/sluicehq/sluice/internal/failure"
 	"github.com/sluicehq/sluice/transport"
 )
 
@@ -14,32 +14,32 @@ import (
 var (
 	// ErrClosed is returned for requests submitted after Close began, and
 	// for requests still queued when Close gave up on them.
-	ErrClosed = actors.ErrClosed
+	ErrClosed = failure.ErrClosed
 	// ErrWaitTooLong is returned (as a *WaitError) when a request's
 	// predicted wait exceeds its context deadline or Options.MaxWait.
-	ErrWaitTooLong = actors.ErrWaitTooLong
+	ErrWaitTooLong = failure.ErrWaitTooLong
 	// ErrRateLimited is returned (as a *RateLimitError) when a request was
 	// still answered 429 after Options.MaxRetries retries.
-	ErrRateLimited = actors.ErrRateLimited
+	ErrRateLimited = failure.ErrRateLimited
 	// ErrBanned is returned (as a *RateLimitError with Scope "ban") when
 	// the API answered like a Cloudflare ban: a 429 without any
 	// X-RateLimit-* header and without a JSON body carrying retry_after (a
 	// 429 with rate-limit headers is Discord's, whatever its body). Such
 	// requests are never retried at once, and the limiter pauses every
 	// request for the ban's wait.
-	ErrBanned = actors.ErrBanned
+	ErrBanned = failure.ErrBanned
 	// ErrResponseTooLarge is returned when a response body exceeds
 	// Options.MaxResponseBytes.
-	ErrResponseTooLarge = actors.ErrResponseTooLarge
+	ErrResponseTooLarge = failure.ErrResponseTooLarge
 	// ErrQueueFull is returned when a request would exceed Options.MaxQueue
 	// or Options.MaxPending.
-	ErrQueueFull = actors.ErrQueueFull
+	ErrQueueFull = failure.ErrQueueFull
 	// ErrInvalidRequestBudget is returned (as a *BudgetError) while too many
 	// 401, 403 and 429 answers came back within Options.InvalidRequestWindow.
-	ErrInvalidRequestBudget = actors.ErrInvalidRequestBudget
+	ErrInvalidRequestBudget = failure.ErrInvalidRequestBudget
 	// ErrUnauthorized is returned for every request once the API answered
 	// 401 to Options.Token.
-	ErrUnauthorized = actors.ErrUnauthorized
+	ErrUnauthorized = failure.ErrUnauthorized
 	// ErrConnectionDied is matched (errors.Is) by the error of a request
 	// that was sent on a connection that died before it was answered; it
 	// may have been processed. The error says why the connection died.
@@ -51,14 +51,14 @@ var (
 	// ErrAttemptTimeout is returned (wrapped) when an attempt got no
 	// complete answer within Options.AttemptTimeout and the request was
 	// not safe to send again: it may have been processed.
-	ErrAttemptTimeout = actors.ErrAttemptTimeout
+	ErrAttemptTimeout = failure.ErrAttemptTimeout
 	// ErrUnavailable is matched (errors.Is) by the *UnavailableError of a
 	// request that waited for a connection while several in a row failed.
-	ErrUnavailable = actors.ErrUnavailable
+	ErrUnavailable = failure.ErrUnavailable
 	// ErrInternal is returned (wrapped, with the panic's value) for a
 	// request whose handling hit a bug in the library. The panic was
 	// recovered: that request failed, nothing else is affected.
-	ErrInternal = actors.ErrInternal
+	ErrInternal = failure.ErrInternal
 	// ErrBadRequest is matched (errors.Is) by the error of a request the
 	// limiter cannot send as given: a nil request or URL, a body over
 	// 64 MiB, a body that could not be read. A path the router cannot
@@ -70,7 +70,7 @@ var (
 	ErrOtherHost = errors.New("sluice: request to a host other than the API's")
 	// ErrActorCrashed is returned for the one request whose message made a
 	// bucket actor panic; the actor restarts with its queue and limits.
-	ErrActorCrashed = actors.ErrActorCrashed
+	ErrActorCrashed = failure.ErrActorCrashed
 )
 
 // BudgetError is returned while the invalid-request budget is exhausted
@@ -87,7 +87,7 @@ type BudgetError struct {
 	RetryAfter time.Duration
 }
 
-func (e *BudgetError) Error() string { return (*actors.BudgetError)(e).Error() }
+func (e *BudgetError) Error() string { return (*failure.BudgetError)(e).Error() }
 
 // Unwrap returns ErrInvalidRequestBudget.
 func (e *BudgetError) Unwrap() error { return ErrInvalidRequestBudget }
@@ -117,7 +117,7 @@ type WaitError struct {
 	At time.Time
 }
 
-func (e *WaitError) Error() string { return (*actors.WaitError)(e).Error() }
+func (e *WaitError) Error() string { return (*failure.WaitError)(e).Error() }
 
 // Unwrap returns ErrWaitTooLong.
 func (e *WaitError) Unwrap() error { return ErrWaitTooLong }
@@ -140,10 +140,10 @@ type RateLimitError struct {
 	Bucket string
 }
 
-func (e *RateLimitError) Error() string { return (*actors.RateLimitError)(e).Error() }
+func (e *RateLimitError) Error() string { return (*failure.RateLimitError)(e).Error() }
 
 // Unwrap returns ErrBanned for a ban and ErrRateLimited otherwise.
-func (e *RateLimitError) Unwrap() error { return (*actors.RateLimitError)(e).Unwrap() }
+func (e *RateLimitError) Unwrap() error { return (*failure.RateLimitError)(e).Unwrap() }
 
 // TimeoutError is the error of a request that reached Options.Timeout: its
 // context had no deadline, so the limiter gave it one. It matches
@@ -179,22 +179,23 @@ type UnavailableError struct {
 	Err error
 }
 
-func (e *UnavailableError) Error() string { return (*actors.UnavailableError)(e).Error() }
+func (e *UnavailableError) Error() string { return (*failure.UnavailableError)(e).Error() }
 
 // Unwrap returns ErrUnavailable and Err.
-func (e *UnavailableError) Unwrap() []error { return (*actors.UnavailableError)(e).Unwrap() }
+func (e *UnavailableError) Unwrap() []error { return (*failure.UnavailableError)(e).Unwrap() }
 
 // publicError gives the caller the error types of this package: the actors
-// build their own, with the same fields, and every outcome passes here.
+// build those of internal/failure, with the same fields, and every outcome
+// passes here.
 func publicError(err error) error {
 	switch e := err.(type) {
-	case *actors.RateLimitError:
+	case *failure.RateLimitError:
 		return (*RateLimitError)(e)
-	case *actors.WaitError:
+	case *failure.WaitError:
 		return (*WaitError)(e)
-	case *actors.BudgetError:
+	case *failure.BudgetError:
 		return (*BudgetError)(e)
-	case *actors.UnavailableError:
+	case *failure.UnavailableError:
 		return (*UnavailableError)(e)
 	}
 	return err

@@ -14,7 +14,9 @@ import (
 	"github.com/sluicehq/sluice/fsm"
 	"github.com/sluicehq/sluice/internal/admission"
 	"github.com/sluicehq/sluice/internal/attempt"
+	"github.com/sluicehq/sluice/internal/failure"
 	"github.com/sluicehq/sluice/internal/forecast"
+	"github.com/sluicehq/sluice/internal/globalwin"
 	"github.com/sluicehq/sluice/internal/lanes"
 	"github.com/sluicehq/sluice/internal/pioneers"
 	"github.com/sluicehq/sluice/internal/telemetry"
@@ -112,7 +114,7 @@ func (b *bucket) timers() timers {
 }
 
 // win is the global window of the bucket's requests.
-func (b *bucket) win() *globalWindow { return b.sys.windows[b.window] }
+func (b *bucket) win() *globalwin.Window { return b.sys.windows[b.window] }
 
 func (b *bucket) traceName() string         { return "bucket" }
 func (b *bucket) traceBuffer(any) *traceBuf { return &b.tbuf }
@@ -191,7 +193,7 @@ func (b *bucket) recoverCrash(ctx actor.Context) {
 	b.sys.log.Error("sluice: bucket actor crashed; restarting it with its queues and limits",
 		slog.String("bucket", b.key), slog.String("message", fmt.Sprintf("%T", m)), slog.Int("recent_crashes", recent))
 	if exceeded && b.broken == nil {
-		b.broken = fmt.Errorf("%w: %d crashes within %s; the bucket's actor is stopping", ErrActorCrashed, recent, crashWindow)
+		b.broken = fmt.Errorf("%w: %d crashes within %s; the bucket's actor is stopping", failure.ErrActorCrashed, recent, crashWindow)
 		b.sys.log.Error("sluice: bucket actor crashes too often; failing its requests and stopping it", slog.String("bucket", b.key))
 		b.failQueued(b.broken, nil)
 	}
@@ -199,7 +201,7 @@ func (b *bucket) recoverCrash(ctx actor.Context) {
 		if c.lane != nil {
 			b.release(ctx, c, now, ratelimit.Headers{}, ratelimit.ChargeUnknown)
 		}
-		c.Complete(nil, fmt.Errorf("%w while handling %s", ErrActorCrashed, c.Route.Redacted()))
+		c.Complete(nil, fmt.Errorf("%w while handling %s", failure.ErrActorCrashed, c.Route.Redacted()))
 	}
 	// A panic in dispatch is the dispatched call's: popped for the wire and
 	// not handed to a worker, nothing else will answer it, and it was not
@@ -212,7 +214,7 @@ func (b *bucket) recoverCrash(ctx actor.Context) {
 	dispatched := b.dispatching
 	if c := dispatched; c != nil {
 		b.dispatching = nil
-		b.notSent(ctx, c, now, fmt.Errorf("%w while handling %s", ErrActorCrashed, c.Route.Redacted()))
+		b.notSent(ctx, c, now, fmt.Errorf("%w while handling %s", failure.ErrActorCrashed, c.Route.Redacted()))
 	}
 	if c := callOf(m); c != nil && dispatched == nil && !(b.currentWired && c.lane != nil) {
 		fail(c) // an enqueueMsg's or a resultMsg's call
@@ -273,7 +275,7 @@ func (b *bucket) receive(ctx actor.Context, msg any) {
 			b.failQueued(m.err, nil)
 		}
 		b.grants += m.slots
-		b.win().granted.Add(int32(m.slots))
+		b.win().Granted.Add(int32(m.slots))
 		b.probe = b.probe || m.probe
 		b.pump(ctx)
 		if b.probe { // nothing could use it
@@ -326,7 +328,7 @@ func (b *bucket) receive(ctx actor.Context, msg any) {
 	case *actor.Stopping:
 		b.timers().stopAll()
 		b.saveAll()
-		err := ErrClosed
+		err := failure.ErrClosed
 		if b.broken != nil {
 			err = b.broken
 		}
@@ -390,7 +392,7 @@ func (b *bucket) enqueue(c *Call) {
 	}
 	l := b.laneFor(c.Route)
 	if max := b.sys.cfg.MaxQueue; max > 0 && l.Line.Len() >= max {
-		c.Complete(nil, fmt.Errorf("%w: %d requests queued for %s", ErrQueueFull, l.Line.Len(), c.Route.Redacted()))
+		c.Complete(nil, fmt.Errorf("%w: %d requests queued for %s", failure.ErrQueueFull, l.Line.Len(), c.Route.Redacted()))
 		return
 	}
 	l.Line.NoteClass(c) // before PlaceOf: it may drop finished calls from the head
@@ -420,7 +422,7 @@ func (b *bucket) enqueue(c *Call) {
 		wait, by = gw, forecast.BoundDeclared
 	}
 	if !c.Route.GlobalExempt {
-		if gw := b.win().limiter.Blocked(now); gw > wait {
+		if gw := b.win().Limiter.Blocked(now); gw > wait {
 			wait, by = gw, forecast.BoundGlobal
 		}
 	}
@@ -432,7 +434,7 @@ func (b *bucket) enqueue(c *Call) {
 				_, declared, _ = b.sys.groups.Estimate(c.decl(), now)
 			}
 			b.sys.groups.Release(c.decl(), c.window, false, now) // no answer yet
-			c.Complete(nil, &WaitError{Bucket: c.Route.Redacted(), Declared: declared, By: by, Wait: wait, Limit: limit, At: now.Add(wait)})
+			c.Complete(nil, &failure.WaitError{Bucket: c.Route.Redacted(), Declared: declared, By: by, Wait: wait, Limit: limit, At: now.Add(wait)})
 			return
 		}
 	}
@@ -504,18 +506,18 @@ func (b *bucket) admit(g *gate, c *Call, now time.Time) (ok, global bool) {
 		return true, false
 	}
 	w := b.win()
-	if w.limiter.Blocked(now) > 0 {
+	if w.Limiter.Blocked(now) > 0 {
 		return false, false // a global 429's pause: even slots in hand wait
 	}
 	if b.grants > 0 {
 		b.grants--
-		w.granted.Add(-1)
+		w.Granted.Add(-1)
 		return true, true
 	}
-	if b.wanting || b.probe || w.waiting.Load() > 0 {
+	if b.wanting || b.probe || w.Waiting.Load() > 0 {
 		return false, false // others wait for the global window: take our turn
 	}
-	if w.reserveFast(now) {
+	if w.ReserveFast(now) {
 		return true, true
 	}
 	return false, false
@@ -539,7 +541,7 @@ func (b *bucket) pump(ctx actor.Context) {
 	if b.sys.auth.active() {
 		// The token was rejected: what would be sent with it fails, except
 		// the one call let through to check it again.
-		b.failQueued(ErrUnauthorized, func(c *Call) bool { return b.sys.botAuthenticated(c) && !c.authProbe.Load() })
+		b.failQueued(failure.ErrUnauthorized, func(c *Call) bool { return b.sys.botAuthenticated(c) && !c.authProbe.Load() })
 	}
 	var wake time.Duration
 	for _, l := range b.lanes {
@@ -691,11 +693,11 @@ func (b *bucket) askAdmission(ctx actor.Context, now time.Time) {
 // withdrawn at once, not left to lapse.
 func (b *bucket) announceSoon(ctx actor.Context, now time.Time) {
 	w := b.win()
-	others := w.waiting.Load() > 0
+	others := w.Waiting.Load() > 0
 	if !others && b.pioneers == 0 && !b.kept {
 		return // nobody in line, no queue behind a pioneer, no keep standing
 	}
-	_, per, ok := w.limit()
+	_, per, ok := w.Limit()
 	if !ok {
 		return
 	}
@@ -732,9 +734,9 @@ func (b *bucket) cancelGrants() {
 	}
 	now := b.sys.now()
 	n := b.grants
-	b.win().granted.Add(-int32(n))
+	b.win().Granted.Add(-int32(n))
 	for ; b.grants > 0; b.grants-- {
-		b.win().limiter.Cancel(now)
+		b.win().Limiter.Cancel(now)
 	}
 	b.sys.root.Send(b.sys.sup, &freedMsg{window: b.window, cancelled: n})
 }
@@ -795,7 +797,7 @@ func (b *bucket) dispatch(ctx actor.Context, l *lane, c *Call, g *gate, global b
 	telemetry.Event(c.span, "sent")
 	self := b.self
 	var sr *ratelimit.SharedRequest
-	if b.win().shared != nil {
+	if b.win().Shared != nil {
 		template := c.Route.TemplateKey()
 		hash, _ := b.sys.store.Alias(template)
 		sr = &ratelimit.SharedRequest{Now: now, Route: c.Route.Key(), Template: template, Major: c.Route.Major, Hash: hash,
@@ -810,7 +812,7 @@ func (b *bucket) dispatch(ctx actor.Context, l *lane, c *Call, g *gate, global b
 	}
 	if !b.sys.goWork(job{conn: conn, call: c, bucket: self, sr: sr}) {
 		conn.Unclaim()
-		b.notSent(ctx, c, now, ErrClosed)
+		b.notSent(ctx, c, now, failure.ErrClosed)
 	}
 }
 
@@ -859,11 +861,11 @@ func (b *bucket) releaseGlobal(ctx actor.Context, c *Call, at time.Time, uncount
 	c.global = false
 	w := b.win()
 	if uncounted {
-		w.limiter.Cancel(at)
+		w.Limiter.Cancel(at)
 		ctx.Send(b.sys.sup, &freedMsg{window: b.window, cancelled: 1})
 	} else {
-		w.limiter.Settle(at)
-		if w.waiting.Load() > 0 {
+		w.Limiter.Settle(at)
+		if w.Waiting.Load() > 0 {
 			ctx.Send(b.sys.sup, &freedMsg{window: b.window})
 		}
 	}
@@ -977,7 +979,7 @@ func (b *bucket) deferred(ctx actor.Context, c *Call, m *resultMsg) {
 	if g.Scope == "budget" {
 		// The invalid answers of every process on the token reached the
 		// budget.
-		e := &BudgetError{RetryAfter: g.Wait}
+		e := &failure.BudgetError{RetryAfter: g.Wait}
 		if inv := b.sys.cfg.Invalid; inv != nil {
 			_, e.Count, e.Window = inv.Refusing(now)
 		}
@@ -1087,7 +1089,7 @@ func (b *bucket) limited(ctx actor.Context, l *lane, c *Call, v ratelimit.Verdic
 	}
 	c.attempts++
 	if o.Next == ratelimit.Fail {
-		c.Complete(nil, &RateLimitError{Scope: scope, RetryAfter: o.Wait, Attempts: c.attempts, Bucket: c.Route.Redacted()})
+		c.Complete(nil, &failure.RateLimitError{Scope: scope, RetryAfter: o.Wait, Attempts: c.attempts, Bucket: c.Route.Redacted()})
 		return
 	}
 	requeueFront(l, c, b.sys.now())
@@ -1102,9 +1104,9 @@ func (b *bucket) failed(l *lane, c *Call, err error, o ratelimit.Outcome) {
 	switch ended := c.ended(); {
 	case ended != nil:
 		c.Complete(nil, ended)
-	case errors.Is(err, ErrClosed):
-		c.Complete(nil, ErrClosed) // Close gave up waiting for the answer
-	case errors.Is(err, ErrResponseTooLarge), errors.Is(err, ErrInternal), errors.Is(err, attempt.ErrNotSent):
+	case errors.Is(err, failure.ErrClosed):
+		c.Complete(nil, failure.ErrClosed) // Close gave up waiting for the answer
+	case errors.Is(err, failure.ErrResponseTooLarge), errors.Is(err, failure.ErrInternal), errors.Is(err, attempt.ErrNotSent):
 		c.Complete(nil, err)
 	case o.Next == ratelimit.Requeue:
 		// Never reached the server: it goes again once admitted (on a new

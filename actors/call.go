@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/admission"
 	"github.com/sluicehq/sluice/internal/declared"
+	"github.com/sluicehq/sluice/internal/failure"
 	"github.com/sluicehq/sluice/internal/telemetry"
 	"github.com/sluicehq/sluice/routes"
 )
@@ -177,7 +178,7 @@ func (c *Call) watch(s *System) {
 		return // Close came first: nothing to watch
 	}
 	if c.Ctx.Done() != nil { // a context that never ends needs no watch
-		c.stopCtx.Store(context.AfterFunc(c.Ctx, func() { c.Complete(nil, ctxError(c.Ctx)) }))
+		c.stopCtx.Store(context.AfterFunc(c.Ctx, func() { c.Complete(nil, failure.Cause(c.Ctx)) }))
 	}
 	if c.Timeout > 0 {
 		// The timer finds the call by its id: a stopped timer can stay in
@@ -186,7 +187,7 @@ func (c *Call) watch(s *System) {
 		// of a 10,000-bucket fill).
 		id := c.ID
 		c.timer.Store(time.AfterFunc(time.Until(c.timeoutAt), func() {
-			if c := s.live.get(id); c != nil {
+			if c, ok := s.live.Get(id); ok {
 				c.Complete(nil, c.TimeoutErr)
 			}
 		}))
@@ -223,7 +224,7 @@ func (c *Call) deadline() (time.Time, bool) {
 // or its Timeout), or nil while they hold.
 func (c *Call) ended() error {
 	if c.Ctx.Err() != nil {
-		return ctxError(c.Ctx)
+		return failure.Cause(c.Ctx)
 	}
 	if c.Timeout > 0 && !time.Now().Before(c.timeoutAt) {
 		return c.TimeoutErr

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sluicehq/sluice/internal/declared"
+	"github.com/sluicehq/sluice/internal/failure"
 	"github.com/sluicehq/sluice/ratelimit"
 	"github.com/sluicehq/sluice/routes"
 	"github.com/sluicehq/sluice/sluicetest"
@@ -85,11 +86,11 @@ func outcomes(calls []*Call) map[string]int {
 		<-c.Done()
 		resp, err := c.Result()
 		switch {
-		case errors.Is(err, ErrActorCrashed):
+		case errors.Is(err, failure.ErrActorCrashed):
 			counts["crashed"]++
 		case err == nil && resp.StatusCode == 200:
 			counts["ok"]++
-		case errors.Is(err, ErrBanned):
+		case errors.Is(err, failure.ErrBanned):
 			counts["banned"]++
 		default:
 			counts[fmt.Sprint(err)]++
@@ -167,7 +168,7 @@ func TestCrashWhileDispatchingAnswersTheCall(t *testing.T) {
 					resp, err := c.Result()
 					_, wasCrashed := crashed.Load(c.ID)
 					switch {
-					case errors.Is(err, ErrActorCrashed):
+					case errors.Is(err, failure.ErrActorCrashed):
 						counts["crashed"]++
 					case err == nil && resp.StatusCode == 200:
 						assert.False(t, wasCrashed, "call %d was being dispatched at a panic", c.ID)
@@ -342,7 +343,7 @@ func TestRestartIntensityIsBounded(t *testing.T) {
 	for _, c := range calls {
 		<-c.Done()
 		_, err := c.Result()
-		require.ErrorIs(t, err, ErrActorCrashed)
+		require.ErrorIs(t, err, failure.ErrActorCrashed)
 		if strings.Contains(err.Error(), "crashes within") {
 			broken++
 		}
@@ -406,7 +407,7 @@ func TestCrashingSupervisorKeepsItsChildren(t *testing.T) {
 	for _, c := range calls {
 		<-c.Done()
 		resp, err := c.Result()
-		if errors.Is(err, ErrActorCrashed) {
+		if errors.Is(err, failure.ErrActorCrashed) {
 			crashed++
 			continue
 		}
@@ -479,7 +480,7 @@ func TestCrashWhileDispatchingTheBanProbe(t *testing.T) {
 	first := send("/channels/100/messages/1", "")
 	<-first.Done()
 	_, err = first.Result()
-	require.ErrorIs(t, err, ErrBanned, "the first request meets the ban")
+	require.ErrorIs(t, err, failure.ErrBanned, "the first request meets the ban")
 	armed.Store(true)
 
 	var calls []*Call

@@ -66,8 +66,9 @@
 // it is an interaction callback) a slot of the global window. The
 // supervisor publishes the connection and the ban hold (gate); a bucket
 // actor reserves global slots itself while nobody waits and at least half
-// the window is free. Otherwise it sends want with the number of requests
-// it has ready and its backlog, and stops asking; the supervisor puts each
+// the window is free (globalwin.Window.ReserveFast, internal/globalwin).
+// Otherwise it sends want with the number of requests it has ready and
+// its backlog, and stops asking; the supervisor puts each
 // waiting actor once in the window's line, whose rule is pure code with
 // time as an argument (internal/admission): earliest virtual deadline
 // first (the oldest ready request's submission less eight times the
@@ -96,8 +97,8 @@
 // # Invariants
 //
 //   - Every submitted call gets exactly one outcome (Call.Complete), also on
-//     Close, crash, timeout and faults; System.live answers what the actors
-//     could not once they have stopped.
+//     Close, crash, timeout and faults; System.live (internal/registry)
+//     answers what the actors could not once they have stopped.
 //   - A call is held by at most one place at a time: the supervisor's
 //     mailbox, one lane's queue or retries, or the wire (Call.lane set).
 //   - Every Take on a ratelimit.Bucket is reported exactly once by Observe

@@ -200,7 +200,7 @@ func (s *System) finish(parts []laneETA, now time.Time, ring *ringKeys) []foreca
 	}
 	var wins [numWindows]forecast.Window
 	for w := range wins {
-		wins[w] = forecast.Window{Limiter: s.windows[w].limiter, Granted: int(s.windows[w].granted.Load())}
+		wins[w] = forecast.Window{Limiter: s.windows[w].Limiter, Granted: int(s.windows[w].Granted.Load())}
 		if ring != nil {
 			wins[w].Line = ring[w]
 		}
@@ -213,7 +213,7 @@ func (s *System) finish(parts []laneETA, now time.Time, ring *ringKeys) []foreca
 // (not exempt, not sent outside the limits, without its outcome) as the
 // global forecast reads it.
 func (s *System) liveWaiters(yield func(forecast.Live) bool) {
-	s.live.each(func(c *Call) bool {
+	s.live.Each(func(c *Call) bool {
 		if c.Route.GlobalExempt || c.direct || c.Finished() {
 			return true
 		}

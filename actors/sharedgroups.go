@@ -22,7 +22,7 @@ func (s *System) SharedGroups(ctx context.Context, local []declared.Snapshot) ([
 	now := s.now()
 	groups := slices.Clone(local)
 	for w, win := range s.windows {
-		store, counts := win.shared.(ratelimit.SharedGroups)
+		store, counts := win.Shared.(ratelimit.SharedGroups)
 		st, reads := store.(ratelimit.SharedGroupStates)
 		if !counts || !reads {
 			continue

@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice/fsm"
 	"github.com/sluicehq/sluice/internal/admission"
 	"github.com/sluicehq/sluice/internal/connpool"
+	"github.com/sluicehq/sluice/internal/failure"
 	"github.com/sluicehq/sluice/internal/forecast"
 	"github.com/sluicehq/sluice/ratelimit"
 	"github.com/sluicehq/sluice/supervision"
@@ -101,7 +102,7 @@ func newSupervisor(sys *System) actor.Actor {
 		breaker: supervision.NewBreaker(sys.cfg.BanBackoff, ratelimit.MaxWait)}
 	timers := [numWindows][2]timerKind{BotWindow: {timerGlobal, timerRetry}, IPWindow: {timerGlobalIP, timerRetryIP}}
 	for w := range Window(numWindows) {
-		n, per, _ := sys.windows[w].limit()
+		n, per, _ := sys.windows[w].Limit()
 		a := &windowAdmission{w: w, g: sys.windows[w], q: admission.New[*child](n, per), timer: timers[w][0], retry: timers[w][1]}
 		a.machine = fsm.NewWindow(func(e fsm.WindowEvent, from, to fsm.WindowState) {
 			sys.windowTransition(s, s.self, w, e.String(), from.String(), to.String())
@@ -172,7 +173,7 @@ func (s *supervisor) recoverCrash(ctx actor.Context) {
 		slog.String("message", messageName(m)))
 	switch m := m.(type) {
 	case *submitMsg:
-		m.call.Complete(nil, fmt.Errorf("%w: the supervisor failed while routing %s", ErrActorCrashed, m.call.Route.Redacted()))
+		m.call.Complete(nil, fmt.Errorf("%w: the supervisor failed while routing %s", failure.ErrActorCrashed, m.call.Route.Redacted()))
 	case *wantMsg:
 		// The bucket waits for an answer: let it look again.
 		if ch := s.children[m.key]; ch != nil {
@@ -278,9 +279,9 @@ func (s *supervisor) receive(ctx actor.Context) {
 		}}
 		for _, a := range s.windows {
 			snap.snap.Pending += a.q.Pending()
-			n, _, _ := a.g.limit()
+			n, _, _ := a.g.Limit()
 			snap.snap.Windows = append(snap.snap.Windows, WindowSnapshot{Name: a.w.String(), State: a.machine.Current().String(),
-				Limit: n, Used: a.g.used(now), PausedFor: max(0, a.until.Sub(now))})
+				Limit: n, Used: a.g.Count(now), PausedFor: max(0, a.until.Sub(now))})
 		}
 		snap.snap.GlobalUsed = snap.snap.Windows[BotWindow].Used
 		for w := range snap.ring {
@@ -375,7 +376,7 @@ func (s *supervisor) want(ctx actor.Context, m *wantMsg) {
 	if n, last, ok := s.pool.Unavailable(); ok {
 		// Connections keep failing and the next try is a backoff away:
 		// fail at once rather than wait behind it.
-		ctx.Send(ch.pid, &grantMsg{err: &UnavailableError{Failures: n, Err: last}})
+		ctx.Send(ch.pid, &grantMsg{err: &failure.UnavailableError{Failures: n, Err: last}})
 		return
 	}
 	a := s.windows[ch.window]
@@ -440,7 +441,7 @@ func (s *supervisor) admitProbe(ctx actor.Context, now time.Time) {
 	}
 	slots := 0
 	if global {
-		if ok, wait := a.g.limiter.Reserve(now); !ok {
+		if ok, wait := a.g.Limiter.Reserve(now); !ok {
 			s.breaker.Abandon()
 			s.retryAfter(a, wait)
 			return
@@ -541,7 +542,7 @@ func (s *supervisor) dial() {
 	}
 	s.sys.goWork(job{f: func() {
 		var conn *transport.Conn
-		err := fmt.Errorf("%w: dialing panicked", ErrInternal)
+		err := fmt.Errorf("%w: dialing panicked", failure.ErrInternal)
 		defer func() {
 			if r := recover(); r != nil {
 				s.sys.log.Error("sluice: panic while dialing", slog.Any("panic", r))
@@ -565,7 +566,7 @@ func (s *supervisor) failed(ctx actor.Context, err error, refused bool) {
 	s.sys.log.Warn("sluice: connecting failed", slog.Int("failures", attempt+1), slog.String("error", errString(err)))
 	if n, last, ok := s.pool.Unavailable(); ok {
 		// Nothing can be sent: fail what waits rather than hang it.
-		uerr := &UnavailableError{Failures: n, Err: last}
+		uerr := &failure.UnavailableError{Failures: n, Err: last}
 		for _, ch := range s.clearRing() {
 			ctx.Send(ch.pid, &grantMsg{err: uerr})
 		}
@@ -622,7 +623,7 @@ func (s *supervisor) globalHit(w Window, until time.Time) {
 		return // already paused at least that long
 	}
 	a.until = until
-	a.g.limiter.Block(until)
+	a.g.Limiter.Block(until)
 	_ = a.machine.Fire(context.Background(), fsm.WindowHit) // allowed in both states
 	switch s.machine.Current() {
 	case fsm.Connected, fsm.GlobalLimit:

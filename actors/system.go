@@ -20,8 +20,11 @@ import (
 	"github.com/sluicehq/sluice/fsm"
 	"github.com/sluicehq/sluice/internal/attempt"
 	"github.com/sluicehq/sluice/internal/declared"
+	"github.com/sluicehq/sluice/internal/failure"
 	"github.com/sluicehq/sluice/internal/forecast"
+	"github.com/sluicehq/sluice/internal/globalwin"
 	"github.com/sluicehq/sluice/internal/pioneers"
+	"github.com/sluicehq/sluice/internal/registry"
 	"github.com/sluicehq/sluice/internal/telemetry"
 	"github.com/sluicehq/sluice/ratelimit"
 	"github.com/sluicehq/sluice/supervision"
@@ -146,7 +149,7 @@ type System struct {
 	bucketProps *actor.Props
 	restarted   sync.Map
 	// windows are the two global windows (Config.Global, Config.IPGlobal).
-	windows [numWindows]*globalWindow
+	windows [numWindows]*globalwin.Window
 	store   ratelimit.BucketStore
 	// firsts: one first pioneer at a time per route template, across
 	// the actors (internal/pioneers).
@@ -162,8 +165,11 @@ type System struct {
 	workCh  chan job       // idle workers receive work here (unbuffered)
 	noWork  bool           // set by Close: goWork starts nothing more
 	calls   sync.WaitGroup // submitted calls without an outcome
-	// live holds every submitted call without an outcome (liveCalls).
-	live    liveCalls
+	// live holds every submitted call without an outcome, by id
+	// (registry.Sharded): Close answers whatever is left there once every
+	// actor has stopped, as protoactor drops the messages still in a
+	// stopping actor's mailbox, so every call gets exactly one outcome.
+	live    registry.Sharded[*Call]
 	closed  atomic.Bool
 	subMu   sync.RWMutex // orders Submit's calls.Add before Close's calls.Wait
 	ids     atomic.Uint64
@@ -272,12 +278,12 @@ func Start(cfg Config) (*System, error) {
 	}
 	as := acquireHost()
 	s := &System{cfg: cfg, actors: as, root: as.Root, store: cfg.Store, log: log, crashHook: cfg.crashHook}
-	s.windows[BotWindow] = newGlobalWindow(cfg.Global, cfg.Shared)
+	s.windows[BotWindow] = globalwin.New(cfg.Global, cfg.Shared)
 	ipGlobal := cfg.IPGlobal
 	if ipGlobal == nil {
 		ipGlobal = cfg.Global
 	}
-	s.windows[IPWindow] = newGlobalWindow(ipGlobal, cfg.IPShared)
+	s.windows[IPWindow] = globalwin.New(ipGlobal, cfg.IPShared)
 	tel, err := telemetry.New(cfg.TracerProvider, cfg.MeterProvider, s.gauges)
 	if err != nil {
 		releaseHost()
@@ -339,7 +345,7 @@ func (s *System) Submit(c *Call) {
 func (s *System) placeOf(c *Call) declared.Place {
 	var store ratelimit.SharedGroups
 	if len(c.Limits) > 0 {
-		store, _ = s.windows[c.window].shared.(ratelimit.SharedGroups)
+		store, _ = s.windows[c.window].Shared.(ratelimit.SharedGroups)
 	}
 	return declared.NewPlace(c.ID, c.Limits, store)
 }
@@ -353,7 +359,7 @@ func (s *System) register(c *Call) (int64, bool) {
 	s.subMu.RLock()
 	if s.closed.Load() {
 		s.subMu.RUnlock()
-		c.Complete(nil, ErrClosed)
+		c.Complete(nil, failure.ErrClosed)
 		return 0, false
 	}
 	s.calls.Add(1)
@@ -365,10 +371,10 @@ func (s *System) register(c *Call) (int64, bool) {
 	// the outcome's bookkeeping (System.finished) needs the owner. Watched
 	// only once in live: its Timeout's timer finds it there. A call that
 	// ended meanwhile (Close, or its context was over) is not left there.
-	s.live.add(c)
+	s.live.Add(c.ID, c)
 	c.watch(s)
 	if c.Finished() {
-		s.live.remove(c.ID)
+		s.live.Remove(c.ID)
 	}
 	return n, true
 }
@@ -383,7 +389,7 @@ func (s *System) finished(c *Call) {
 	if s.tel != nil { // nil: nothing to record, the outcome not even read
 		s.tel.Finish(c.span, c.outcome())
 	}
-	s.live.remove(c.ID)
+	s.live.Remove(c.ID)
 	s.pending.Add(-1)
 	s.calls.Done()
 }
@@ -402,19 +408,19 @@ func (s *System) SubmitDirect(c *Call, rt http.RoundTripper) {
 	run := func() {
 		defer func() {
 			if r := recover(); r != nil {
-				c.Complete(nil, fmt.Errorf("%w: %v", ErrInternal, r))
+				c.Complete(nil, fmt.Errorf("%w: %v", failure.ErrInternal, r))
 			}
 		}()
 		ctx, cancel := s.attemptContext(c)
 		defer s.endAttempt(c, cancel)
 		a, err := s.exch.Do(ctx, rt, c.Req)
-		if err != nil && !errors.Is(err, ErrResponseTooLarge) && ctx.Err() != nil {
+		if err != nil && !errors.Is(err, failure.ErrResponseTooLarge) && ctx.Err() != nil {
 			err = s.attemptEnded(ctx, c) // the caller's context, the Timeout, or Close (ErrClosed)
 		}
 		c.Complete(a.Resp, err)
 	}
 	if !s.goWork(job{f: run}) {
-		c.Complete(nil, ErrClosed)
+		c.Complete(nil, failure.ErrClosed)
 	}
 }
 
@@ -424,13 +430,13 @@ func (s *System) SubmitDirect(c *Call, rt http.RoundTripper) {
 func (s *System) admit(c *Call, pending int64) error {
 	switch {
 	case s.closed.Load():
-		return ErrClosed
+		return failure.ErrClosed
 	case s.cfg.MaxPending > 0 && pending > int64(s.cfg.MaxPending):
-		return fmt.Errorf("%w: %d requests pending", ErrQueueFull, pending-1)
+		return fmt.Errorf("%w: %d requests pending", failure.ErrQueueFull, pending-1)
 	}
 	now := s.now()
 	if s.auth.refuses(c, now, s.botAuthenticated(c)) {
-		return ErrUnauthorized
+		return failure.ErrUnauthorized
 	}
 	return s.budget(now)
 }
@@ -483,7 +489,7 @@ func (s *System) budget(now time.Time) error {
 		return nil
 	}
 	if wait, n, per := s.cfg.Invalid.Refusing(now); wait > 0 {
-		return &BudgetError{Count: n, Window: per, RetryAfter: wait}
+		return &failure.BudgetError{Count: n, Window: per, RetryAfter: wait}
 	}
 	return nil
 }
@@ -507,7 +513,7 @@ func (s *System) countInvalid(now time.Time) {
 // the latest.
 func (s *System) Snapshot(ctx context.Context) (Snapshot, error) {
 	if s.closed.Load() {
-		return Snapshot{}, ErrClosed
+		return Snapshot{}, failure.ErrClosed
 	}
 	reply := make(chan supervisorSnapshot, 1)
 	s.root.Send(s.sup, &snapshotMsg{reply: reply})
@@ -517,7 +523,7 @@ func (s *System) Snapshot(ctx context.Context) (Snapshot, error) {
 	case <-ctx.Done():
 		return Snapshot{}, ctx.Err()
 	case <-s.stopped:
-		return Snapshot{}, ErrClosed
+		return Snapshot{}, failure.ErrClosed
 	}
 	snap := sup.snap
 	snap.Groups = declared.Sum(s.groups.Snapshot(s.now()))
@@ -548,7 +554,7 @@ func (s *System) Snapshot(ctx context.Context) (Snapshot, error) {
 		case <-ctx.Done():
 			return done(ctx.Err())
 		case <-s.stopped:
-			return done(ErrClosed)
+			return done(failure.ErrClosed)
 		}
 	}
 	return done(nil)
@@ -577,7 +583,7 @@ func (s *System) close(ctx context.Context) error {
 		s.subMu.Lock()
 		s.closed.Store(true)
 		s.subMu.Unlock()
-		s.root.Send(s.sup, &closeMsg{err: ErrClosed})
+		s.root.Send(s.sup, &closeMsg{err: failure.ErrClosed})
 		allDone := make(chan struct{})
 		go func() { s.calls.Wait(); close(allDone) }()
 		select {
@@ -596,8 +602,8 @@ func (s *System) close(ctx context.Context) error {
 		// Stopping the supervisor stops its children; both fail whatever
 		// they still hold with ErrClosed.
 		_ = s.root.PoisonFuture(s.sup).Wait()
-		s.live.each(func(c *Call) bool {
-			c.Complete(nil, ErrClosed)
+		s.live.Each(func(c *Call) bool {
+			c.Complete(nil, failure.ErrClosed)
 			return true
 		})
 		<-allDone
@@ -716,19 +722,13 @@ func (s *System) SharedGlobalBlocked(w Window, wait time.Duration) {
 		return
 	}
 	now := s.now()
-	g := s.windows[w].limiter
+	g := s.windows[w].Limiter
 	if wait <= g.Blocked(now) {
 		return // paused this long already
 	}
 	until := now.Add(wait)
 	g.Block(until)
 	s.root.Send(s.sup, &globalHitMsg{window: w, until: until})
-}
-
-// keeper is a GlobalLimiter that can keep slots free (ratelimit.SlidingWindow).
-type keeper interface {
-	ReserveKeeping(now time.Time, keep int) bool
-	Limit() (int, time.Duration)
 }
 
 // work sends one attempt of c on conn and reports to its bucket actor in
@@ -755,7 +755,7 @@ func (s *System) work(conn *transport.Conn, c *Call, bucket *actor.PID, sr *rate
 	toShared := func() {
 		if sh := shared; sh != nil {
 			shared = nil // once, also if Report panics
-			win.shared.Report(context.Background(), grant, *sh)
+			win.Shared.Report(context.Background(), grant, *sh)
 		}
 	}
 	// The attempt's context ends before the result is sent: once the
@@ -784,7 +784,7 @@ func (s *System) work(conn *transport.Conn, c *Call, bucket *actor.PID, sr *rate
 		if r := recover(); r != nil {
 			s.log.Error("sluice: panic while sending a request", slog.String("route", c.Route.Redacted()), slog.Any("panic", r))
 			if !reported {
-				report(&resultMsg{call: c, at: s.now(), err: fmt.Errorf("%w: %v", ErrInternal, r)})
+				report(&resultMsg{call: c, at: s.now(), err: fmt.Errorf("%w: %v", failure.ErrInternal, r)})
 			}
 		}
 	}()
@@ -796,7 +796,7 @@ func (s *System) work(conn *transport.Conn, c *Call, bucket *actor.PID, sr *rate
 		// The shared count (other processes on the token) admits it too,
 		// or the bucket actor puts it back in line for the wait told.
 		seq := s.wakes.Load()
-		grant = win.shared.Reserve(ctx, *sr)
+		grant = win.Shared.Reserve(ctx, *sr)
 		if sh := c.place.Shared(); sh != nil {
 			sh.SetTaken(grant.OK && !grant.Local)
 		}
@@ -841,7 +841,7 @@ func (s *System) work(conn *transport.Conn, c *Call, bucket *actor.PID, sr *rate
 			s.log.Warn("sluice: malformed rate-limit headers", slog.String("route", c.Route.Redacted()), slog.String("error", a.HeaderErr.Error()))
 		}
 		if err != nil {
-			if !errors.Is(err, ErrResponseTooLarge) {
+			if !errors.Is(err, failure.ErrResponseTooLarge) {
 				err = s.attemptError(ctx, c, err)
 			}
 			m.err = err
@@ -855,7 +855,7 @@ func (s *System) work(conn *transport.Conn, c *Call, bucket *actor.PID, sr *rate
 			// Pause every request at once: the shared window refuses
 			// reservations from now on, before any actor hears of it.
 			until := a.At.Add(a.Verdict.Wait)
-			win.limiter.Block(until)
+			win.Limiter.Block(until)
 			toShared() // and every other process's, before anything here moves
 			s.root.Send(s.sup, &globalHitMsg{window: c.window, until: until})
 		}
@@ -886,7 +886,7 @@ func (s *System) attemptContext(c *Call) (ctx context.Context, cancel context.Ca
 	case c.Timeout > 0 && (d <= 0 || time.Until(c.timeoutAt) < d):
 		ctx, cancel = context.WithDeadlineCause(c.Ctx, c.timeoutAt, c.TimeoutErr)
 	case d > 0:
-		ctx, cancel = context.WithTimeoutCause(c.Ctx, d, ErrAttemptTimeout)
+		ctx, cancel = context.WithTimeoutCause(c.Ctx, d, failure.ErrAttemptTimeout)
 	default:
 		ctx, cancel = context.WithCancel(c.Ctx)
 	}
@@ -914,20 +914,20 @@ func (s *System) attemptEnded(ctx context.Context, c *Call) error {
 	if ended := c.ended(); ended != nil {
 		return ended
 	}
-	if cause := context.Cause(ctx); errors.Is(cause, ErrAttemptTimeout) || (c.TimeoutErr != nil && cause == c.TimeoutErr) {
+	if cause := context.Cause(ctx); errors.Is(cause, failure.ErrAttemptTimeout) || (c.TimeoutErr != nil && cause == c.TimeoutErr) {
 		return cause
 	}
 	if s.hardCtx.Err() != nil {
-		return ErrClosed
+		return failure.ErrClosed
 	}
-	return ctxError(ctx)
+	return failure.Cause(ctx)
 }
 
 // stopAttempts cancels every attempt on the wire: Close gave up waiting
 // (hardCtx is done first, so an attempt recorded after this pass cancels
 // itself).
 func (s *System) stopAttempts() {
-	s.live.each(func(c *Call) bool {
+	s.live.Each(func(c *Call) bool {
 		if cancel, ok := c.attempt.Load().(context.CancelFunc); ok {
 			cancel()
 		}
@@ -972,7 +972,7 @@ func (s *System) gauges() telemetry.Gauges {
 	}
 	g.Windows = make([]telemetry.WindowGauge, 0, len(s.windows))
 	for w, gw := range s.windows {
-		g.Windows = append(g.Windows, telemetry.WindowGauge{Name: Window(w).String(), Used: int64(gw.used(now)), Paused: gw.limiter.Blocked(now)})
+		g.Windows = append(g.Windows, telemetry.WindowGauge{Name: Window(w).String(), Used: int64(gw.Count(now)), Paused: gw.Limiter.Blocked(now)})
 	}
 	return g
 }
@@ -987,11 +987,11 @@ func (s *System) Load() Load {
 		ld.InvalidLeft = s.cfg.Invalid.Left(now)
 	}
 	for w, g := range s.windows {
-		ws := WindowSnapshot{Name: Window(w).String(), State: "open", Used: g.used(now), PausedFor: g.limiter.Blocked(now)}
+		ws := WindowSnapshot{Name: Window(w).String(), State: "open", Used: g.Count(now), PausedFor: g.Limiter.Blocked(now)}
 		if ws.PausedFor > 0 {
 			ws.State = "global_limit"
 		}
-		ws.Limit, _, _ = g.limit()
+		ws.Limit, _, _ = g.Limit()
 		ld.Windows = append(ld.Windows, ws)
 	}
 	return ld

@@ -1,12 +1,11 @@
 package actors
 
 import (
-	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/fsm"
 	"github.com/sluicehq/sluice/internal/admission"
-	"github.com/sluicehq/sluice/ratelimit"
+	"github.com/sluicehq/sluice/internal/globalwin"
 )
 
 // Window names one of Discord's two global limits. A request that carries
@@ -77,95 +76,22 @@ func (s *System) classify(c *Call) {
 	}
 }
 
-// globalWindow is one global limit as the bucket actors and workers see
-// it: its limiter, its fast path and the processes it is shared with.
-// Only the supervisor stores waiting (the length of its admission queue
-// for the window, see supervisor.windows).
-type globalWindow struct {
-	limiter ratelimit.GlobalLimiter
-	// keeper and keep: the fast path (reserveFast); nil keeper when the
-	// limiter cannot keep slots free.
-	keeper keeper
-	keep   int
-	// shared counts this window's requests with other processes (nil:
-	// this process's alone).
-	shared  ratelimit.Shared
-	waiting atomic.Int32
-	// granted counts the slots reserved for bucket actors (grantMsg) and
-	// not spent yet: held in the limiter for calls still queued (the
-	// global forecast must not count those twice, see forecast.Assemble).
-	granted atomic.Int32
-}
-
-func newGlobalWindow(l ratelimit.GlobalLimiter, shared ratelimit.Shared) *globalWindow {
-	w := &globalWindow{limiter: l, shared: shared}
-	if k, ok := l.(keeper); ok {
-		n, _ := k.Limit()
-		w.keeper, w.keep = k, int(float64(n)*(1-admission.FastShare))
-	}
-	return w
-}
-
-// reserveFast reserves a slot for a bucket actor on its own, if the window
-// has more than its share free. A GlobalLimiter that cannot tell is
-// reserved from freely.
-func (w *globalWindow) reserveFast(now time.Time) bool {
-	if w.keeper != nil {
-		return w.keeper.ReserveKeeping(now, w.keep)
-	}
-	ok, _ := w.limiter.Reserve(now)
-	return ok
-}
-
-// limit returns the window's limit and period when its limiter tells them.
-func (w *globalWindow) limit() (int, time.Duration, bool) {
-	if l, ok := w.limiter.(interface{ Limit() (int, time.Duration) }); ok {
-		n, per := l.Limit()
-		return n, per, true
-	}
-	return 0, 0, false
-}
-
-// Reserve reserves a slot at now (admission.Window).
-func (w *globalWindow) Reserve(now time.Time) (bool, time.Duration) { return w.limiter.Reserve(now) }
-
-// Count returns the slots held now, when the limiter can count them
-// (admission.Window).
-func (w *globalWindow) Count(now time.Time) int { return w.used(now) }
-
-// FreeAt returns how many slots the limiter will have free at at if
-// nothing more is reserved, -1 when it cannot tell (admission.Freer).
-func (w *globalWindow) FreeAt(now, at time.Time) int {
-	if f, ok := w.limiter.(admission.Freer); ok {
-		return f.FreeAt(now, at)
-	}
-	return -1
-}
-
-// used returns the slots held now, when the limiter can count them.
-func (w *globalWindow) used(now time.Time) int {
-	if c, ok := w.limiter.(interface{ Count(time.Time) int }); ok {
-		return c.Count(now)
-	}
-	return 0
-}
-
 // windowAdmission is the supervisor's side of one global window: its
 // pause (a global 429 there), its state machine and its line (the buckets
 // waiting for its slots, admission.Queue). The two windows never wait for
 // each other.
 type windowAdmission struct {
 	w       Window
-	g       *globalWindow
+	g       *globalwin.Window        // its limiter and counters, shared with the bucket actors
 	until   time.Time                // paused before it (a global 429, or a ban's hold)
 	machine *fsm.Window              // open <-> global_limit
-	q       *admission.Queue[*child] // Invariant: q.Len() == g.waiting
+	q       *admission.Queue[*child] // Invariant: q.Len() == g.Waiting
 	timer   timerKind                // its globalClearMsg timer
 	retry   timerKind                // its globalRetryMsg timer
 }
 
 // store publishes the line's length for the bucket actors.
-func (a *windowAdmission) store() { a.g.waiting.Store(int32(a.q.Len())) }
+func (a *windowAdmission) store() { a.g.Waiting.Store(int32(a.q.Len())) }
 
 // WindowSnapshot is one global window's part of a Snapshot.
 type WindowSnapshot struct {

@@ -1,4 +1,21 @@
-package actors
+// Package failure is the vocabulary of a request's failures, shared by
+// the actors that decide them and package sluice that hands them to the
+// caller: the sentinel errors (ErrClosed, ErrWaitTooLong, ...) and the
+// error types carrying a failure's numbers (BudgetError, WaitError,
+// RateLimitError, UnavailableError).
+//
+// Package sluice re-exports every sentinel as is (sluice.ErrClosed is
+// failure.ErrClosed: errors.Is matches either name) and has a public twin
+// of each error type, with the same fields and its own documentation: it
+// converts an error of this package, field for field, before a caller sees
+// it (sluice's publicError), and its Error and Unwrap call these. So the
+// messages and what each error matches are written once, here.
+//
+// Invariants: every error type's Unwrap returns a sentinel of this
+// package (and UnavailableError's also its cause), so errors.Is matches
+// the same sentinel before and after the conversion; ErrResponseTooLarge
+// is attempt.ErrResponseTooLarge, the error the body reader returns.
+package failure
 
 import (
 	"context"
@@ -58,7 +75,7 @@ var (
 	ErrActorCrashed = errors.New("sluice: bucket actor crashed")
 )
 
-// BudgetError is the actors' form of sluice.BudgetError (documented
+// BudgetError is the internal form of sluice.BudgetError (documented
 // there): package sluice converts it, field for field, before a caller
 // sees it. It matches ErrInvalidRequestBudget.
 type BudgetError struct {
@@ -75,7 +92,7 @@ func (e *BudgetError) Error() string {
 // Unwrap returns ErrInvalidRequestBudget.
 func (e *BudgetError) Unwrap() error { return ErrInvalidRequestBudget }
 
-// WaitError is the actors' form of sluice.WaitError (documented there). It
+// WaitError is the internal form of sluice.WaitError (documented there). It
 // matches ErrWaitTooLong with errors.Is.
 type WaitError struct {
 	Bucket      string
@@ -98,7 +115,7 @@ func (e *WaitError) Error() string {
 // Unwrap returns ErrWaitTooLong.
 func (e *WaitError) Unwrap() error { return ErrWaitTooLong }
 
-// RateLimitError is the actors' form of sluice.RateLimitError (documented
+// RateLimitError is the internal form of sluice.RateLimitError (documented
 // there). It matches ErrRateLimited (or ErrBanned) with errors.Is.
 type RateLimitError struct {
 	Scope      string
@@ -123,16 +140,16 @@ func (e *RateLimitError) Unwrap() error {
 	return ErrRateLimited
 }
 
-// ctxError is ctx's cause, so callers can tell cancellation from a deadline
-// and see custom causes.
-func ctxError(ctx context.Context) error {
+// Cause is ctx's cause, so callers can tell cancellation from a deadline
+// and see custom causes: context.Cause, or ctx.Err() when it has none.
+func Cause(ctx context.Context) error {
 	if c := context.Cause(ctx); c != nil {
 		return c
 	}
 	return ctx.Err()
 }
 
-// UnavailableError is the actors' form of sluice.UnavailableError
+// UnavailableError is the internal form of sluice.UnavailableError
 // (documented there). It matches ErrUnavailable and its cause.
 type UnavailableError struct {
 	Failures int
