@@ -918,6 +918,7 @@ func (b *bucket) result(ctx actor.Context, m *resultMsg) {
 	l := b.release(ctx, c, m.at, h, count)
 	if answered {
 		b.learn(l, c, h, status)
+		l = l.Resolve() // learn may have merged it into its bucket's lane, which takes the window
 		l.Widen(h, status)
 	}
 	l = l.Resolve()
