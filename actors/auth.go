@@ -7,7 +7,7 @@ import (
 
 // authLatch remembers that the API rejected the configured token (a 401 to
 // a request sent with it), so later requests fail fast with
-// ErrUnauthorized instead of spending the invalid-request budget. Every
+// failure.ErrUnauthorized instead of spending the invalid-request budget. Every
 // probe interval one request is let through to check the token again; an
 // answer other than 401 clears the latch.
 //
@@ -27,7 +27,7 @@ type authLatch struct {
 	probing atomic.Bool  // a probe request is out
 }
 
-// refuses reports whether c must fail with ErrUnauthorized. While latched,
+// refuses reports whether c must fail with failure.ErrUnauthorized. While latched,
 // the first bot-authenticated call after probeAt is let through as the
 // probe instead (c.authProbe is set).
 func (a *authLatch) refuses(c *Call, now time.Time, bot bool) bool {

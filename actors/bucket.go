@@ -180,7 +180,7 @@ func callOf(msg any) *Call {
 
 // recoverCrash runs in the restarting incarnation: the calls carried by the
 // message that panicked, and the call it was putting on the wire if any
-// (dispatching), get ErrActorCrashed, and their bookkeeping is undone;
+// (dispatching), get failure.ErrActorCrashed, and their bookkeeping is undone;
 // everything else stays.
 func (b *bucket) recoverCrash(ctx actor.Context) {
 	m := b.current
@@ -210,7 +210,7 @@ func (b *bucket) recoverCrash(ctx actor.Context) {
 	// does the message's call if this handler put it on the wire (a new
 	// call, or one its answer put back at the head of its queue) before a
 	// panic later on (currentWired): its worker answers it, and answered
-	// ErrActorCrashed it might be sent again by its caller.
+	// failure.ErrActorCrashed it might be sent again by its caller.
 	dispatched := b.dispatching
 	if c := dispatched; c != nil {
 		b.dispatching = nil

@@ -219,7 +219,7 @@ type System struct {
 
 // Restart intensity: a bucket actor that crashes more than maxCrashes times
 // within crashWindow breaks: it fails its queued calls and every call that
-// reaches it with ErrActorCrashed, then stops through the ordinary idle
+// reaches it with failure.ErrActorCrashed, then stops through the ordinary idle
 // path (so no message is dropped); the next call for its bucket starts a
 // fresh actor, with the limits kept in the store. Until then, every crash
 // restarts the same instance (supervision.RestartStrategy).
@@ -317,7 +317,7 @@ func (s *System) NextID() uint64 { return s.ids.Add(1) }
 func (s *System) Now() time.Time { return s.now() }
 
 // Submit hands c to the supervisor. After Close began, c fails with
-// ErrClosed at once.
+// failure.ErrClosed at once.
 func (s *System) Submit(c *Call) {
 	s.classify(c)
 	c.place = s.placeOf(c)
@@ -351,7 +351,7 @@ func (s *System) placeOf(c *Call) declared.Place {
 }
 
 // register counts c as submitted (Close waits for its outcome) and returns
-// the number of calls pending with it; false (c failed with ErrClosed)
+// the number of calls pending with it; false (c failed with failure.ErrClosed)
 // after Close began.
 func (s *System) register(c *Call) (int64, bool) {
 	// Close sets closed under subMu's write lock before it waits on calls,
@@ -415,7 +415,7 @@ func (s *System) SubmitDirect(c *Call, rt http.RoundTripper) {
 		defer s.endAttempt(c, cancel)
 		a, err := s.exch.Do(ctx, rt, c.Req)
 		if err != nil && !errors.Is(err, failure.ErrResponseTooLarge) && ctx.Err() != nil {
-			err = s.attemptEnded(ctx, c) // the caller's context, the Timeout, or Close (ErrClosed)
+			err = s.attemptEnded(ctx, c) // the caller's context, the Timeout, or Close (failure.ErrClosed)
 		}
 		c.Complete(a.Resp, err)
 	}
@@ -560,7 +560,7 @@ func (s *System) Snapshot(ctx context.Context) (Snapshot, error) {
 	return done(nil)
 }
 
-// Close refuses new calls and fails queued ones with ErrClosed, lets
+// Close refuses new calls and fails queued ones with failure.ErrClosed, lets
 // requests on the wire finish until ctx ends, then cancels them, stops
 // every actor and goroutine, and returns ctx's error if it had to cancel.
 // A Close called while another runs waits for it, or for its own ctx.
@@ -600,7 +600,7 @@ func (s *System) close(ctx context.Context) error {
 		s.workMu.Unlock()
 		s.workers.Wait()
 		// Stopping the supervisor stops its children; both fail whatever
-		// they still hold with ErrClosed.
+		// they still hold with failure.ErrClosed.
 		_ = s.root.PoisonFuture(s.sup).Wait()
 		s.live.Each(func(c *Call) bool {
 			c.Complete(nil, failure.ErrClosed)
@@ -737,9 +737,9 @@ func (s *System) SharedGlobalBlocked(w Window, wait time.Duration) {
 // before any actor hears of it, so no request follows it into the outage;
 // the supervisor is told too, for its state machine and its timer.
 //
-// The attempt ends with the caller's context, with Close (ErrClosed) and
-// after AttemptTimeout (ErrAttemptTimeout), whichever comes first. A panic
-// here becomes this call's ErrInternal: exactly one resultMsg is sent.
+// The attempt ends with the caller's context, with Close (failure.ErrClosed) and
+// after AttemptTimeout (failure.ErrAttemptTimeout), whichever comes first. A panic
+// here becomes this call's failure.ErrInternal: exactly one resultMsg is sent.
 func (s *System) work(conn *transport.Conn, c *Call, bucket *actor.PID, sr *ratelimit.SharedRequest) {
 	claimed := true // gate.pick's Claim on conn, ended as the request is handed over
 	defer func() {
@@ -874,10 +874,10 @@ func (s *System) attemptError(ctx context.Context, c *Call, err error) error {
 }
 
 // attemptContext is the context of one attempt of c: it ends with the
-// caller's context, after AttemptTimeout (cause ErrAttemptTimeout) or at
+// caller's context, after AttemptTimeout (cause failure.ErrAttemptTimeout) or at
 // the end of c's Timeout if that comes first (cause c.TimeoutErr), and
 // when Close gives up waiting (stopAttempts; the attempt's error is then
-// ErrClosed). endAttempt releases it. One context layer, kept on the call
+// failure.ErrClosed). endAttempt releases it. One context layer, kept on the call
 // rather than hooked on Close's context: three layers cost 8 allocations a
 // request.
 func (s *System) attemptContext(c *Call) (ctx context.Context, cancel context.CancelFunc) {
@@ -909,7 +909,7 @@ func (s *System) endAttempt(c *Call, cancel context.CancelFunc) {
 
 // attemptEnded types the end of an attempt's context ctx: the caller's
 // (its cause), the call's Timeout (TimeoutErr), the attempt timeout
-// (ErrAttemptTimeout) or Close (ErrClosed).
+// (failure.ErrAttemptTimeout) or Close (failure.ErrClosed).
 func (s *System) attemptEnded(ctx context.Context, c *Call) error {
 	if ended := c.ended(); ended != nil {
 		return ended

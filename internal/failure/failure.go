@@ -8,8 +8,9 @@
 // failure.ErrClosed: errors.Is matches either name) and has a public twin
 // of each error type, with the same fields and its own documentation: it
 // converts an error of this package, field for field, before a caller sees
-// it (sluice's publicError), and its Error and Unwrap call these. So the
-// messages and what each error matches are written once, here.
+// it (sluice's publicError), and its Error methods call these (its Unwrap
+// methods return the same sentinels). So the messages are written once,
+// here, and each error matches the same sentinel under either name.
 //
 // Invariants: every error type's Unwrap returns a sentinel of this
 // package (and UnavailableError's also its cause), so errors.Is matches
