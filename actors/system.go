@@ -365,7 +365,9 @@ func (s *System) register(c *Call) (int64, bool) {
 	s.calls.Add(1)
 	s.subMu.RUnlock()
 	n := s.pending.Add(1)
-	c.Ctx, c.span = s.tel.Start(c.Ctx, c.Route, c.window.String(), c.ID)
+	if s.tel != nil { // nil: no span, the context as it is
+		c.Ctx, c.span = s.tel.Start(c.Ctx, &c.Route, c.window.String(), c.ID)
+	}
 	c.arm(s)
 	// In live only once armed: Close completes what it finds there, and
 	// the outcome's bookkeeping (System.finished) needs the owner. Watched

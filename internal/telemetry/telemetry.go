@@ -233,7 +233,7 @@ func (t *Telemetry) Close() {
 // returns the context the request carries from then on, and the span
 // (nil, with ctx unchanged, without a TracerProvider). window is the
 // global window the request counts on ("bot" or "ip"), id its request id.
-func (t *Telemetry) Start(ctx context.Context, r routes.Route, window string, id uint64) (context.Context, trace.Span) {
+func (t *Telemetry) Start(ctx context.Context, r *routes.Route, window string, id uint64) (context.Context, trace.Span) {
 	if t == nil || t.tracer == nil {
 		return ctx, nil
 	}

@@ -118,7 +118,7 @@ func TestNilTelemetryCostsNothing(t *testing.T) {
 		tel.Close()
 	}
 	allocs := testing.AllocsPerRun(100, func() {
-		gotCtx, span := (*Telemetry)(nil).Start(ctx, r, "bot", 7)
+		gotCtx, span := (*Telemetry)(nil).Start(ctx, &r, "bot", 7)
 		if gotCtx != ctx || span != nil {
 			t.Fatal("a nil Telemetry started a span")
 		}
@@ -180,7 +180,7 @@ func TestFinishRecordsWaitsAndOutcome(t *testing.T) {
 	defer tel.Close()
 
 	r := route(t)
-	ctx, span := tel.Start(context.Background(), r, "bot", 42)
+	ctx, span := tel.Start(context.Background(), &r, "bot", 42)
 	require.NotNil(t, span)
 	assert.True(t, span.SpanContext().IsValid())
 	assert.Equal(t, span.SpanContext(), trace.SpanContextFromContext(ctx))
@@ -192,7 +192,7 @@ func TestFinishRecordsWaitsAndOutcome(t *testing.T) {
 		Bucket: 2 * time.Second, Global: 500 * time.Millisecond, Network: 250 * time.Millisecond,
 		Sends: 2, Priority: "interactive", Window: "bot"})
 
-	_, errSpan := tel.Start(context.Background(), r, "ip", 43)
+	_, errSpan := tel.Start(context.Background(), &r, "ip", 43)
 	tel.Finish(errSpan, Outcome{Err: errors.New("boom"), Network: time.Second, Sends: 1, Priority: "bulk", Window: "ip"})
 	tel.Finish(nil, Outcome{Resp: &http.Response{StatusCode: 200}, Bucket: time.Second, Priority: "interactive", Window: "bot"})
 
