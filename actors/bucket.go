@@ -466,7 +466,7 @@ func (b *bucket) ready(l *lane, now time.Time) (bool, time.Duration) {
 				return false, pioneers.Poll // another actor's first pioneer of the template
 			}
 			for _, k := range b.lanes {
-				if k != l && k.State.Known && l.MayShare(k) {
+				if l.HoldsIn(k) {
 					if ok, wait := lanes.Peek(k.State, now); !ok {
 						return false, wait
 					}
@@ -772,7 +772,7 @@ func (b *bucket) dispatch(ctx actor.Context, l *lane, c *Call, g *gate, global b
 			b.firstOut = true
 			c.firstWire.Store(true)
 			for _, k := range b.lanes {
-				if k != l && k.State.Known && l.MayShare(k) {
+				if l.HoldsIn(k) {
 					k.State.Take(now) // a hold: reported when the pioneer is answered
 					c.holds = append(c.holds, k)
 				}

@@ -28,7 +28,7 @@ func Ask[T comparable, R LaneRules[T]](ls []*Lane[T, R], now time.Time,
 		if ok, _ := ready(l, now); !ok {
 			continue
 		}
-		if s := r.Submitted(c); s.Before(a.Since) || s.Equal(a.Since) && r.Seq(c) < a.First {
+		if s := r.Submitted(c); submittedBefore(s, r.Seq(c), a.Since, a.First) {
 			a.Since, a.First = s, r.Seq(c)
 		}
 		n := 1
@@ -42,6 +42,13 @@ func Ask[T comparable, R LaneRules[T]](ls []*Lane[T, R], now time.Time,
 		a.Pioneer = a.Pioneer || !l.State.Known // ready while unknown: its pioneer
 	}
 	return a
+}
+
+// submittedBefore reports whether a request submitted at sub, of
+// sequence seq, came before the one of (since, first): the order of
+// submission Ask and Keep tell admission, ties to the lower sequence.
+func submittedBefore(sub time.Time, seq uint64, since time.Time, first uint64) bool {
+	return sub.Before(since) || sub.Equal(since) && seq < first
 }
 
 // Soon is what Keep weighs besides the lanes and now.
@@ -126,7 +133,7 @@ func Keep[T comparable, R LaneRules[T]](ls []*Lane[T, R], now time.Time, s Soon,
 		k.Want += n
 		k.Class = max(k.Class, l.Line.TopClass(n))
 		k.Path = max(k.Path, l.Backlog(readyAt, l.Line.Len()))
-		if sub := r.Submitted(c); k.Since.IsZero() || sub.Before(k.Since) || sub.Equal(k.Since) && r.Seq(c) < k.First {
+		if sub := r.Submitted(c); k.Since.IsZero() || submittedBefore(sub, r.Seq(c), k.Since, k.First) {
 			k.Since, k.First = sub, r.Seq(c)
 		}
 	}

@@ -148,6 +148,13 @@ func (l *Lane[T, R]) MayShare(k *Lane[T, R]) bool {
 	return false
 }
 
+// HoldsIn reports whether l's first pioneer holds a slot in k: k is
+// another lane, its limit known, that l may turn out to share (MayShare).
+// The pioneer goes only when each such lane can spare one, and takes it.
+func (l *Lane[T, R]) HoldsIn(k *Lane[T, R]) bool {
+	return k != l && k.State.Known && l.MayShare(k)
+}
+
 // Merge hands the work of other, a lane that turned out to share l's
 // bucket, over to l, once: its count (ratelimit.Bucket.Absorb), its queue
 // and retries (Queue.Merge), its requests on the wire, its serial flag,

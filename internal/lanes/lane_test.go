@@ -189,6 +189,15 @@ func TestLaneServesAndMayShare(t *testing.T) {
 	assert.True(t, pins.MayShare(msgs), "l took a related route: a sibling")
 	pins.Routes = nil
 	assert.False(t, pins.MayShare(msgs))
+
+	// A first pioneer holds a slot only in another, known lane it may share.
+	assert.False(t, react.HoldsIn(l), "its limit unknown")
+	l.State.Known = true
+	assert.True(t, react.HoldsIn(l))
+	assert.False(t, l.HoldsIn(l), "not in its own lane")
+	members.State.Known = true
+	members.Routes = nil
+	assert.False(t, react.HoldsIn(members), "unrelated")
 }
 
 // Merge hands a lane's work over once: its queue by class then
