@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -97,16 +98,54 @@ func TestCoreSharedHashOnNewChannelsStrandsNothing(t *testing.T) {
 // beside the spent bucket: 50 user 429s. One first pioneer per template
 // goes now, across channels; the others wait for its answer and count in
 // their channel's bucket: at most that one guess draws a 429.
+//
+// The messages are answered before the pins go, so no actor has a pioneer
+// of its own out, and the first pins request is held at the server until
+// a second channel's actor has handled its pins request (its trace
+// event): that actor looked at the turn, found it taken and waits, so the
+// answer must be told to it. (Before, the test raced: an actor whose
+// messages pioneer was still out did not look at the turn, and when the
+// first pins answer came before those answers, nobody waited; it failed 3
+// runs in 25 beside two CPU-bound loops.)
 func TestCoreNewRouteOnManyChannelsLearnsItsHashOnce(t *testing.T) {
 	rs := shared(5, 300*time.Millisecond, [2]string{"GET", messagesRoute + "/{message_id}"}, [2]string{"GET", pinsRoute})
 	rs.GlobalLimit = 1000
-	var told atomic.Int32 // pioneered messages the waiting actors received
-	h := newHarness(t, sluicetest.Options{Rules: rs, Faults: sluicetest.Faults{Latency: 10 * time.Millisecond}},
-		sluice.Options{GlobalLimit: 1000, Trace: func(e sluice.TraceEvent) {
-			if e.Kind == "receive" && e.Message == "pioneered" {
-				told.Add(1)
+	srv, err := sluicetest.NewServer(sluicetest.Options{Rules: rs, Faults: sluicetest.Faults{Latency: 10 * time.Millisecond}})
+	require.NoError(t, err)
+	t.Cleanup(func() { srv.Close() })
+	var (
+		told        atomic.Int32 // pioneered messages the waiting actors received
+		pinsHandled atomic.Int32 // pins requests their actors handled
+		held        atomic.Bool  // the first pins request is held
+		releaseOnce sync.Once
+	)
+	release := make(chan struct{})
+	maybeRelease := func() {
+		if held.Load() && pinsHandled.Load() >= 2 {
+			releaseOnce.Do(func() { close(release) })
+		}
+	}
+	front := tlsServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/pins") && held.CompareAndSwap(false, true) {
+			maybeRelease()
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				return
 			}
-		}})
+		}
+		srv.ServeHTTP(w, r)
+	}))
+	lim := limiterFor(t, front, sluice.Options{GlobalLimit: 1000, Trace: func(e sluice.TraceEvent) {
+		switch {
+		case e.Kind == "receive" && e.Message == "pioneered":
+			told.Add(1)
+		case e.Kind == "receive" && e.Message == "enqueue" && strings.HasSuffix(e.Route, "/pins"):
+			pinsHandled.Add(1)
+			maybeRelease()
+		}
+	}})
+	h := &harness{t: t, srv: srv, lim: lim}
 	var spend, pins []*http.Request
 	for c := range 50 {
 		for i := range 5 {
@@ -114,13 +153,12 @@ func TestCoreNewRouteOnManyChannelsLearnsItsHashOnce(t *testing.T) {
 		}
 		pins = append(pins, req("GET", fmt.Sprintf("/channels/%d/pins", 3500+c), ""))
 	}
-	doAllWithin(t, h.lim, spend[:5], 10*time.Second) // the messages' hash is known
-	rest := h.lim.SendBatch(context.Background(), spend[5:])
-	doAllWithin(t, h.lim, pins, 20*time.Second)
-	for _, f := range rest {
+	doAllWithin(t, h.lim, spend[:5], 10*time.Second)                     // the messages' hash is known
+	for _, f := range h.lim.SendBatch(context.Background(), spend[5:]) { // every channel's window spent
 		_, err := f.Await(context.Background())
 		require.NoError(t, err)
 	}
+	doAllWithin(t, h.lim, pins, 20*time.Second)
 	st := h.srv.Stats()
 	t.Logf("%s", st.Summary())
 	if !assert.LessOrEqual(t, st.ClientUser429s(), 1, "one first pioneer guesses; the others learn from it") {
