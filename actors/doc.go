@@ -111,7 +111,7 @@
 //     actors alive at once: the supervisor rebuilds its child map when it
 //     has shrunk (supervisor.forget), and bucket actors' ids are drawn to
 //     hash into 32 of protoactor's 1,024 registry slices, whose Go maps
-//     never shrink (spawn.go).
+//     never shrink (internal/actorhost).
 //   - Every incarnation of a bucket actor runs the same *bucket: the
 //     supervisor hands it over with the actor's first message, and a
 //     restart carries it from the crashed incarnation to the next

@@ -11,6 +11,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/sluicehq/sluice/fsm"
+	"github.com/sluicehq/sluice/internal/actorhost"
 	"github.com/sluicehq/sluice/internal/admission"
 	"github.com/sluicehq/sluice/internal/connpool"
 	"github.com/sluicehq/sluice/internal/failure"
@@ -62,7 +63,7 @@ type supervisor struct {
 	tbuf    traceBuf
 	current any // the message being handled; still set after a panic (see Receive)
 	timers  timers
-	names   namer // bucket actors' names
+	names   actorhost.Namer // bucket actors' names
 	// timerSlots are timers' slots: every kind.
 	timerSlots [numTimers]timerSlot
 }
@@ -349,7 +350,7 @@ func (s *supervisor) submit(ctx actor.Context, c *Call) {
 	ch := s.children[key]
 	var bind *bucket
 	if ch == nil {
-		pid, err := ctx.SpawnNamed(s.sys.bucketProps, s.names.next(ctx.Self().Id))
+		pid, err := ctx.SpawnNamed(s.sys.bucketProps, s.names.Next(ctx.Self().Id))
 		if err != nil {
 			c.Complete(nil, err)
 			return

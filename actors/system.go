@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/fsm"
+	"github.com/sluicehq/sluice/internal/actorhost"
 	"github.com/sluicehq/sluice/internal/attempt"
 	"github.com/sluicehq/sluice/internal/declared"
 	"github.com/sluicehq/sluice/internal/failure"
@@ -228,47 +229,6 @@ const (
 	crashWindow = 10 * time.Second
 )
 
-// host is the protoactor actor system every System of the process runs on:
-// one process registry for all limiters (protoactor allocates about 3 MB
-// for it up front, which one per token made the proxy's idle tokens cost
-// 3.2 MB each). Each System spawns its own supervisor, with its own
-// children, so Systems share nothing else. Made with the first System,
-// shut down with the last.
-//
-// Its own logs are discarded: Sluice logs crashes and failures itself,
-// through each System's logger, and protoactor's dead-letter lines would
-// print messages (requests) verbatim.
-var host struct {
-	mu    sync.Mutex
-	as    *actor.ActorSystem
-	users int
-}
-
-func acquireHost() *actor.ActorSystem {
-	host.mu.Lock()
-	defer host.mu.Unlock()
-	if host.users == 0 {
-		host.as = actor.NewActorSystem(
-			actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }),
-			// protoactor starts a goroutine per dead-letter throttle period;
-			// keep it short so none outlives Close by more than a moment.
-			actor.WithDeadLetterThrottleInterval(time.Millisecond),
-		)
-	}
-	host.users++
-	return host.as
-}
-
-func releaseHost() {
-	host.mu.Lock()
-	defer host.mu.Unlock()
-	host.users--
-	if host.users == 0 {
-		host.as.Shutdown()
-		host.as = nil
-	}
-}
-
 // Start spawns the supervisor, which starts connecting at once. It fails
 // only if the MeterProvider refuses an instrument.
 func Start(cfg Config) (*System, error) {
@@ -276,7 +236,7 @@ func Start(cfg Config) (*System, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	as := acquireHost()
+	as := actorhost.Acquire()
 	s := &System{cfg: cfg, actors: as, root: as.Root, store: cfg.Store, log: log, crashHook: cfg.crashHook}
 	s.windows[BotWindow] = globalwin.New(cfg.Global, cfg.Shared)
 	ipGlobal := cfg.IPGlobal
@@ -286,7 +246,7 @@ func Start(cfg Config) (*System, error) {
 	s.windows[IPWindow] = globalwin.New(ipGlobal, cfg.IPShared)
 	tel, err := telemetry.New(cfg.TracerProvider, cfg.MeterProvider, s.gauges)
 	if err != nil {
-		releaseHost()
+		actorhost.Release()
 		return nil, fmt.Errorf("sluice: metrics: %w", err)
 	}
 	s.tel = tel
@@ -296,7 +256,7 @@ func Start(cfg Config) (*System, error) {
 	s.workCh = make(chan job)
 	s.stopped = make(chan struct{})
 	s.bucketProps = actor.PropsFromProducer(func() actor.Actor { return &bucketCell{sys: s} },
-		actor.WithMailbox(bucketMailbox),
+		actor.WithMailbox(actorhost.Mailbox),
 		actor.WithReceiverMiddleware(s.receiveMiddleware()...),
 		actor.WithSenderMiddleware(s.senderMiddleware()...))
 	props := actor.PropsFromProducer(func() actor.Actor { return newSupervisor(s) },
@@ -610,7 +570,7 @@ func (s *System) close(ctx context.Context) error {
 		})
 		<-allDone
 		s.tel.Close()
-		releaseHost()
+		actorhost.Release()
 	}
 	return err
 }
