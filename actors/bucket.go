@@ -810,7 +810,7 @@ func (b *bucket) dispatch(ctx actor.Context, l *lane, c *Call, g *gate, global b
 	if c == callOf(b.current) {
 		b.currentWired = true
 	}
-	if !b.sys.goWork(job{conn: conn, call: c, bucket: self, sr: sr}) {
+	if !b.sys.workers.Go(job{conn: conn, call: c, bucket: self, sr: sr}) {
 		conn.Unclaim()
 		b.notSent(ctx, c, now, failure.ErrClosed)
 	}

@@ -541,7 +541,7 @@ func (s *supervisor) dial() {
 	if st == fsm.Disconnected {
 		s.fire(fsm.Dial)
 	}
-	s.sys.goWork(job{f: func() {
+	s.sys.workers.Go(job{f: func() {
 		var conn *transport.Conn
 		err := fmt.Errorf("%w: dialing panicked", failure.ErrInternal)
 		defer func() {
@@ -604,7 +604,7 @@ func (s *supervisor) dialed(ctx actor.Context, m *dialedMsg) {
 	s.publish()
 	s.dial() // the next connection of the pool, if it is due
 	conn := m.conn
-	s.sys.goWork(job{f: func() {
+	s.sys.workers.Go(job{f: func() {
 		select {
 		case <-conn.Done():
 			s.sys.root.Send(s.self, &connDownMsg{conn: conn, err: conn.Err()})

@@ -27,6 +27,7 @@ import (
 	"github.com/sluicehq/sluice/internal/pioneers"
 	"github.com/sluicehq/sluice/internal/registry"
 	"github.com/sluicehq/sluice/internal/telemetry"
+	"github.com/sluicehq/sluice/internal/workers"
 	"github.com/sluicehq/sluice/ratelimit"
 	"github.com/sluicehq/sluice/supervision"
 	"github.com/sluicehq/sluice/transport"
@@ -161,11 +162,8 @@ type System struct {
 	hardCtx    context.Context
 	hardCancel context.CancelFunc
 
-	workers sync.WaitGroup // goroutines: requests, dials, watchers
-	workMu  sync.RWMutex   // guards noWork against workers.Add: goWork reads, Close writes
-	workCh  chan job       // idle workers receive work here (unbuffered)
-	noWork  bool           // set by Close: goWork starts nothing more
-	calls   sync.WaitGroup // submitted calls without an outcome
+	workers *workers.Pool[job] // goroutines: requests, dials, watchers (internal/workers)
+	calls   sync.WaitGroup     // submitted calls without an outcome
 	// live holds every submitted call without an outcome, by id
 	// (registry.Sharded): Close answers whatever is left there once every
 	// actor has stopped, as protoactor drops the messages still in a
@@ -253,7 +251,9 @@ func Start(cfg Config) (*System, error) {
 	s.reader = attempt.Reader{MaxBytes: cfg.MaxResponseBytes, MaxBuffered: cfg.MaxBufferedBytes}
 	s.exch = attempt.Exchange{Clock: s.now, Body: &s.reader}
 	s.hardCtx, s.hardCancel = context.WithCancel(context.Background())
-	s.workCh = make(chan job)
+	s.workers = workers.New(func(j job) { j.run(s) }, func(r any) {
+		s.log.Error("sluice: recovered a panic on a worker goroutine", slog.Any("panic", r))
+	}, workers.DefaultIdle, s.hardCtx.Done())
 	s.stopped = make(chan struct{})
 	s.bucketProps = actor.PropsFromProducer(func() actor.Actor { return &bucketCell{sys: s} },
 		actor.WithMailbox(actorhost.Mailbox),
@@ -381,7 +381,7 @@ func (s *System) SubmitDirect(c *Call, rt http.RoundTripper) {
 		}
 		c.Complete(a.Resp, err)
 	}
-	if !s.goWork(job{f: run}) {
+	if !s.workers.Go(job{f: run}) {
 		c.Complete(nil, failure.ErrClosed)
 	}
 }
@@ -557,9 +557,7 @@ func (s *System) close(ctx context.Context) error {
 		s.stopAttempts()
 		// Requests on the wire end with the cancellation and report to
 		// their (still running) buckets; no new goroutine starts.
-		s.workMu.Lock()
-		s.noWork = true
-		s.workMu.Unlock()
+		s.workers.Stop()
 		s.workers.Wait()
 		// Stopping the supervisor stops its children; both fail whatever
 		// they still hold with failure.ErrClosed.
@@ -575,14 +573,9 @@ func (s *System) close(ctx context.Context) error {
 	return err
 }
 
-// workerIdle is how long a worker goroutine waits for more work before it
-// exits. Reusing workers spares a goroutine start per request and keeps
-// their stacks grown for the HTTP/2 and TLS write path.
-const workerIdle = 30 * time.Second
-
-// job is a worker's work: f, or else one attempt (System.work) with its
-// arguments, which travel by value (a closure over them cost an
-// allocation a request).
+// job is a worker's work (System.workers, a workers.Pool): f, or else one
+// attempt (System.work) with its arguments, which travel by value (a
+// closure over them cost an allocation a request).
 type job struct {
 	f      func()
 	conn   *transport.Conn
@@ -597,55 +590,6 @@ func (j job) run(s *System) {
 		return
 	}
 	s.work(j.conn, j.call, j.bucket, j.sr)
-}
-
-// goWork runs j on a worker goroutine that Close waits for: an idle one if
-// there is one, else a new one. It returns false once Close has begun.
-func (s *System) goWork(j job) bool {
-	s.workMu.RLock() // dispatches from every actor hand off at once; Close alone writes
-	defer s.workMu.RUnlock()
-	if s.noWork {
-		return false
-	}
-	select {
-	case s.workCh <- j: // an idle worker took it
-		return true
-	default:
-	}
-	s.workers.Add(1)
-	go s.worker(j)
-	return true
-}
-
-// worker runs j, then whatever work comes while it is idle for less than
-// workerIdle, until Close.
-func (s *System) worker(j job) {
-	defer s.workers.Done()
-	idle := time.NewTimer(workerIdle)
-	defer idle.Stop()
-	for {
-		s.runGuarded(j)
-		idle.Reset(workerIdle)
-		select {
-		case j = <-s.workCh:
-		case <-idle.C:
-			return
-		case <-s.hardCtx.Done():
-			return
-		}
-	}
-}
-
-// runGuarded runs j and stops a panic there from reaching the process:
-// each job recovers what concerns its own call or connection (see work,
-// supervisor.dial); this is the last line, which logs.
-func (s *System) runGuarded(j job) {
-	defer func() {
-		if r := recover(); r != nil {
-			s.log.Error("sluice: recovered a panic on a worker goroutine", slog.Any("panic", r))
-		}
-	}()
-	j.run(s)
 }
 
 // SharedWake tells the bucket actor of major that an answer its requests
