@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/internal/admission"
+	"github.com/sluicehq/sluice/internal/attempt"
 	"github.com/sluicehq/sluice/internal/declared"
 	"github.com/sluicehq/sluice/internal/failure"
 	"github.com/sluicehq/sluice/internal/telemetry"
@@ -122,7 +123,7 @@ type Call struct {
 	firstWire atomic.Bool
 	stopCtx   atomic.Value // func() bool: unregisters the context watch (arm)
 	// attempt holds the context.CancelFunc of the attempt on the wire
-	// (System.attemptContext; noAttempt once it ended): Close reaches it
+	// (attempt.Scope.Context; a no-op once it ended): Close reaches it
 	// through System.live when it gives up waiting. An atomic.Value holds
 	// a func without allocating, where an atomic.Pointer needs one.
 	attempt atomic.Value
@@ -221,15 +222,16 @@ func (c *Call) deadline() (time.Time, bool) {
 }
 
 // ended is the error the call's own limits ended it with (its context,
-// or its Timeout), or nil while they hold.
+// or its Timeout), or nil while they hold (attempt.Bounds.Ended).
 func (c *Call) ended() error {
-	if c.Ctx.Err() != nil {
-		return failure.Cause(c.Ctx)
-	}
-	if c.Timeout > 0 && !time.Now().Before(c.timeoutAt) {
-		return c.TimeoutErr
-	}
-	return nil
+	b := c.bounds()
+	return b.Ended()
+}
+
+// bounds is what ends c's attempts of its own (attempt.Bounds): its
+// context, its Timeout, and the slot of its attempt on the wire.
+func (c *Call) bounds() attempt.Bounds {
+	return attempt.Bounds{Ctx: c.Ctx, Timeout: c.Timeout, TimeoutAt: c.timeoutAt, TimeoutErr: c.TimeoutErr, Slot: &c.attempt}
 }
 
 // Complete records the outcome if none was recorded yet and reports whether

@@ -2,7 +2,6 @@ package actors
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -190,6 +189,9 @@ type System struct {
 	// bounds (MaxResponseBytes, MaxBufferedBytes).
 	exch   attempt.Exchange
 	reader attempt.Reader
+	// run runs each attempt around exch (attempt.Runner): the attempt's
+	// context, the shared store, the global 429's block, one result.
+	run attempt.Runner[dest]
 	// lastAnswer is when any connection last delivered an answer (limiter
 	// clock, Unix nanoseconds): a connection that dies before answering
 	// counts as a failed one only while the API answers nothing at all.
@@ -251,6 +253,9 @@ func Start(cfg Config) (*System, error) {
 	s.reader = attempt.Reader{MaxBytes: cfg.MaxResponseBytes, MaxBuffered: cfg.MaxBufferedBytes}
 	s.exch = attempt.Exchange{Clock: s.now, Body: &s.reader}
 	s.hardCtx, s.hardCancel = context.WithCancel(context.Background())
+	s.run = attempt.Runner[dest]{Scope: attempt.Scope{Timeout: cfg.AttemptTimeout, Hard: s.hardCtx},
+		Exchange: &s.exch, ServerClock: &s.clock, LastAnswer: &s.lastAnswer, Wakes: &s.wakes, Log: log,
+		Hand: s.hand, GlobalHit: s.globalHit}
 	s.workers = workers.New(func(j job) { j.run(s) }, func(r any) {
 		s.log.Error("sluice: recovered a panic on a worker goroutine", slog.Any("panic", r))
 	}, workers.DefaultIdle, s.hardCtx.Done())
@@ -367,20 +372,7 @@ func (s *System) SubmitDirect(c *Call, rt http.RoundTripper) {
 	if _, ok := s.register(c); !ok {
 		return
 	}
-	run := func() {
-		defer func() {
-			if r := recover(); r != nil {
-				c.Complete(nil, fmt.Errorf("%w: %v", failure.ErrInternal, r))
-			}
-		}()
-		ctx, cancel := s.attemptContext(c)
-		defer s.endAttempt(c, cancel)
-		a, err := s.exch.Do(ctx, rt, c.Req)
-		if err != nil && !errors.Is(err, failure.ErrResponseTooLarge) && ctx.Err() != nil {
-			err = s.attemptEnded(ctx, c) // the caller's context, the Timeout, or Close (failure.ErrClosed)
-		}
-		c.Complete(a.Resp, err)
-	}
+	run := func() { s.run.Direct(c.bounds(), rt, c.Req, c.Complete) }
 	if !s.workers.Go(job{f: run}) {
 		c.Complete(nil, failure.ErrClosed)
 	}
@@ -638,195 +630,32 @@ func (s *System) SharedGlobalBlocked(w Window, wait time.Duration) {
 }
 
 // work sends one attempt of c on conn and reports to its bucket actor in
-// one resultMsg: the answer parsed and classified here, once, with the time
-// its headers arrived. A global 429 blocks the shared global window here,
-// before any actor hears of it, so no request follows it into the outage;
-// the supervisor is told too, for its state machine and its timer.
-//
-// The attempt ends with the caller's context, with Close (failure.ErrClosed) and
-// after AttemptTimeout (failure.ErrAttemptTimeout), whichever comes first. A panic
-// here becomes this call's failure.ErrInternal: exactly one resultMsg is sent.
+// one resultMsg (System.hand): attempt.Runner.Run does the attempt, with
+// the shared store's reservation and report and the global 429's block
+// (told to the supervisor, System.globalHit), and hands over exactly one
+// result.
 func (s *System) work(conn *transport.Conn, c *Call, bucket *actor.PID, sr *ratelimit.SharedRequest) {
-	claimed := true // gate.pick's Claim on conn, ended as the request is handed over
-	defer func() {
-		if claimed {
-			conn.Unclaim()
-		}
-	}()
-	win := s.windows[c.window]
-	reported := false
-	var grant ratelimit.SharedGrant
-	var shared *ratelimit.SharedAnswer // the answer to report to Shared, once the caller has it
-	// toShared reports the answer to the shared store, once.
-	toShared := func() {
-		if sh := shared; sh != nil {
-			shared = nil // once, also if Report panics
-			win.Shared.Report(context.Background(), grant, *sh)
-		}
-	}
-	// The attempt's context ends before the result is sent: once the
-	// bucket actor has it, a retry may store its own (Call.attempt).
-	var cancel context.CancelFunc
-	endAttempt := func() {
-		if cancel != nil {
-			s.endAttempt(c, cancel)
-			cancel = nil
-		}
-	}
-	report := func(m *resultMsg) {
-		endAttempt()
-		// A pioneer's answer reaches the shared store first: the bucket
-		// actor pipelines as soon as it learns the bucket, and the store
-		// must know it by then. Other answers only correct it: off the
-		// caller's path. (A global 429 was reported already.)
-		if grant.Pioneer {
-			toShared()
-		}
-		s.root.Send(bucket, m)
-		reported = true // the bucket actor has the outcome: a panic after it sends nothing more
-		toShared()
-	}
-	defer func() {
-		if r := recover(); r != nil {
-			s.log.Error("sluice: panic while sending a request", slog.String("route", c.Route.Redacted()), slog.Any("panic", r))
-			if !reported {
-				report(&resultMsg{call: c, at: s.now(), err: fmt.Errorf("%w: %v", failure.ErrInternal, r)})
-			}
-		}
-	}()
-	var ctx context.Context
-	ctx, cancel = s.attemptContext(c)
-	defer endAttempt()
-
-	if sr != nil {
-		// The shared count (other processes on the token) admits it too,
-		// or the bucket actor puts it back in line for the wait told.
-		seq := s.wakes.Load()
-		grant = win.Shared.Reserve(ctx, *sr)
-		if sh := c.place.Shared(); sh != nil {
-			sh.SetTaken(grant.OK && !grant.Local)
-		}
-		if !grant.OK {
-			refused := grant // a copy: grant stays on the stack
-			report(&resultMsg{call: c, at: s.now(), deferred: &refused, wakeSeq: seq})
-			return
-		}
-		shared = &ratelimit.SharedAnswer{Template: sr.Template, Major: sr.Major}
-	}
-	claimed = false
-	conn.Unclaim()
-	// The wire time (Answer.Wired) is when the request's headers were
-	// written to the connection: the local time nearest its arrival at
-	// the server, which the server clock's samples need
-	// (ratelimit.ServerClock). c.sentAt, when the actor handed it over,
-	// can be far earlier under load.
-	a, err := s.exch.Do(ctx, conn, c.Req)
-	m := &resultMsg{call: c, at: a.At, headers: a.Headers, verdict: a.Verdict, resp: a.Resp}
-	if a.Answered {
-		m.wired = a.Wired // the server clock's sample needs an answer
-	}
-	notSent := errors.Is(err, attempt.ErrNotSent)
-	if shared != nil {
-		shared.Now = a.At
-		if !notSent {
-			shared.Sent, shared.RoundTrip = true, a.At.Sub(c.sentAt)
-			shared.Status, shared.Headers = a.Status, a.Headers
-		}
-	}
-	switch {
-	case notSent:
-		m.err = err
-	case !a.Answered:
-		if shared != nil && transport.Classify(err) == transport.NotSent {
-			shared.Sent = false
-		}
-		m.err = s.attemptError(ctx, c, err)
-	default:
-		s.lastAnswer.Store(a.At.UnixNano())
-		if a.HeaderErr != nil {
-			s.log.Warn("sluice: malformed rate-limit headers", slog.String("route", c.Route.Redacted()), slog.String("error", a.HeaderErr.Error()))
-		}
-		if err != nil {
-			if !errors.Is(err, failure.ErrResponseTooLarge) {
-				err = s.attemptError(ctx, c, err)
-			}
-			m.err = err
-			break
-		}
-		if shared != nil {
-			shared.Verdict = a.Verdict
-			s.clock.Annotate(&shared.Headers) // the window's end by the server's clock
-		}
-		if ratelimit.Judge(ratelimit.Attempt{Sent: true, Status: a.Status, Headers: a.Headers, Verdict: a.Verdict}).Pause == ratelimit.PauseGlobal {
-			// Pause every request at once: the shared window refuses
-			// reservations from now on, before any actor hears of it.
-			until := a.At.Add(a.Verdict.Wait)
-			win.Limiter.Block(until)
-			toShared() // and every other process's, before anything here moves
-			s.root.Send(s.sup, &globalHitMsg{window: c.window, until: until})
-		}
-	}
-	report(m)
+	s.run.Run(dest{call: c, bucket: bucket}, attempt.Send{Conn: conn, Req: c.Req, Bounds: c.bounds(),
+		Window: s.windows[c.window], Shared: sr, Place: c.place.Shared(), SentAt: c.sentAt, Route: c.Route.Redacted()})
 }
 
-// attemptError types an error of an attempt on ctx (attemptContext): the
-// caller's context speaks for itself; Close and the attempt timeout are
-// named by their cause; a dead connection is a ConnectionDiedError.
-func (s *System) attemptError(ctx context.Context, c *Call, err error) error {
-	if ctx.Err() != nil && c.Ctx.Err() == nil {
-		return s.attemptEnded(ctx, c)
-	}
-	return connectionError(ctx, err)
+// dest is where an attempt's result goes (attempt.Runner's T): its call,
+// to its bucket actor.
+type dest struct {
+	call   *Call
+	bucket *actor.PID
 }
 
-// attemptContext is the context of one attempt of c: it ends with the
-// caller's context, after AttemptTimeout (cause failure.ErrAttemptTimeout) or at
-// the end of c's Timeout if that comes first (cause c.TimeoutErr), and
-// when Close gives up waiting (stopAttempts; the attempt's error is then
-// failure.ErrClosed). endAttempt releases it. One context layer, kept on the call
-// rather than hooked on Close's context: three layers cost 8 allocations a
-// request.
-func (s *System) attemptContext(c *Call) (ctx context.Context, cancel context.CancelFunc) {
-	d := s.cfg.AttemptTimeout
-	switch {
-	case c.Timeout > 0 && (d <= 0 || time.Until(c.timeoutAt) < d):
-		ctx, cancel = context.WithDeadlineCause(c.Ctx, c.timeoutAt, c.TimeoutErr)
-	case d > 0:
-		ctx, cancel = context.WithTimeoutCause(c.Ctx, d, failure.ErrAttemptTimeout)
-	default:
-		ctx, cancel = context.WithCancel(c.Ctx)
-	}
-	c.attempt.Store(cancel)
-	if s.hardCtx.Err() != nil {
-		cancel() // Close gave up before the attempt was on record
-	}
-	return ctx, cancel
+// hand sends an attempt's result to its bucket actor (attempt.Runner.Hand).
+func (s *System) hand(d dest, r attempt.Result) {
+	s.root.Send(d.bucket, &resultMsg{call: d.call, at: r.At, wired: r.Wired, resp: r.Resp, headers: r.Headers,
+		verdict: r.Verdict, err: r.Err, deferred: r.Deferred, wakeSeq: r.WakeSeq})
 }
 
-// noAttempt is Call.attempt once its attempt ended (an atomic.Value keeps
-// one type).
-var noAttempt context.CancelFunc = func() {}
-
-// endAttempt releases the attempt context attemptContext made for c.
-func (s *System) endAttempt(c *Call, cancel context.CancelFunc) {
-	c.attempt.Store(noAttempt)
-	cancel()
-}
-
-// attemptEnded types the end of an attempt's context ctx: the caller's
-// (its cause), the call's Timeout (TimeoutErr), the attempt timeout
-// (failure.ErrAttemptTimeout) or Close (failure.ErrClosed).
-func (s *System) attemptEnded(ctx context.Context, c *Call) error {
-	if ended := c.ended(); ended != nil {
-		return ended
-	}
-	if cause := context.Cause(ctx); errors.Is(cause, failure.ErrAttemptTimeout) || (c.TimeoutErr != nil && cause == c.TimeoutErr) {
-		return cause
-	}
-	if s.hardCtx.Err() != nil {
-		return failure.ErrClosed
-	}
-	return failure.Cause(ctx)
+// globalHit tells the supervisor of a global 429, for its state machine
+// and its timer (attempt.Runner.GlobalHit): the window is paused already.
+func (s *System) globalHit(d dest, until time.Time) {
+	s.root.Send(s.sup, &globalHitMsg{window: d.call.window, until: until})
 }
 
 // stopAttempts cancels every attempt on the wire: Close gave up waiting
@@ -839,21 +668,6 @@ func (s *System) stopAttempts() {
 		}
 		return true
 	})
-}
-
-// connectionError types an error that came from the connection dying,
-// also where net/http reports it raw (while the body streamed, or after the
-// supervisor closed a connection already known dead): transport.Classify is
-// the one classifier. Such requests were sent and may have been processed.
-// Other errors pass unchanged.
-func connectionError(ctx context.Context, err error) error {
-	if err == nil || ctx.Err() != nil || errors.Is(err, transport.ErrConnectionDied) {
-		return err
-	}
-	if transport.Classify(err) == transport.ConnectionDied {
-		return &transport.ConnectionDiedError{Reason: err, Sent: true}
-	}
-	return err
 }
 
 // Load is a reading of the system taken without an actor message: the

@@ -5,10 +5,27 @@
 // headers reached the wire, the answer's body read within its bounds, its
 // rate-limit headers parsed and the answer classified (ratelimit.Classify).
 //
-// It holds no rate-limit state and decides nothing about limits: the
-// actors choose when an attempt goes and what its answer means. What it
-// returns is an Answer, the same for every caller (the limited path and
-// requests sent outside the limits).
+// Exchange is that round trip, the same for every caller (the limited
+// path, and requests sent outside the limits: Runner.Direct): it returns
+// an Answer and decides nothing about limits. Runner.Run is the whole
+// attempt as the actors' workers run it (run.go): the attempt's context
+// (Scope, with the request's Bounds), the shared store's reservation
+// before the send and the answer reported after, the global 429's block
+// of its window, and one Result handed over (Runner.Hand) for the bucket
+// actor to act on. It holds no rate-limit state of its own: the actors
+// choose when an attempt goes and what its answer means
+// (ratelimit.Judge); the windows and the shared store it is handed are
+// theirs.
+//
+// Invariants of Run, which the actors rely on: exactly one Result is
+// handed over, also after a panic (failure.ErrInternal), and none after
+// it; the attempt's context has ended by then (a retry may record its own
+// in Bounds.Slot); the connection's claim ends as the request is handed
+// to it, or when Run returns; a global 429 blocks its window before
+// anything is told (GlobalHit, then Hand); with a shared store, a granted
+// reservation is reported once, a pioneer's answer and a global 429
+// before the hand-over, any other after it, and a refused one is handed
+// over (Result.Deferred), not reported.
 //
 // A request is cloned once, when it is submitted (the caller keeps its
 // own): an attempt copies the *http.Request struct only, sharing the
@@ -29,14 +46,15 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/failure"
 	"github.com/sluicehq/sluice/ratelimit"
 	"github.com/sluicehq/sluice/routes"
 )
 
 // ErrResponseTooLarge is returned (wrapped) when a response body exceeds
 // Reader.MaxBytes, or the bytes all answers may buffer at once
-// (Reader.MaxBuffered).
-var ErrResponseTooLarge = errors.New("sluice: response body too large")
+// (Reader.MaxBuffered). It is failure.ErrResponseTooLarge.
+var ErrResponseTooLarge = failure.ErrResponseTooLarge
 
 // ErrNotSent is matched (errors.Is) by a *NotSentError.
 var ErrNotSent = errors.New("sluice: request not sent")

@@ -15,7 +15,8 @@
 // Invariants: every error type's Unwrap returns a sentinel of this
 // package (and UnavailableError's also its cause), so errors.Is matches
 // the same sentinel before and after the conversion; ErrResponseTooLarge
-// is attempt.ErrResponseTooLarge, the error the body reader returns.
+// is attempt.ErrResponseTooLarge, the error the body reader returns (that
+// package names this one: it runs an attempt with this vocabulary).
 package failure
 
 import (
@@ -24,7 +25,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/attempt"
 	"github.com/sluicehq/sluice/internal/forecast"
 )
 
@@ -47,7 +47,7 @@ var (
 	ErrBanned = errors.New("sluice: upstream ban (Cloudflare)")
 	// ErrResponseTooLarge is returned when a response body exceeds the
 	// configured maximum.
-	ErrResponseTooLarge = attempt.ErrResponseTooLarge
+	ErrResponseTooLarge = errors.New("sluice: response body too large")
 	// ErrQueueFull is returned when a request would exceed the bound on
 	// queued requests of its bucket or of the whole limiter.
 	ErrQueueFull = errors.New("sluice: queue full")
