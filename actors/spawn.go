@@ -5,6 +5,8 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/twmb/murmur3"
+
+	"github.com/sluicehq/sluice/internal/tracing"
 )
 
 // What spawning a bucket actor costs protoactor's process registry and
@@ -80,27 +82,27 @@ func (c *bucketCell) bound(msg any) *bucket {
 	return c.b
 }
 
-func (c *bucketCell) traceName() string { return "bucket" }
+func (c *bucketCell) TraceName() string { return "bucket" }
 
-func (c *bucketCell) traceState(msg any) string {
+func (c *bucketCell) TraceState(msg any) string {
 	if b := c.bound(msg); b != nil {
-		return b.traceState(msg)
+		return b.TraceState(msg)
 	}
 	return ""
 }
 
-func (c *bucketCell) traceKey(msg any) string {
+func (c *bucketCell) TraceKey(msg any) string {
 	if b := c.bound(msg); b != nil {
-		return b.traceKey(msg)
+		return b.TraceKey(msg)
 	}
 	return ""
 }
 
-func (c *bucketCell) traceBuffer(msg any) *traceBuf {
+func (c *bucketCell) TraceBuffer(msg any) *tracing.Buffer {
 	if b := c.bound(msg); b != nil {
 		return &b.tbuf
 	}
-	return &traceBuf{} // Started before the bucket came: nothing to hold
+	return &tracing.Buffer{} // Started before the bucket came: nothing to hold
 }
 
 // bucketMailbox is the bucket actors' mailbox: protoactor's lock-free
