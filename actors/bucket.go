@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/internal/lanes"
 	"github.com/sluicehq/sluice/internal/pioneers"
 	"github.com/sluicehq/sluice/internal/telemetry"
+	"github.com/sluicehq/sluice/internal/tracing"
 	"github.com/sluicehq/sluice/ratelimit"
 	"github.com/sluicehq/sluice/routes"
 	"github.com/sluicehq/sluice/supervision"
@@ -92,7 +93,7 @@ type bucket struct {
 	// pop until a worker has it: in no queue and not on the wire, so a
 	// panic in between leaves it here for recoverCrash to fail.
 	dispatching *Call
-	tbuf        traceBuf
+	tbuf        tracing.Buffer
 	crashes     *supervision.Intensity
 	broken      error // set past the restart intensity
 }
@@ -116,12 +117,12 @@ func (b *bucket) timers() timers {
 // win is the global window of the bucket's requests.
 func (b *bucket) win() *globalwin.Window { return b.sys.windows[b.window] }
 
-func (b *bucket) traceName() string         { return "bucket" }
-func (b *bucket) traceBuffer(any) *traceBuf { return &b.tbuf }
+func (b *bucket) TraceName() string               { return "bucket" }
+func (b *bucket) TraceBuffer(any) *tracing.Buffer { return &b.tbuf }
 
-// traceState and traceKey describe the lane a message concerns (the
+// TraceState and TraceKey describe the lane a message concerns (the
 // actor's major parameters for the others).
-func (b *bucket) traceState(msg any) string {
+func (b *bucket) TraceState(msg any) string {
 	if l := b.laneOf(msg); l != nil {
 		return l.Machine.Current().String()
 	}
@@ -131,7 +132,7 @@ func (b *bucket) traceState(msg any) string {
 	return ""
 }
 
-func (b *bucket) traceKey(msg any) string {
+func (b *bucket) TraceKey(msg any) string {
 	if l := b.laneOf(msg); l != nil {
 		return l.Key
 	}

@@ -47,8 +47,8 @@ func TestDocsMessageFlowCurrent(t *testing.T) {
 // "other".
 func TestEveryMessageIsInTheFlow(t *testing.T) {
 	for _, f := range messageFlows {
-		if messageName(f.proto) != f.name {
-			t.Errorf("%T is named %q, want %q", f.proto, messageName(f.proto), f.name)
+		if messageName(f.Proto) != f.Name {
+			t.Errorf("%T is named %q, want %q", f.Proto, messageName(f.Proto), f.Name)
 		}
 	}
 }

@@ -1,6 +1,10 @@
 package actors
 
-import "github.com/asynkron/protoactor-go/actor"
+import (
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/sluicehq/sluice/internal/tracing"
+)
 
 // bucketCell is what protoactor holds for a bucket actor. One Props spawns
 // every bucket actor of a System (System.bucketProps: a Props of their own
@@ -55,25 +59,25 @@ func (c *bucketCell) bound(msg any) *bucket {
 	return c.b
 }
 
-func (c *bucketCell) traceName() string { return "bucket" }
+func (c *bucketCell) TraceName() string { return "bucket" }
 
-func (c *bucketCell) traceState(msg any) string {
+func (c *bucketCell) TraceState(msg any) string {
 	if b := c.bound(msg); b != nil {
-		return b.traceState(msg)
+		return b.TraceState(msg)
 	}
 	return ""
 }
 
-func (c *bucketCell) traceKey(msg any) string {
+func (c *bucketCell) TraceKey(msg any) string {
 	if b := c.bound(msg); b != nil {
-		return b.traceKey(msg)
+		return b.TraceKey(msg)
 	}
 	return ""
 }
 
-func (c *bucketCell) traceBuffer(msg any) *traceBuf {
+func (c *bucketCell) TraceBuffer(msg any) *tracing.Buffer {
 	if b := c.bound(msg); b != nil {
 		return &b.tbuf
 	}
-	return &traceBuf{} // Started before the bucket came: nothing to hold
+	return &tracing.Buffer{} // Started before the bucket came: nothing to hold
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/internal/connpool"
 	"github.com/sluicehq/sluice/internal/failure"
 	"github.com/sluicehq/sluice/internal/forecast"
+	"github.com/sluicehq/sluice/internal/tracing"
 	"github.com/sluicehq/sluice/ratelimit"
 	"github.com/sluicehq/sluice/supervision"
 	"github.com/sluicehq/sluice/transport"
@@ -60,7 +61,7 @@ type supervisor struct {
 	breaker *supervision.Breaker
 	probing bool
 
-	tbuf    traceBuf
+	tbuf    tracing.Buffer
 	current any // the message being handled; still set after a panic (see Receive)
 	timers  timers
 	names   actorhost.Namer // bucket actors' names
@@ -144,10 +145,10 @@ func (s *supervisor) fire(e fsm.SupervisorEvent) {
 	_ = s.machine.Fire(context.Background(), e)
 }
 
-func (s *supervisor) traceName() string         { return "supervisor" }
-func (s *supervisor) traceState(any) string     { return s.machine.Current().String() }
-func (s *supervisor) traceKey(any) string       { return "" }
-func (s *supervisor) traceBuffer(any) *traceBuf { return &s.tbuf }
+func (s *supervisor) TraceName() string               { return "supervisor" }
+func (s *supervisor) TraceState(any) string           { return s.machine.Current().String() }
+func (s *supervisor) TraceKey(any) string             { return "" }
+func (s *supervisor) TraceBuffer(any) *tracing.Buffer { return &s.tbuf }
 
 // Receive handles one message at a time. The supervisor runs under a
 // guardian that resumes it after a panic (supervision.ResumeStrategy): the

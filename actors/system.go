@@ -26,6 +26,7 @@ import (
 	"github.com/sluicehq/sluice/internal/pioneers"
 	"github.com/sluicehq/sluice/internal/registry"
 	"github.com/sluicehq/sluice/internal/telemetry"
+	"github.com/sluicehq/sluice/internal/tracing"
 	"github.com/sluicehq/sluice/internal/workers"
 	"github.com/sluicehq/sluice/ratelimit"
 	"github.com/sluicehq/sluice/supervision"
@@ -184,6 +185,7 @@ type System struct {
 	clock    ratelimit.ServerClock
 	supState atomic.Int64         // the supervisor's fsm.SupervisorState
 	tel      *telemetry.Telemetry // nil: no OpenTelemetry
+	sink     tracing.Sink         // the message trace: Config.Trace, and the logger at debug level
 	auth     authLatch            // a 401 to the configured token: later calls fail fast
 	// exch sends one attempt and reads its answer, body within reader's
 	// bounds (MaxResponseBytes, MaxBufferedBytes).
@@ -252,6 +254,7 @@ func Start(cfg Config) (*System, error) {
 	s.tel = tel
 	s.reader = attempt.Reader{MaxBytes: cfg.MaxResponseBytes, MaxBuffered: cfg.MaxBufferedBytes}
 	s.exch = attempt.Exchange{Clock: s.now, Body: &s.reader}
+	s.sink = tracing.Sink{Callback: cfg.Trace, Log: log, Clock: s.now, Describe: describe}
 	s.hardCtx, s.hardCancel = context.WithCancel(context.Background())
 	s.run = attempt.Runner[dest]{Scope: attempt.Scope{Timeout: cfg.AttemptTimeout, Hard: s.hardCtx},
 		Exchange: &s.exch, ServerClock: &s.clock, LastAnswer: &s.lastAnswer, Wakes: &s.wakes, Log: log,
@@ -262,11 +265,11 @@ func Start(cfg Config) (*System, error) {
 	s.stopped = make(chan struct{})
 	s.bucketProps = actor.PropsFromProducer(func() actor.Actor { return &bucketCell{sys: s} },
 		actor.WithMailbox(actorhost.Mailbox),
-		actor.WithReceiverMiddleware(s.receiveMiddleware()...),
-		actor.WithSenderMiddleware(s.senderMiddleware()...))
+		actor.WithReceiverMiddleware(s.sink.ReceiveMiddleware()...),
+		actor.WithSenderMiddleware(s.sink.SenderMiddleware()...))
 	props := actor.PropsFromProducer(func() actor.Actor { return newSupervisor(s) },
-		actor.WithReceiverMiddleware(s.receiveMiddleware()...),
-		actor.WithSenderMiddleware(s.senderMiddleware()...),
+		actor.WithReceiverMiddleware(s.sink.ReceiveMiddleware()...),
+		actor.WithSenderMiddleware(s.sink.SenderMiddleware()...),
 		actor.WithSupervisor(supervision.RestartStrategy()),
 		actor.WithGuardian(supervision.ResumeStrategy()))
 	s.sup = s.root.Spawn(props)

@@ -1,65 +1,21 @@
 package actors
 
 import (
-	"context"
-	"fmt"
-	"log/slog"
-	"reflect"
-	"strings"
-	"time"
-
 	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/sluicehq/sluice/internal/tracing"
 )
 
-// TraceEvent is the actors' form of sluice.TraceEvent, which documents
-// every field; package sluice converts it (the two must stay identical).
-type TraceEvent struct {
-	Time                    time.Time
-	Kind                    string
-	Actor, ActorID          string
-	Bucket                  string
-	Message                 string
-	To                      string
-	Event                   string
-	StateBefore, StateAfter string
-	RequestID               uint64
-	Route                   string
-	Status                  int
-	Took                    time.Duration
-}
+// The message trace's machinery (the event, the actors' buffers, the sinks,
+// the middlewares, the flow table's rendering) is internal/tracing; here is
+// what knows the actors' own types: their messages' names and what a
+// message says of its request. The actors implement tracing.Tracer
+// (supervisor.go, bucket.go, spawn.go) and System.sink emits.
 
-// tracer is implemented by the actors so the middleware can read the state
-// they are in and the key they are known by.
-type tracer interface {
-	traceName() string
-	// traceState and traceKey describe what msg concerns: the
-	// supervisor's state, or the state and key of the bucket a request
-	// is in.
-	traceState(msg any) string
-	traceKey(msg any) string
-	// traceBuffer is the buffer of the actor handling msg (nil: a
-	// message it sends or a transition).
-	traceBuffer(msg any) *traceBuf
-}
-
-// traceBuf holds the events an actor causes while it handles a message
-// (sends, transitions), so they are emitted after the receive event that
-// caused them. Used only on the actor's goroutine.
-type traceBuf struct {
-	active bool
-	events []TraceEvent
-}
-
-// emitFrom emits e, or holds it until the actor's current receive event.
-func (s *System) emitFrom(t tracer, e TraceEvent) {
-	if t != nil {
-		if b := t.traceBuffer(nil); b.active {
-			b.events = append(b.events, e)
-			return
-		}
-	}
-	s.emit(e)
-}
+// TraceEvent is tracing.Event, the actors' form of sluice.TraceEvent, which
+// documents every field; package sluice converts it (the two must stay
+// identical).
+type TraceEvent = tracing.Event
 
 // messageInfo is implemented by messages that concern one request.
 type messageInfo interface{ traceCall() *Call }
@@ -69,148 +25,55 @@ func (m *enqueueMsg) traceCall() *Call { return m.call }
 func (m *resultMsg) traceCall() *Call  { return m.call }
 func (m *etaMsg) traceCall() *Call     { return m.call }
 
-// flow describes one message type: its name in traces, who sends it to
-// whom, and what it means. It is the single source for the trace's message
-// names and for the message-flow diagram in docs/architecture.md.
-type flow struct {
-	proto    any
-	name     string
-	from, to string
-	doc      string
-}
-
 // messageFlows lists every message the actors exchange, in the order a
-// request meets them.
-var messageFlows = []flow{
-	{(*submitMsg)(nil), "submit", "caller", "supervisor", "a new request: routed to the actor of its major parameters (1 of 3 per request)"},
-	{(*enqueueMsg)(nil), "enqueue", "supervisor", "bucket", "requests for the actor, counted (2 of 3)"},
-	{(*resultMsg)(nil), "result", "worker", "bucket", "the answer, parsed and classified once, or the error (3 of 3)"},
-	{(*wantMsg)(nil), "want", "bucket", "supervisor", "requests ready, admission held: queue me"},
-	{(*soonMsg)(nil), "soon", "bucket", "supervisor", "my bucket reopens within the global period: keep my slots from those behind me"},
-	{(*grantMsg)(nil), "grant", "supervisor", "bucket", "your turn: global slots reserved (or the ban probe)"},
-	{(*freedMsg)(nil), "freed", "bucket", "supervisor", "a global slot settled or given back while others wait"},
-	{(*globalHitMsg)(nil), "global_hit", "worker", "supervisor", "a global 429, from its headers (or another process's, from Redis)"},
-	{(*sharedWakeMsg)(nil), "shared_wake", "redis", "supervisor", "an answer another process got, which requests here wait for; or Redis answers again"},
-	{(*sharedWakeMsg)(nil), "shared_wake", "supervisor", "bucket", "forwarded to the actor of its major parameters (to every actor when Redis answers again)"},
-	{(*banMsg)(nil), "ban", "bucket", "supervisor", "a Cloudflare ban"},
-	{(*probeDoneMsg)(nil), "probe_done", "bucket", "supervisor", "the ban probe's answer"},
-	{(*pioneeredMsg)(nil), "pioneered", "bucket", "bucket", "the first pioneer of a route you wait for is answered: its bucket may be known"},
-	{(*idleMsg)(nil), "idle", "bucket", "supervisor", "nothing to do: may I stop?"},
-	{(*drainMsg)(nil), "drain", "supervisor", "bucket", "Close: fail the queues"},
-	{(*wakeMsg)(nil), "wake", "timer", "bucket", "a reset or retry timer"},
-	{(*dialedMsg)(nil), "dialed", "dialer", "supervisor", "a connection, or why not"},
-	{(*connDownMsg)(nil), "conn_down", "watcher", "supervisor", "the connection died"},
-	{(*redialMsg)(nil), "redial", "timer", "supervisor", "the reconnect backoff ended"},
-	{(*globalClearMsg)(nil), "global_clear", "timer", "supervisor", "a global pause ended"},
-	{(*globalRetryMsg)(nil), "global_retry", "timer", "supervisor", "a global window slot frees"},
-	{(*closeMsg)(nil), "close", "caller", "supervisor", "Close began"},
-	{(*snapshotMsg)(nil), "snapshot", "caller", "supervisor", "Snapshot"},
-	{(*bucketSnapshotMsg)(nil), "bucket_snapshot", "caller", "bucket", "Snapshot"},
-	{(*etaMsg)(nil), "eta", "caller", "supervisor", "Future.ETA: where is this request?"},
-	{(*etaMsg)(nil), "eta", "supervisor", "bucket", "forwarded to the actor of its major parameters, after its enqueue"},
+// request meets them: the single source for the trace's message names and
+// for the message-flow diagram in docs/architecture.md.
+var messageFlows = tracing.Flows{
+	{Proto: (*submitMsg)(nil), Name: "submit", From: "caller", To: "supervisor", Doc: "a new request: routed to the actor of its major parameters (1 of 3 per request)"},
+	{Proto: (*enqueueMsg)(nil), Name: "enqueue", From: "supervisor", To: "bucket", Doc: "requests for the actor, counted (2 of 3)"},
+	{Proto: (*resultMsg)(nil), Name: "result", From: "worker", To: "bucket", Doc: "the answer, parsed and classified once, or the error (3 of 3)"},
+	{Proto: (*wantMsg)(nil), Name: "want", From: "bucket", To: "supervisor", Doc: "requests ready, admission held: queue me"},
+	{Proto: (*soonMsg)(nil), Name: "soon", From: "bucket", To: "supervisor", Doc: "my bucket reopens within the global period: keep my slots from those behind me"},
+	{Proto: (*grantMsg)(nil), Name: "grant", From: "supervisor", To: "bucket", Doc: "your turn: global slots reserved (or the ban probe)"},
+	{Proto: (*freedMsg)(nil), Name: "freed", From: "bucket", To: "supervisor", Doc: "a global slot settled or given back while others wait"},
+	{Proto: (*globalHitMsg)(nil), Name: "global_hit", From: "worker", To: "supervisor", Doc: "a global 429, from its headers (or another process's, from Redis)"},
+	{Proto: (*sharedWakeMsg)(nil), Name: "shared_wake", From: "redis", To: "supervisor", Doc: "an answer another process got, which requests here wait for; or Redis answers again"},
+	{Proto: (*sharedWakeMsg)(nil), Name: "shared_wake", From: "supervisor", To: "bucket", Doc: "forwarded to the actor of its major parameters (to every actor when Redis answers again)"},
+	{Proto: (*banMsg)(nil), Name: "ban", From: "bucket", To: "supervisor", Doc: "a Cloudflare ban"},
+	{Proto: (*probeDoneMsg)(nil), Name: "probe_done", From: "bucket", To: "supervisor", Doc: "the ban probe's answer"},
+	{Proto: (*pioneeredMsg)(nil), Name: "pioneered", From: "bucket", To: "bucket", Doc: "the first pioneer of a route you wait for is answered: its bucket may be known"},
+	{Proto: (*idleMsg)(nil), Name: "idle", From: "bucket", To: "supervisor", Doc: "nothing to do: may I stop?"},
+	{Proto: (*drainMsg)(nil), Name: "drain", From: "supervisor", To: "bucket", Doc: "Close: fail the queues"},
+	{Proto: (*wakeMsg)(nil), Name: "wake", From: "timer", To: "bucket", Doc: "a reset or retry timer"},
+	{Proto: (*dialedMsg)(nil), Name: "dialed", From: "dialer", To: "supervisor", Doc: "a connection, or why not"},
+	{Proto: (*connDownMsg)(nil), Name: "conn_down", From: "watcher", To: "supervisor", Doc: "the connection died"},
+	{Proto: (*redialMsg)(nil), Name: "redial", From: "timer", To: "supervisor", Doc: "the reconnect backoff ended"},
+	{Proto: (*globalClearMsg)(nil), Name: "global_clear", From: "timer", To: "supervisor", Doc: "a global pause ended"},
+	{Proto: (*globalRetryMsg)(nil), Name: "global_retry", From: "timer", To: "supervisor", Doc: "a global window slot frees"},
+	{Proto: (*closeMsg)(nil), Name: "close", From: "caller", To: "supervisor", Doc: "Close began"},
+	{Proto: (*snapshotMsg)(nil), Name: "snapshot", From: "caller", To: "supervisor", Doc: "Snapshot"},
+	{Proto: (*bucketSnapshotMsg)(nil), Name: "bucket_snapshot", From: "caller", To: "bucket", Doc: "Snapshot"},
+	{Proto: (*etaMsg)(nil), Name: "eta", From: "caller", To: "supervisor", Doc: "Future.ETA: where is this request?"},
+	{Proto: (*etaMsg)(nil), Name: "eta", From: "supervisor", To: "bucket", Doc: "forwarded to the actor of its major parameters, after its enqueue"},
 }
 
-var flowNames = func() map[reflect.Type]string {
-	m := make(map[reflect.Type]string, len(messageFlows))
-	for _, f := range messageFlows {
-		m[reflect.TypeOf(f.proto)] = f.name
-	}
-	return m
-}()
+// messageNames names messageFlows' message types in the trace.
+var messageNames = messageFlows.Names()
 
 // messageName is the short name of a message type: "enqueue" for
 // *enqueueMsg, "started" for protoactor's *actor.Started.
-func messageName(m any) string {
-	if n, ok := flowNames[reflect.TypeOf(m)]; ok {
-		return n
-	}
-	switch m.(type) {
-	case *actor.Started:
-		return "started"
-	case *actor.Stopping:
-		return "stopping"
-	case *actor.Stopped:
-		return "stopped"
-	case *actor.Restarting:
-		return "restarting"
-	case *actor.Terminated:
-		return "terminated"
-	case *actor.PoisonPill:
-		return "poison"
-	}
-	return "other"
-}
+func messageName(m any) string { return messageNames.Of(m) }
 
 // MessageFlowMermaid renders messageFlows as a Mermaid flowchart: who sends
 // which message to whom. docs/architecture.md embeds it.
-func MessageFlowMermaid() string {
-	var b strings.Builder
-	b.WriteString("flowchart LR\n")
-	edges := map[[2]string][]string{}
-	var order [][2]string
-	for _, f := range messageFlows {
-		k := [2]string{f.from, f.to}
-		if _, ok := edges[k]; !ok {
-			order = append(order, k)
-		}
-		edges[k] = append(edges[k], f.name)
-	}
-	for _, k := range order {
-		fmt.Fprintf(&b, "    %s -- \"%s\" --> %s\n", k[0], strings.Join(edges[k], ", "), k[1])
-	}
-	return b.String()
-}
+func MessageFlowMermaid() string { return messageFlows.Mermaid() }
 
 // MessageTable renders messageFlows as a Markdown table.
-func MessageTable() string {
-	var b strings.Builder
-	b.WriteString("| Message | From | To | Meaning |\n|---|---|---|---|\n")
-	for _, f := range messageFlows {
-		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", f.name, f.from, f.to, f.doc)
-	}
-	return b.String()
-}
+func MessageTable() string { return messageFlows.Table() }
 
-// tracing reports whether any trace sink is on.
-func (s *System) tracing() bool {
-	return s.cfg.Trace != nil || s.log.Enabled(context.Background(), slog.LevelDebug)
-}
-
-// emit hands e to the trace sinks: the callback and, at debug level, the
-// logger.
-func (s *System) emit(e TraceEvent) {
-	if s.cfg.Trace != nil {
-		s.cfg.Trace(e)
-	}
-	if s.log.Enabled(context.Background(), slog.LevelDebug) {
-		attrs := []slog.Attr{slog.String("kind", e.Kind), slog.String("actor", e.Actor), slog.String("id", e.ActorID)}
-		add := func(k, v string) {
-			if v != "" {
-				attrs = append(attrs, slog.String(k, v))
-			}
-		}
-		add("bucket", e.Bucket)
-		add("message", e.Message)
-		add("to", e.To)
-		add("event", e.Event)
-		add("from_state", e.StateBefore)
-		add("to_state", e.StateAfter)
-		add("route", e.Route)
-		if e.RequestID != 0 {
-			attrs = append(attrs, slog.Uint64("request", e.RequestID))
-		}
-		if e.Status != 0 {
-			attrs = append(attrs, slog.Int("status", e.Status))
-		}
-		if e.Took != 0 {
-			attrs = append(attrs, slog.Duration("took", e.Took))
-		}
-		s.log.LogAttrs(context.Background(), slog.LevelDebug, "sluice: trace", attrs...)
-	}
-}
-
-// describe fills the request fields of e from a message.
-func describe(e *TraceEvent, msg any) {
+// describe fills the request fields of e from a message: the sink's
+// tracing.Sink.Describe.
+func describe(e tracing.Event, msg any) tracing.Event {
 	e.Message = messageName(msg)
 	if mi, ok := msg.(messageInfo); ok {
 		if c := mi.traceCall(); c != nil {
@@ -221,87 +84,20 @@ func describe(e *TraceEvent, msg any) {
 	if m, ok := msg.(*resultMsg); ok && m.resp != nil {
 		e.Status = m.resp.StatusCode
 	}
-}
-
-// receiveMiddleware is installed on every actor when tracing is on: one
-// event per message received, with the actor's state before and after.
-func (s *System) receiveMiddleware() []actor.ReceiverMiddleware {
-	if !s.tracing() {
-		return nil
-	}
-	return []actor.ReceiverMiddleware{func(next actor.ReceiverFunc) actor.ReceiverFunc {
-		return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
-			e := TraceEvent{Kind: "receive", ActorID: c.Self().GetId()}
-			t, _ := c.Actor().(tracer)
-			var buf *traceBuf
-			if t != nil {
-				e.Actor, e.StateBefore, e.Bucket = t.traceName(), t.traceState(env.Message), t.traceKey(env.Message)
-				buf = t.traceBuffer(env.Message)
-				buf.active = true
-			}
-			describe(&e, env.Message)
-			began := time.Now()
-			next(c, env)
-			e.Took = time.Since(began)
-			e.Time = s.now()
-			if t != nil {
-				e.StateAfter, e.Bucket = t.traceState(env.Message), t.traceKey(env.Message)
-			}
-			s.emit(e)
-			if buf != nil {
-				for i, held := range buf.events {
-					s.emit(held)
-					buf.events[i] = TraceEvent{}
-				}
-				buf.events, buf.active = buf.events[:0], false
-			}
-		}
-	}}
-}
-
-// senderMiddleware is installed on every actor when tracing is on: one
-// event per message an actor sends to another.
-func (s *System) senderMiddleware() []actor.SenderMiddleware {
-	if !s.tracing() {
-		return nil
-	}
-	return []actor.SenderMiddleware{func(next actor.SenderFunc) actor.SenderFunc {
-		return func(c actor.SenderContext, target *actor.PID, env *actor.MessageEnvelope) {
-			e := TraceEvent{Kind: "send", Time: s.now(), ActorID: c.Self().GetId(), To: target.GetId()}
-			t, _ := c.Actor().(tracer)
-			if t != nil {
-				e.Actor, e.StateBefore, e.Bucket = t.traceName(), t.traceState(env.Message), t.traceKey(env.Message)
-			}
-			describe(&e, env.Message)
-			s.emitFrom(t, e)
-			next(c, target, env)
-		}
-	}}
+	return e
 }
 
 // transition emits a state machine transition of t's machine for the
 // bucket key (empty for the supervisor).
-func (s *System) transition(t tracer, pid *actor.PID, key, event, from, to string) {
-	s.tel.Transition(t.traceName(), event, "")
-	s.traceTransition(t, pid, key, event, from, to)
+func (s *System) transition(t tracing.Tracer, pid *actor.PID, key, event, from, to string) {
+	s.tel.Transition(t.TraceName(), event, "")
+	s.sink.Transition(t, pid, key, event, from, to)
 }
 
 // windowTransition traces a transition of a global window's machine: the
 // supervisor's, with key "window bot" or "window ip"; its metric names the
 // machine "window".
-func (s *System) windowTransition(t tracer, pid *actor.PID, w Window, event, from, to string) {
+func (s *System) windowTransition(t tracing.Tracer, pid *actor.PID, w Window, event, from, to string) {
 	s.tel.Transition("window", event, w.String())
-	s.traceTransition(t, pid, "window "+w.String(), event, from, to)
-}
-
-func (s *System) traceTransition(t tracer, pid *actor.PID, key, event, from, to string) {
-	if !s.tracing() {
-		return
-	}
-	id := ""
-	if pid != nil {
-		id = pid.GetId()
-	}
-	s.emitFrom(t, TraceEvent{Kind: "transition", Time: s.now(), Actor: t.traceName(), ActorID: id, Bucket: key,
-		Event: event, StateBefore: from, StateAfter: to})
+	s.sink.Transition(t, pid, "window "+w.String(), event, from, to)
 }
