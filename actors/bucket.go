@@ -312,14 +312,7 @@ func (b *bucket) receive(ctx actor.Context, msg any) {
 		now, at := b.sys.now(), m.at
 		out := make([]BucketSnapshot, 0, len(b.lanes))
 		for _, l := range b.lanes {
-			st := &l.State
-			out = append(out, BucketSnapshot{
-				Key: l.Key, State: l.Machine.Current().String(), Known: st.Known,
-				Limit: st.Limit, Remaining: st.Remaining,
-				ResetIn: max(0, st.ResetAt.Sub(at)), PausedFor: max(0, st.PausedUntil.Sub(at)),
-				Margin: st.Margin(at), Queued: l.Line.Len(), Retrying: len(l.Line.Retries()), Running: int(l.Running),
-				Serial: l.Serial,
-			})
+			out = append(out, l.Snapshot(at))
 		}
 		m.reply <- bucketSnapshot{buckets: out, queued: b.queued(now)}
 	case *drainMsg:
@@ -398,46 +391,25 @@ func (b *bucket) enqueue(c *Call) {
 	}
 	l.Line.NoteClass(c) // before PlaceOf: it may drop finished calls from the head
 	now := b.sys.now()
-	// The wait MaxWait weighs is what is certain: the bucket's windows
-	// (its pause included), the declared groups' reserved window and the
-	// global window's pause, not the global forecast, which counts other
-	// buckets' calls that admission may well serve later.
-	pos := l.Line.PlaceOf(c)
-	start, _, known := l.Slot(now, pos)
-	limit := b.sys.cfg.MaxWait
-	if c.MaxWait > 0 && (limit == 0 || c.MaxWait < limit) {
-		limit = c.MaxWait
+	// Its predicted wait, and whether MaxWait refuses it (forecast.Waits).
+	dl, hasDl := c.deadline()
+	limit := forecast.MaxWait(b.sys.cfg.MaxWait, c.MaxWait, dl, hasDl, now)
+	pos, start, known := l.Place(c, now, limit)
+	in := forecast.Waits{Bucket: start.Sub(now), Known: known, Declared: b.sys.groups.Reserve(c.decl(), now),
+		Exempt: c.Route.GlobalExempt, Limit: limit}
+	if !in.Exempt {
+		in.Global = b.win().Limiter.Blocked(now)
 	}
-	if dl, ok := c.deadline(); ok && (limit == 0 || dl.Sub(now) < limit) {
-		limit = dl.Sub(now)
-	}
-	if limit > 0 && start.Sub(now) > limit {
-		// The queue learns of calls cancelled while they waited only at
-		// its head: before refusing, count the live ones alone.
-		l.Line.Compact()
-		pos = l.Line.PlaceOf(c)
-		start, _, known = l.Slot(now, pos)
-	}
-	wait, by := start.Sub(now), forecast.BoundBucket
-	if gw := b.sys.groups.Reserve(c.decl(), now); gw > wait {
-		wait, by = gw, forecast.BoundDeclared
-	}
-	if !c.Route.GlobalExempt {
-		if gw := b.win().Limiter.Blocked(now); gw > wait {
-			wait, by = gw, forecast.BoundGlobal
+	wait, by, known, refuse := in.Weigh()
+	c.stamp(now.Add(wait), known, l, now)
+	if refuse {
+		declared := ""
+		if by == forecast.BoundDeclared {
+			_, declared, _ = b.sys.groups.Estimate(c.decl(), now)
 		}
-	}
-	c.stamp(now.Add(wait), known || by == forecast.BoundDeclared, l, now) // a declared window is a forecast too
-	if wait > 0 {
-		if limit > 0 && wait > limit {
-			declared := ""
-			if by == forecast.BoundDeclared {
-				_, declared, _ = b.sys.groups.Estimate(c.decl(), now)
-			}
-			b.sys.groups.Release(c.decl(), c.window, false, now) // no answer yet
-			c.Complete(nil, &failure.WaitError{Bucket: c.Route.Redacted(), Declared: declared, By: by, Wait: wait, Limit: limit, At: now.Add(wait)})
-			return
-		}
+		b.sys.groups.Release(c.decl(), c.window, false, now) // no answer yet
+		c.Complete(nil, &failure.WaitError{Bucket: c.Route.Redacted(), Declared: declared, By: by, Wait: wait, Limit: limit, At: now.Add(wait)})
+		return
 	}
 	c.queuedAt = now
 	telemetry.EventWith(c.span, "queued", attribute.String("sluice.bucket", l.Key))
@@ -448,40 +420,20 @@ func (b *bucket) enqueue(c *Call) {
 
 // ready reports whether l's head may go now as far as the buckets are
 // concerned; otherwise wait is when to look again (0: an answer will
-// wake the actor). The lane's state machine decides: an unknown (initial)
-// bucket sends one pioneer at a time, and a first pioneer goes alone and
-// only with a slot held in every known bucket of the actor it might share
-// (lanes.Lane.MayShare).
+// wake the actor). The lane's state machine decides (lanes.Lane.Ready):
+// an unknown (initial) bucket sends one pioneer at a time, and a first
+// pioneer goes alone, once its template's turn is free, and only with a
+// slot held in every known bucket of the actor it might share
+// (lanes.Lane.FirstReady).
 func (b *bucket) ready(l *lane, now time.Time) (bool, time.Duration) {
-	if now.Before(l.SharedUntil) {
-		return false, l.SharedUntil.Sub(now)
-	}
-	l.Sync(now)
-	switch l.Machine.Current() {
-	case fsm.Initial:
-		if l.First {
-			if b.pioneers > 0 {
-				return false, 0
-			}
-			if c := l.Line.Head(); c != nil && !b.sys.firsts.Free(l.Template, c, l, b.self) {
-				return false, pioneers.Poll // another actor's first pioneer of the template
-			}
-			for _, k := range b.lanes {
-				if l.HoldsIn(k) {
-					if ok, wait := lanes.Peek(k.State, now); !ok {
-						return false, wait
-					}
-				}
-			}
-		} else if b.firstOut {
-			return false, 0
+	ok, wait, turn := l.Ready(now, b.pioneers, b.firstOut)
+	if turn {
+		if c := l.Line.Head(); c != nil && !b.sys.firsts.Free(l.Template, c, l, b.self) {
+			return false, pioneers.Poll // another actor's first pioneer of the template
 		}
-	default:
-		if l.Serial && l.Running > 0 {
-			return false, 0
-		}
+		ok, wait = l.FirstReady(b.lanes, now)
 	}
-	if ok, wait := lanes.Peek(l.State, now); !ok {
+	if !ok {
 		return false, wait
 	}
 	// The declared limits the head is under (Config: sluice.Limit). A
@@ -497,8 +449,8 @@ func (b *bucket) ready(l *lane, now time.Time) (bool, time.Duration) {
 }
 
 // admit reports whether a request may go now as far as the connection, the
-// ban breaker and the global window are concerned, reserving its global
-// slot (global) when it needs one.
+// ban breaker and the global window (globalwin.Window.Admit) are
+// concerned, reserving its global slot (global) when it needs one.
 func (b *bucket) admit(g *gate, c *Call, now time.Time) (ok, global bool) {
 	if g == nil || !g.live() || (g.hold && !b.probe) {
 		return false, false // no connection it could go on (one that died is not)
@@ -506,22 +458,11 @@ func (b *bucket) admit(g *gate, c *Call, now time.Time) (ok, global bool) {
 	if c.Route.GlobalExempt {
 		return true, false
 	}
-	w := b.win()
-	if w.Limiter.Blocked(now) > 0 {
-		return false, false // a global 429's pause: even slots in hand wait
-	}
-	if b.grants > 0 {
+	ok, spent := b.win().Admit(now, b.grants, b.wanting || b.probe)
+	if spent {
 		b.grants--
-		w.Granted.Add(-1)
-		return true, true
 	}
-	if b.wanting || b.probe || w.Waiting.Load() > 0 {
-		return false, false // others wait for the global window: take our turn
-	}
-	if w.ReserveFast(now) {
-		return true, true
-	}
-	return false, false
+	return ok, ok
 }
 
 // pump sends queued requests while their buckets and admission allow, one
@@ -1098,25 +1039,17 @@ func (b *bucket) limited(ctx actor.Context, l *lane, c *Call, v ratelimit.Verdic
 }
 
 // failed handles a request that got no complete response, as its outcome
-// o says once what the caller did is accounted for.
+// o says once what the caller did is accounted for (failure.Failed).
 func (b *bucket) failed(l *lane, c *Call, err error, o ratelimit.Outcome) {
 	if c.Finished() {
 		return
 	}
-	switch ended := c.ended(); {
-	case ended != nil:
-		c.Complete(nil, ended)
-	case errors.Is(err, failure.ErrClosed):
-		c.Complete(nil, failure.ErrClosed) // Close gave up waiting for the answer
-	case errors.Is(err, failure.ErrResponseTooLarge), errors.Is(err, failure.ErrInternal), errors.Is(err, attempt.ErrNotSent):
-		c.Complete(nil, err)
-	case o.Next == ratelimit.Requeue:
-		// Never reached the server: it goes again once admitted (on a new
-		// connection if this one is gone).
+	switch fate, end := failure.Failed(err, c.ended(), o.Next); fate {
+	case failure.Complete:
+		c.Complete(nil, end)
+	case failure.Requeue:
 		requeueFront(l, c, b.sys.now())
-	case o.Next == ratelimit.Resend:
-		// It may have been processed: only a request that is safe to
-		// repeat is sent again.
+	case failure.Resend:
 		b.sys.log.Warn("sluice: retrying after a transport error", slog.String("route", c.Route.Redacted()), slog.String("error", err.Error()))
 		b.retryLater(l, b.sys.now(), c)
 	default:

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/admission"
 	"github.com/sluicehq/sluice/internal/declared"
+	"github.com/sluicehq/sluice/internal/lanes"
 	"github.com/sluicehq/sluice/ratelimit"
 	"github.com/sluicehq/sluice/transport"
 )
@@ -210,7 +211,8 @@ type bucketSnapshot struct {
 
 // Snapshot and BucketSnapshot are the actors' form of sluice.Snapshot and
 // sluice.BucketSnapshot, which document every field; package sluice
-// converts them (BucketSnapshot must stay identical to its public twin).
+// converts them (BucketSnapshot, a lane's lanes.Snapshot, must stay
+// identical to its public twin).
 type Snapshot struct {
 	Time                                  time.Time
 	State, Breaker                        string
@@ -221,15 +223,4 @@ type Snapshot struct {
 	Requests                              []RequestETA
 }
 
-type BucketSnapshot struct {
-	Key              string
-	State            string
-	Known            bool
-	Limit, Remaining int
-	ResetIn          time.Duration
-	PausedFor        time.Duration
-	Margin           time.Duration
-	Queued, Retrying int
-	Running          int
-	Serial           bool
-}
+type BucketSnapshot = lanes.Snapshot

@@ -2,7 +2,10 @@
 // the actors that decide them and package sluice that hands them to the
 // caller: the sentinel errors (ErrClosed, ErrWaitTooLong, ...) and the
 // error types carrying a failure's numbers (BudgetError, WaitError,
-// RateLimitError, UnavailableError).
+// RateLimitError, UnavailableError); and the fate of a request whose
+// attempt got no complete response, which error ends it or whether it
+// goes again (Failed, fate.go: the bucket actor's bucket.failed acts on
+// it).
 //
 // Package sluice re-exports every sentinel as is (sluice.ErrClosed is
 // failure.ErrClosed: errors.Is matches either name) and has a public twin

@@ -12,6 +12,11 @@
 // the latest of them; the global window raises an ETA only when it held
 // the request past the time its other limits let it go.
 //
+// MaxWait and Waits.Weigh (wait.go) weigh a request's wait as it joins
+// its bucket's queue, from what is certain then (its bucket's window, its
+// declared window, the global window's pause), and say whether MaxWait
+// refuses it; the bucket actor gathers the parts (bucket.enqueue).
+//
 // Replay replays the global admission over the requests waiting for a
 // global window, to tell when each is expected to take its slot: the
 // global part of an ETA.

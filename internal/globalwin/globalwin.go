@@ -12,12 +12,16 @@
 // Window (it is an admission.Window and an admission.Freer) and grants
 // slots to the bucket actors.
 //
-// Who touches it: every bucket actor (ReserveFast, Waiting, Granted, the
+// Which way a bucket actor's request goes, if any, is Admit's rule: not
+// during a global 429's pause, then a granted slot, then the fast path
+// while the actor is not in line and nobody waits.
+//
+// Who touches it: every bucket actor (Admit, Waiting, Granted, the
 // limiter's Settle and Cancel), the workers (the limiter's Block on a
 // global 429, the shared store), the supervisor (the line's Serve, its
 // pause, Waiting) and the ETA's forecast (the limiter and Granted). Its
-// fields are set once by New; the counters are atomic; the limiter and the
-// shared store are safe for concurrent use.
+// fields are set once by New; the counters are atomic; the limiter and
+// the shared store are safe for concurrent use.
 //
 // It cannot live in internal/admission, which it serves: package ratelimit
 // imports admission (for its classes), and a Window holds ratelimit's
@@ -91,6 +95,31 @@ func (w *Window) ReserveFast(now time.Time) bool {
 	}
 	ok, _ := w.Limiter.Reserve(now)
 	return ok
+}
+
+// Admit reports whether a bucket actor's request that needs a global slot
+// may go at now as far as the window is concerned, and takes its slot
+// (ok): never during a global 429's pause (the limiter's Blocked), when
+// even slots in hand wait; else one of the slots granted to the actor,
+// grants of them left (spent: the actor counts it off; Granted is counted
+// off here); else from the fast path (ReserveFast), only while the actor
+// is not in line itself (inLine: it asked for slots and waits for the
+// answer, or holds the ban breaker's probe) and nobody waits in the
+// window's line (Waiting): others waiting for the window take their turn
+// first. The actor checks the connection and the ban breaker's hold
+// before, and sends a request that needs no global slot without asking.
+func (w *Window) Admit(now time.Time, grants int, inLine bool) (ok, spent bool) {
+	if w.Limiter.Blocked(now) > 0 {
+		return false, false
+	}
+	if grants > 0 {
+		w.Granted.Add(-1)
+		return true, true
+	}
+	if inLine || w.Waiting.Load() > 0 {
+		return false, false
+	}
+	return w.ReserveFast(now), false
 }
 
 // Limit returns the window's limit and period when its limiter tells them.

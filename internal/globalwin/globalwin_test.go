@@ -120,3 +120,61 @@ func TestNew(t *testing.T) {
 	assert.Equal(t, int32(2), w.Waiting.Load())
 	assert.Equal(t, 0, w.Count(t0), "the counters are not the limiter's")
 }
+
+// Admit: nothing during a global 429's pause, not even a granted slot;
+// then a granted slot (counted off Granted, none reserved again); then the
+// fast path, only while the actor is not in line and nobody waits.
+func TestAdmit(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		blocked bool
+		full    bool // the fast path's share is spent
+		grants  int
+		inLine  bool
+		waiting int32
+		ok      bool
+		spent   bool
+	}{
+		{name: "the fast path", ok: true},
+		{name: "the fast path's share spent", full: true},
+		{name: "a global pause", blocked: true},
+		{name: "a global pause holds granted slots too", blocked: true, grants: 1},
+		{name: "a granted slot", grants: 2, ok: true, spent: true},
+		{name: "a granted slot while in line", grants: 1, inLine: true, ok: true, spent: true},
+		{name: "a granted slot while others wait", grants: 1, waiting: 1, ok: true, spent: true},
+		{name: "a granted slot with the fast path's share spent", grants: 1, full: true, ok: true, spent: true},
+		{name: "in line: no fast path", inLine: true},
+		{name: "others wait: no fast path", waiting: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := ratelimit.NewSlidingWindow(10, time.Second)
+			w := globalwin.New(l, nil)
+			if tc.full {
+				for w.ReserveFast(t0) {
+				}
+			}
+			for range tc.grants { // as the supervisor grants them
+				ok, _ := w.Reserve(t0)
+				require.True(t, ok)
+			}
+			if tc.blocked { // a global 429 since
+				l.Block(t0.Add(time.Second))
+			}
+			w.Granted.Store(int32(tc.grants))
+			w.Waiting.Store(tc.waiting)
+			count := w.Count(t0)
+
+			ok, spent := w.Admit(t0, tc.grants, tc.inLine)
+			assert.Equal(t, tc.ok, ok, "ok")
+			assert.Equal(t, tc.spent, spent, "spent")
+			granted, reserved := tc.grants, 0
+			if spent {
+				granted--
+			} else if ok {
+				reserved = 1 // from the fast path
+			}
+			assert.Equal(t, int32(granted), w.Granted.Load(), "Granted")
+			assert.Equal(t, count+reserved, w.Count(t0), "the slots held")
+		})
+	}
+}

@@ -13,19 +13,28 @@
 // Settle, SettleHolds; what the answer teaches: Answered, Widen; a 429's
 // pause: Limited); and the part of a request's ETA its lane tells
 // (forecast.Part: Part, Queued, Retrying, at its position among the live
-// requests, Live). Each reads the actor's lanes, in the order
-// it keeps them, and time; the actor decides whether to tell, and sends
-// the message. Readiness is the actor's rule (it reads more than a lane:
-// the other pioneers, the declared groups, the template's first pioneer
-// turn): Ask and Keep are passed it as ready, called as the actor would,
-// on each lane in turn, and it may move the lane's machine and reorder
-// its queue's head.
+// requests, Live) and its figures in a Snapshot (Lane.Snapshot); where a
+// request joins a queue and when its bucket lets it go from there, the
+// queue compacted before a request is refused for its wait (Lane.Place).
+// Each reads the actor's lanes, in the order it keeps them, and time; the
+// actor decides whether to tell, and sends the message.
+//
+// Whether a lane's head may go is the lane's state machine as far as the
+// actor's lanes tell it (Lane.Ready, then Lane.FirstReady for a first
+// pioneer: the shared count's hold, one pioneer at a time, a first pioneer
+// alone with a slot held in every known lane it may share, a serial
+// lane's one request, the count). The actor's readiness rule adds what
+// reads more than its lanes (the template's first pioneer turn, between
+// the two; the declared groups, after): Ask and Keep are passed it as
+// ready, called as the actor would, on each lane in turn, and it may move
+// the lane's machine and reorder its queue's head.
 //
 // A bucket actor (package actors) owns one lane per bucket and calls these
 // from its own goroutine; nothing here is safe for concurrent use, starts
 // a goroutine, reads a clock or sends a message. The actor keeps what
-// reads more than its lanes: whether a lane's head is ready (the other
-// pioneers, the declared groups; passed to Ask and Keep as a function),
+// reads more than its lanes: whether a lane's head is ready (the
+// template's first pioneer turn, the declared groups, with the count of
+// its pioneers out passed to Ready; passed to Ask and Keep as a function),
 // whether to tell admission at all, and the messages; a lane's machine is
 // made by the actor, with its tracing hook (NewLane); where an attempt ends,
 // the declared groups, the global slot, the store's aliases, rekeying and

@@ -10,9 +10,10 @@ import (
 // The part of a request's ETA its bucket tells (forecast.Part): where the
 // request is in its lane's line and when the lane's pace lets it go. The
 // bucket actor asks its lanes in turn (Part), for a Snapshot every queued
-// request (Live, Queued), and adds what a lane does not know: whether the
-// actor holds a global slot for the request (forecast.Part.Granted), a
-// request on the wire, the lane's key.
+// request (Live, Queued) and each lane's figures (Lane.Snapshot), and
+// adds what a lane does not know: whether the actor holds a global slot
+// for the request (forecast.Part.Granted), a request on the wire, the
+// lane's key.
 
 // Live yields the queue's requests that are not finished, in order, each
 // with its position among them: the position Pace.Slot reads.
@@ -84,4 +85,35 @@ func later(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// Snapshot is a lane's part of a Snapshot (sluice.BucketSnapshot, which
+// documents every field; the two must stay identical: package sluice
+// converts one to the other, and the actors name it BucketSnapshot).
+type Snapshot struct {
+	Key              string
+	State            string
+	Known            bool
+	Limit, Remaining int
+	ResetIn          time.Duration
+	PausedFor        time.Duration
+	Margin           time.Duration
+	Queued, Retrying int
+	Running          int
+	Serial           bool
+}
+
+// Snapshot is the lane's Snapshot at at: its key, its machine's state, its
+// count, what counts down (its window's reset, its pause, its margin) as
+// at at (none passed: 0), its queue, retries and requests on the wire,
+// and whether it is serial.
+func (l *Lane[T, R]) Snapshot(at time.Time) Snapshot {
+	st := &l.State
+	return Snapshot{
+		Key: l.Key, State: l.Machine.Current().String(), Known: st.Known,
+		Limit: st.Limit, Remaining: st.Remaining,
+		ResetIn: max(0, st.ResetAt.Sub(at)), PausedFor: max(0, st.PausedUntil.Sub(at)),
+		Margin: st.Margin(at), Queued: l.Line.Len(), Retrying: len(l.Line.Retries()), Running: int(l.Running),
+		Serial: l.Serial,
+	}
 }
