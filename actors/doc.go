@@ -92,7 +92,8 @@
 // holds a slot one period from the answer's arrival: releasing it from the
 // server's count time instead drew global 429s under scheduling noise
 // (docs/architecture.md). No actor sleeps: timers are messages with a
-// generation (timers.go), so a replaced timer is never acted on.
+// generation (timers.go, internal/timers), so a replaced timer is never
+// acted on.
 //
 // # Invariants
 //

@@ -55,7 +55,7 @@ type Config struct {
 	IPGlobal ratelimit.GlobalLimiter
 	// WebhookAuth sends routes that carry their own token in the path
 	// (webhooks, interactions) with Authorization too, counted on Global.
-	// False: they go without it unless the caller set one (see windowOf).
+	// False: they go without it unless the caller set one (globalwin.Classify).
 	WebhookAuth bool
 	// Store keeps bucket limits and route aliases outside the actors.
 	Store ratelimit.BucketStore

@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/sluicehq/sluice/fsm"
@@ -34,45 +35,24 @@ func (w Window) String() string {
 	if int(w) < len(windowNames) {
 		return windowNames[w]
 	}
-	return "Window(" + itoa(uint64(w)) + ")"
+	return "Window(" + strconv.Itoa(int(w)) + ")"
 }
 
-// ipMajorPrefix marks the major parameters of a request sent without an
-// Authorization header: Discord counts its buckets per IP, apart from the
-// same route's buckets under the token, so it gets its own bucket actor,
-// bucket keys and shared-store keys. The one place the prefix is written
-// is System.classify.
-const ipMajorPrefix = "ip"
-
-// windowOf decides which global window c counts on, and so whether it is
-// sent with the configured token: its own Authorization header keeps it
-// on the token's window; a route that carries its token in the path
-// (webhooks, interactions) goes without the bot's token unless
-// Config.WebhookAuth; and with no token configured, nothing is
-// authenticated.
-func (s *System) windowOf(c *Call) Window {
-	switch {
-	case c.Req != nil && c.Req.Header.Get("Authorization") != "":
-		return BotWindow
-	case s.cfg.Authorization == "":
-		return IPWindow
-	case c.Route.PerToken && !s.cfg.WebhookAuth:
-		return IPWindow
-	}
-	return BotWindow
-}
-
-// classify sets c's window and, for the IP window, marks its major
-// parameters so its buckets are kept apart from the token's.
+// classify sets c's window and whether it is sent with the configured
+// token (globalwin.Classify) and, for the IP window, marks its major
+// parameters so its buckets are kept apart from the token's
+// (globalwin.IPMajor).
 func (s *System) classify(c *Call) {
-	c.window = s.windowOf(c)
-	c.withToken = s.cfg.Authorization != "" && c.window == BotWindow && c.Req != nil && c.Req.Header.Get("Authorization") == ""
-	if c.window == IPWindow {
-		if c.Route.Major == "" {
-			c.Route.Major = ipMajorPrefix
-		} else {
-			c.Route.Major = ipMajorPrefix + ";" + c.Route.Major
-		}
+	ip, withToken := globalwin.Classify(globalwin.Sending{
+		OwnAuth:     c.Req != nil && c.Req.Header.Get("Authorization") != "",
+		Token:       s.cfg.Authorization != "",
+		PerToken:    c.Route.PerToken,
+		WebhookAuth: s.cfg.WebhookAuth,
+	})
+	c.window, c.withToken = BotWindow, withToken
+	if ip {
+		c.window = IPWindow
+		c.Route.Major = globalwin.IPMajor(c.Route.Major)
 	}
 }
 

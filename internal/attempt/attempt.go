@@ -35,7 +35,6 @@ package attempt
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -56,8 +55,9 @@ import (
 // (Reader.MaxBuffered). It is failure.ErrResponseTooLarge.
 var ErrResponseTooLarge = failure.ErrResponseTooLarge
 
-// ErrNotSent is matched (errors.Is) by a *NotSentError.
-var ErrNotSent = errors.New("sluice: request not sent")
+// ErrNotSent is matched (errors.Is) by a *NotSentError. It is
+// failure.ErrNotSent.
+var ErrNotSent = failure.ErrNotSent
 
 // NotSentError marks an attempt that failed before anything reached the
 // wire (its body could not be rebuilt): it was not sent. It matches

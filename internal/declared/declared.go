@@ -1,8 +1,8 @@
 // Package declared holds the declared limits (sluice.Limit, compiled) and
 // their rules: the limits and the group a request counts in (Limit, Ref),
 // the live ratelimit.Group of every group in use in this process (Set),
-// the groups of shared stores a process reserved in lately, for its
-// snapshot (Recent), where a request waits in its groups (Place;
+// the groups of shared stores a process reserved in lately, and its
+// snapshot of them read from the stores (Recent, Recent.Snapshot), where a request waits in its groups (Place;
 // SharedPlace when a shared store such as Redis counts them), and what a
 // request does in its groups as it goes (Groups, reading it through a
 // Request: reserve, ready, take all or none, cancel, settle, release,
@@ -21,9 +21,10 @@
 // holding the call reserves, readies, takes, cancels, settles and blocks
 // it (Place.Start orders its lane's queue); the completion hook releases
 // it, on any goroutine; the ETAs read Groups.Estimate and
-// SharedPlace.Refresh, the worker SharedPlace.SetTaken. It knows no actor
-// and no call: a Request (the call's fields and its Place) is all it
-// reads of one.
+// SharedPlace.Refresh, the worker SharedPlace.SetTaken, and
+// System.SharedGroups reads Recent.Snapshot. It knows no actor and no
+// call: a Request (the call's fields and its Place) is all it reads of
+// one.
 package declared
 
 import (

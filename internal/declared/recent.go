@@ -1,8 +1,12 @@
 package declared
 
 import (
+	"context"
+	"slices"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/ratelimit"
 )
 
 // The declared groups a shared store counts (the Redis store) live in the
@@ -130,4 +134,56 @@ func (r *Recent[W]) Of(w W, now time.Time) []RecentKey[W] {
 		}
 	}
 	return out
+}
+
+// Store is a shared store of a process and what it counts for (W, as in
+// Recent: the global window it is the shared count of), one of
+// Recent.Snapshot's inputs.
+type Store[W comparable] struct {
+	W W
+	// Shared is the store (nil: none). Only a store that counts declared
+	// groups (ratelimit.SharedGroups) and can read them
+	// (ratelimit.SharedGroupStates) is read.
+	Shared ratelimit.Shared
+}
+
+// Snapshot returns local, the groups this process counts (Set.Snapshot),
+// with the live groups (a request waiting, or a slot held) among the
+// groups of stores remembered at now (Of): their Waiting and Held read
+// from each store, every process's requests counted, in one round trip
+// per store that has such groups (bounded by ctx and the store's
+// timeout), sorted by limit and group. A group counted in two places (its
+// requests went to two stores, or locally too) is one entry, the sum of
+// them (Sum). When a store cannot be read it returns local as it is, with
+// the error. The actors' System.SharedGroups calls it with the shared
+// stores of its two global windows.
+func (r *Recent[W]) Snapshot(ctx context.Context, now time.Time, local []Snapshot, stores []Store[W]) ([]Snapshot, error) {
+	groups := slices.Clone(local)
+	for _, store := range stores {
+		_, counts := store.Shared.(ratelimit.SharedGroups)
+		st, reads := store.Shared.(ratelimit.SharedGroupStates)
+		if !counts || !reads {
+			continue
+		}
+		keys := r.Of(store.W, now)
+		if len(keys) == 0 {
+			continue
+		}
+		gs := make([]ratelimit.SharedGroup, len(keys))
+		for i, k := range keys {
+			gs[i] = Ref{Limit: k.Limit, Group: k.Group}.Shared()
+		}
+		states, err := st.GroupStates(ctx, gs)
+		if err != nil {
+			return local, err
+		}
+		for i, k := range keys {
+			if i >= len(states) || states[i] == (ratelimit.SharedGroupState{}) {
+				continue // idle, as Set.Snapshot leaves them out
+			}
+			groups = append(groups, Snapshot{Limit: k.Limit.Name, Group: k.Group, Count: k.Limit.Count, Window: k.Limit.Window,
+				Waiting: states[i].Waiting, Held: states[i].Held})
+		}
+	}
+	return Sum(groups), nil
 }

@@ -18,8 +18,9 @@
 // Invariants: every error type's Unwrap returns a sentinel of this
 // package (and UnavailableError's also its cause), so errors.Is matches
 // the same sentinel before and after the conversion; ErrResponseTooLarge
-// is attempt.ErrResponseTooLarge, the error the body reader returns (that
-// package names this one: it runs an attempt with this vocabulary).
+// and ErrNotSent are attempt.ErrResponseTooLarge and attempt.ErrNotSent,
+// the errors the body reader and the exchange return (that package names
+// these: it runs an attempt with this vocabulary).
 package failure
 
 import (
@@ -51,6 +52,9 @@ var (
 	// ErrResponseTooLarge is returned when a response body exceeds the
 	// configured maximum.
 	ErrResponseTooLarge = errors.New("sluice: response body too large")
+	// ErrNotSent is matched (errors.Is) by an attempt that could not be
+	// built or put on the wire (attempt.NotSentError): it was never sent.
+	ErrNotSent = errors.New("sluice: request not sent")
 	// ErrQueueFull is returned when a request would exceed the bound on
 	// queued requests of its bucket or of the whole limiter.
 	ErrQueueFull = errors.New("sluice: queue full")

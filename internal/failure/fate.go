@@ -2,8 +2,6 @@ package failure
 
 import (
 	"errors"
-
-	"github.com/sluicehq/sluice/internal/attempt"
 	"github.com/sluicehq/sluice/ratelimit"
 )
 
@@ -36,7 +34,7 @@ const (
 //  1. the request's own end: it gets ended;
 //  2. ErrClosed (Close gave up waiting for the answer): it gets ErrClosed;
 //  3. a body too large (ErrResponseTooLarge), a bug (ErrInternal), an
-//     attempt that could not be built (attempt.ErrNotSent): it gets err
+//     attempt that could not be built (ErrNotSent): it gets err
 //     as it is;
 //  4. then next: Requeue and Resend as said, else Fail.
 func Failed(err, ended error, next ratelimit.Next) (Fate, error) {
@@ -45,7 +43,7 @@ func Failed(err, ended error, next ratelimit.Next) (Fate, error) {
 		return Complete, ended
 	case errors.Is(err, ErrClosed):
 		return Complete, ErrClosed
-	case errors.Is(err, ErrResponseTooLarge), errors.Is(err, ErrInternal), errors.Is(err, attempt.ErrNotSent):
+	case errors.Is(err, ErrResponseTooLarge), errors.Is(err, ErrInternal), errors.Is(err, ErrNotSent):
 		return Complete, err
 	case next == ratelimit.Requeue:
 		return Requeue, nil

@@ -23,6 +23,11 @@
 // fields are set once by New; the counters are atomic; the limiter and
 // the shared store are safe for concurrent use.
 //
+// Which of the two windows a request counts on (the token's or the IP's),
+// and whether it is sent with the configured token, is Classify
+// (classify.go: a pure function of plain facts about the request, called
+// by the actors' System.classify once per request, at submission).
+//
 // It cannot live in internal/admission, which it serves: package ratelimit
 // imports admission (for its classes), and a Window holds ratelimit's
 // limiter and shared store.
