@@ -1021,7 +1021,7 @@ func (b *bucket) limited(ctx actor.Context, l *lane, c *Call, v ratelimit.Verdic
 	case ratelimit.PauseBan:
 		ctx.Send(b.sys.sup, &banMsg{wait: o.Wait})
 	case ratelimit.PauseGlobal:
-		// The worker paused the global window already (System.work).
+		// The worker paused the global window already (attempt.Runner.Run).
 	case ratelimit.PauseSerial:
 		// A declared limit that still met one: stricter than declared, or
 		// spent by someone else too.

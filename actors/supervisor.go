@@ -91,7 +91,7 @@ type gate struct {
 
 // pick claims the least loaded live connection (transport.Pick; nil:
 // none). The request's worker Unclaims it as it hands the request over
-// (System.work).
+// (attempt.Runner.Run).
 func (g *gate) pick() *transport.Conn { return transport.Pick(g.conns, g.turn) }
 
 // live reports whether any of g's connections has not died. The

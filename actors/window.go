@@ -49,7 +49,7 @@ func (s *System) classify(c *Call) {
 		PerToken:    c.Route.PerToken,
 		WebhookAuth: s.cfg.WebhookAuth,
 	})
-	c.window, c.withToken = BotWindow, withToken
+	c.window, c.withToken = BotWindow, withToken && c.Req != nil // (a call without a request is refused before it is sent)
 	if ip {
 		c.window = IPWindow
 		c.Route.Major = globalwin.IPMajor(c.Route.Major)

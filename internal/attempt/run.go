@@ -18,8 +18,9 @@ import (
 
 // Bounds is what ends a request's attempts of its own: the caller's
 // context and the request's Timeout, read of its call at each attempt (a
-// view, not state: the fields but Slot never change once the request is
-// submitted), and Slot, where the attempt on the wire keeps its cancel.
+// view, not state: none of them changes once the request is submitted),
+// and Slot, where the attempt on the wire keeps its cancel (what it holds
+// changes with each attempt).
 type Bounds struct {
 	// Ctx is the caller's context.
 	Ctx context.Context

@@ -2,8 +2,8 @@
 // their rules: the limits and the group a request counts in (Limit, Ref),
 // the live ratelimit.Group of every group in use in this process (Set),
 // the groups of shared stores a process reserved in lately, and its
-// snapshot of them read from the stores (Recent, Recent.Snapshot), where a request waits in its groups (Place;
-// SharedPlace when a shared store such as Redis counts them), and what a
+// snapshot of them read from the stores (Recent, Recent.Snapshot), where
+// a request waits in its groups (Place; SharedPlace when a shared store such as Redis counts them), and what a
 // request does in its groups as it goes (Groups, reading it through a
 // Request: reserve, ready, take all or none, cancel, settle, release,
 // block, estimate, and the reservation in a shared store).

@@ -2,6 +2,7 @@ package failure
 
 import (
 	"errors"
+
 	"github.com/sluicehq/sluice/ratelimit"
 )
 

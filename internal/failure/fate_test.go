@@ -33,6 +33,8 @@ func TestFailed(t *testing.T) {
 			fate: failure.Complete, end: context.Canceled},
 		{name: "Close gave up", err: fmt.Errorf("x: %w", failure.ErrClosed), next: ratelimit.Resend,
 			fate: failure.Complete, end: failure.ErrClosed},
+		{name: "Close before what is returned as is", err: fmt.Errorf("%w: %w", failure.ErrInternal, failure.ErrClosed), next: ratelimit.Requeue,
+			fate: failure.Complete, end: failure.ErrClosed},
 		{name: "a body too large, as is", err: tooLarge, next: ratelimit.Resend, fate: failure.Complete, end: tooLarge},
 		{name: "an internal error, as is", err: internal, next: ratelimit.Requeue, fate: failure.Complete, end: internal},
 		{name: "an attempt not built, as is", err: notSent, next: ratelimit.Requeue, fate: failure.Complete, end: notSent},

@@ -9,8 +9,10 @@ import (
 	"github.com/sluicehq/sluice/internal/globalwin"
 )
 
-// Every combination of the four facts: each row changes one from a
-// neighbour, so each condition of the rule decides a row.
+// The combinations of the four facts that can decide (its own
+// Authorization decides alone, so three of its rows are left out): each
+// row changes one fact from a neighbour, so each condition of the rule
+// decides a row.
 func TestClassify(t *testing.T) {
 	for _, c := range []struct {
 		s             globalwin.Sending

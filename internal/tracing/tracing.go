@@ -80,12 +80,14 @@ type Sink struct {
 	// Log receives every event at debug level, as a "sluice: trace"
 	// record. It must not be nil (slog.DiscardHandler: none).
 	Log *slog.Logger
-	// Clock stamps the events (the limiter's clock).
+	// Clock stamps the events (the limiter's clock). Required once the
+	// sink is on (On).
 	Clock func() time.Time
 	// Describe returns e with its message fields (Message, RequestID,
 	// Route, Status) filled from a message received or sent. It takes and
 	// returns the event by value: through a pointer, the event would
-	// escape to the heap at every traced message.
+	// escape to the heap at every traced message. Required once the sink
+	// is on.
 	Describe func(e Event, msg any) Event
 }
 

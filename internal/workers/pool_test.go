@@ -208,7 +208,9 @@ func TestStopRacesGo(t *testing.T) {
 	for range 4 {
 		callers.Go(func() {
 			<-started
-			for p.Go(job{}) {
+			// Bounded: a Go that never refuses after Stop fails the test
+			// below, not by hanging until go test's timeout.
+			for i := 0; i < 100_000 && p.Go(job{}); i++ {
 				accepted.Add(1)
 			}
 		})
@@ -220,6 +222,7 @@ func TestStopRacesGo(t *testing.T) {
 	p.Wait()
 	atWait := ran.Load()
 	callers.Wait()
+	assert.Less(t, accepted.Load(), int64(400_000), "Go refused nothing after Stop")
 	assert.Equal(t, accepted.Load(), atWait)
 	assert.Equal(t, atWait, ran.Load())
 }
