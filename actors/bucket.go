@@ -67,8 +67,8 @@ type bucket struct {
 	grants      int
 	holders     []*Call       // the queued calls the grants are for (Call.holding)
 	want        int           // the requests asked for, while wanting
-	wantPath    time.Duration // the backlog last told with want
-	soonAt      time.Time     // the reopening last told with soonMsg
+	toldPath    time.Duration // the backlog last told with want, or with soon while not wanting
+	soonAt      time.Time     // when the keep last told with soonMsg counts its slots by (its reopening and slack)
 	wanting     bool
 	kept        bool            // a keep told with soonMsg may stand: no want since, nor withdrawal
 	wantClass   admission.Class // the class of want
@@ -611,13 +611,13 @@ func (b *bucket) askAdmission(ctx actor.Context, now time.Time) {
 	if ask.Want == 0 {
 		return
 	}
-	if b.wanting && ask.Path < 2*b.wantPath+time.Second && (!ask.Pioneer || b.wantPioneer) && ask.Want <= b.want && ask.Class == b.wantClass {
+	if b.wanting && ask.Path < 2*b.toldPath+time.Second && (!ask.Pioneer || b.wantPioneer) && ask.Want <= b.want && ask.Class == b.wantClass {
 		// Asked already; only more ready requests (at most a window's),
 		// another class, a much longer backlog or a pioneer is worth
 		// telling.
 		return
 	}
-	b.wanting, b.want, b.wantPath, b.wantPioneer, b.wantClass, b.kept = true, ask.Want, ask.Path, ask.Pioneer, ask.Class, false // a want replaces the keep
+	b.wanting, b.want, b.toldPath, b.wantPioneer, b.wantClass, b.kept = true, ask.Want, ask.Path, ask.Pioneer, ask.Class, b.kept && ask.Pioneer // a want replaces the keep, but a pioneer's
 	ctx.Send(b.sys.sup, &wantMsg{key: b.key, ask: ask})
 }
 
@@ -636,7 +636,7 @@ func (b *bucket) askAdmission(ctx actor.Context, now time.Time) {
 func (b *bucket) announceSoon(ctx actor.Context, now time.Time) {
 	w := b.win()
 	others := w.Waiting.Load() > 0
-	if !others && b.pioneers == 0 && !b.kept {
+	if !others && b.pioneers == 0 && !b.kept && !lanes.AwaitsTurn(b.lanes) {
 		return // nobody in line, no queue behind a pioneer, no keep standing
 	}
 	_, per, ok := w.Limit()
@@ -648,7 +648,7 @@ func (b *bucket) announceSoon(ctx actor.Context, now time.Time) {
 	// request that joins would otherwise tell it again, and a slow
 	// pioneer's queue keep slots idle again and again.
 	behind := b.soonAt.IsZero() || now.Sub(b.soonAt) >= per
-	k, needed := lanes.Keep(b.lanes, now, lanes.Soon{Per: per, RTT: rtt, Others: others, Behind: behind}, b.ready)
+	k, needed := lanes.Keep(b.lanes, now, lanes.Soon{Per: per, RTT: rtt, Others: others, Behind: behind, Told: b.toldPath}, b.ready)
 	if b.kept && !needed {
 		// Withdrawn: a keep that wants nothing. The next one, if a queue
 		// needs it again, is told afresh (no "told already").
@@ -656,7 +656,7 @@ func (b *bucket) announceSoon(ctx actor.Context, now time.Time) {
 		ctx.Send(b.sys.sup, &soonMsg{key: b.key})
 		return
 	}
-	if k.Want == 0 || k.Path < per || k.At.Equal(b.soonAt) {
+	if k.Want == 0 || k.Path < per || k.At.Add(k.Slack).Equal(b.soonAt) {
 		// Nothing waits, or its queue needs no window after the
 		// reopening one: waiting for the next burst costs it at most a
 		// period, once, while slots kept idle for it cost the window's
@@ -664,7 +664,7 @@ func (b *bucket) announceSoon(ctx actor.Context, now time.Time) {
 		// its later windows with the first.
 		return
 	}
-	b.soonAt, b.kept = k.At, true
+	b.soonAt, b.kept, b.toldPath = k.At.Add(k.Slack), true, k.Path
 	ctx.Send(b.sys.sup, &soonMsg{key: b.key, keep: k})
 }
 

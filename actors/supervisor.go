@@ -393,7 +393,9 @@ func (s *supervisor) want(ctx actor.Context, m *wantMsg) {
 // actors behind it in line (admission.Queue.Soon).
 func (s *supervisor) soon(m *soonMsg) {
 	if ch := s.children[m.key]; ch != nil && s.closing == nil {
-		s.windows[ch.window].q.Soon(s.sys.now(), ch, m.keep)
+		a := s.windows[ch.window]
+		a.q.Soon(s.sys.now(), ch, m.keep)
+		a.store()
 	}
 }
 

@@ -71,7 +71,10 @@ type windowAdmission struct {
 }
 
 // store publishes the line's length for the bucket actors.
-func (a *windowAdmission) store() { a.g.Waiting.Store(int32(a.q.Len())) }
+func (a *windowAdmission) store() {
+	a.g.Waiting.Store(int32(a.q.Len()))
+	a.g.Kept.Store(int32(a.q.Keeps()))
+}
 
 // WindowSnapshot is one global window's part of a Snapshot.
 type WindowSnapshot struct {

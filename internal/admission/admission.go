@@ -300,10 +300,13 @@ func New[K comparable](limit int, period time.Duration) *Queue[K] {
 }
 
 // Want puts key in line at now, or updates its ask: the latest want wins,
-// and its place only moves earlier while it waits. Its keep, if any, is
-// dropped: it is ready now.
+// its place too (Deadline of its ask). Its keep, if any, is dropped: it
+// is ready now; but a pioneer's ask leaves the keep of the queue behind
+// it, which asks a round trip later.
 func (q *Queue[K]) Want(now time.Time, key K, a Ask) {
-	delete(q.keeps, key)
+	if !a.Pioneer {
+		delete(q.keeps, key) // a pioneer's ask leaves the keep of the queue behind it
+	}
 	q.pacer.long(now, a.Path)
 	p := Place{Class: clamp(a.Class), Deadline: Deadline(now, a.Since, a.Path, a.Pioneer), First: a.First}
 	e := q.byKey[key]
@@ -313,11 +316,12 @@ func (q *Queue[K]) Want(now time.Time, key K, a Ask) {
 		q.byKey[key] = e
 		q.count(p.Class, 1)
 		heap.Push(&q.ring, e)
-	case p.Class != e.place.Class || p.Deadline.Before(e.place.Deadline):
-		// Its class is the latest ask's; its deadline only moves earlier.
-		if !p.Deadline.Before(e.place.Deadline) {
-			p.Deadline, p.First = e.place.Deadline, e.place.First
-		}
+	case p != e.place:
+		// Its place is its latest ask's: its class, and its backlog as it
+		// is now. A backlog that shrank while it waited (its bucket
+		// refilled, requests were cancelled) moves it back behind the
+		// buckets whose backlog is now longer; its earliest request's
+		// submission still counts, so it gains on later ones all the same.
 		q.count(e.place.Class, -1)
 		q.count(p.Class, 1)
 		e.place = p
@@ -369,6 +373,10 @@ func (q *Queue[K]) Clear() []K {
 
 // Len is how many buckets are in line.
 func (q *Queue[K]) Len() int { return len(q.ring) }
+
+// Keeps is how many keeps stand (Soon; a lapsed one until the next Serve
+// drops it).
+func (q *Queue[K]) Keeps() int { return len(q.keeps) }
 
 // Waiting reports whether key is in line.
 func (q *Queue[K]) Waiting(key K) bool { return q.byKey[key] != nil }

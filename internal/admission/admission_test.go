@@ -207,6 +207,48 @@ func TestSoonWithdrawsAKeep(t *testing.T) {
 	assert.Equal(t, 1, q.Len(), "a withdrawal leaves a bucket in line where it is")
 }
 
+// A pioneer's ask leaves the keep of the queue behind it (it asks a round
+// trip later); any other ask replaces its keep.
+func TestPioneerAskLeavesItsKeep(t *testing.T) {
+	now := t0.Add(100 * time.Millisecond)
+	q := admission.New[string](4, time.Second)
+	q.Soon(now, "hot", admission.Keep{At: now.Add(50 * time.Millisecond), Want: 4, Path: 3 * time.Second, Since: t0, First: 1})
+	q.Want(now, "hot", admission.Ask{Want: 1, Global: true, Pioneer: true, Since: t0, First: 1})
+	assert.Equal(t, 1, q.Keeps(), "the pioneer's ask")
+	grants, _, _ := q.Serve(now, countOnly{ratelimit.NewSlidingWindow(4, time.Second)}, false)
+	assert.Equal(t, []admission.Grant[string]{{Key: "hot", Slots: 1}}, grants, "the pioneer goes before its queue's keep")
+	assert.Equal(t, 1, q.Keeps(), "served, its queue's keep stands")
+	q.Want(now, "hot", admission.Ask{Want: 4, Global: true, Path: 2 * time.Second, Since: t0, First: 1})
+	assert.Zero(t, q.Keeps(), "its queue asks: the keep is replaced")
+}
+
+// A bucket's place is its latest ask's: one whose backlog shrank while it
+// waited (its bucket refilled) goes behind one whose backlog is now
+// longer, though it asked first; its earliest request still counts.
+func TestPlaceFollowsTheLatestAsk(t *testing.T) {
+	q := admission.New[string](10, time.Second)
+	sw := ratelimit.NewSlidingWindow(10, time.Second)
+	for range 10 { // the window is full until t0 + 1 s
+		sw.Reserve(t0)
+		sw.Settle(t0)
+	}
+	w := countOnly{sw}
+	q.Want(t0, "cold", admission.Ask{Want: 4, Global: true, Path: time.Second, Since: t0, First: 1})
+	now := t0.Add(900 * time.Millisecond)
+	q.Want(now, "cold", admission.Ask{Want: 5, Global: true, Since: t0, First: 1}) // its bucket refilled: no window after this one
+	q.Want(now, "hot", admission.Ask{Want: 5, Global: true, Path: time.Second, Since: t0.Add(time.Millisecond), First: 2})
+	grants, _, _ := q.Serve(t0.Add(time.Second), w, false)
+	require.NotEmpty(t, grants)
+	assert.Equal(t, admission.Grant[string]{Key: "hot", Slots: 5}, grants[0], "the longer backlog first")
+
+	q = admission.New[string](10, time.Second)
+	q.Want(t0, "cold", admission.Ask{Want: 4, Global: true, Path: time.Second, Since: t0, First: 1})
+	q.Want(now, "hot", admission.Ask{Want: 5, Global: true, Path: time.Second, Since: t0.Add(time.Millisecond), First: 2})
+	grants, _, _ = q.Serve(now, countOnly{ratelimit.NewSlidingWindow(10, time.Second)}, false)
+	require.NotEmpty(t, grants)
+	assert.Equal(t, admission.Grant[string]{Key: "cold", Slots: 4}, grants[0], "equal backlogs: the earlier request first")
+}
+
 // While a bucket with a backlog longer than the period waits, slots go at
 // the window's rate after its burst: a window filled at once would free
 // at once, a period later. Slots given back unused give their tokens back.

@@ -357,11 +357,10 @@ func Replay(ws []Waiter, src Source, now time.Time, rtt, lag time.Duration, held
 			key := admission.Deadline(time.Unix(0, t), time.Unix(0, since), time.Duration(long), pioneer).UnixNano()
 			if p, ok := places[ws[batch[lo]].Actor]; ok && !placed[ws[batch[lo]].Actor] {
 				// Waiting in the queue already: its place there stands
-				// (a deadline only moves earlier while it waits).
+				// until it asks again (admission.Queue.Want: the latest
+				// ask's place).
 				placed[ws[batch[lo]].Actor] = true
-				if d := p.Deadline.UnixNano(); d < key || d == key && p.First < uint64(first) {
-					key, first = d, int64(p.First)
-				}
+				key, first = p.Deadline.UnixNano(), int64(p.First)
 			}
 			for _, i := range batch[lo:hi] {
 				ws[i].rank, ws[i].key, ws[i].first = rank, key, first

@@ -61,6 +61,11 @@ type Window struct {
 	// Invariant: the supervisor's queue's length, stored by the supervisor
 	// alone each time the line changes.
 	Waiting atomic.Int32
+	// Kept is how many keeps stand in the window's admission line (slots
+	// kept back for buckets about to reopen, or behind a pioneer: the
+	// line hands out the rest; admission.Queue.Keeps). Stored by the
+	// supervisor alone, with Waiting.
+	Kept atomic.Int32
 	// Granted counts the slots reserved for bucket actors (grantMsg) and
 	// not spent yet: held in the limiter for calls still queued (the
 	// global forecast must not count those twice, see forecast.Assemble).
@@ -109,10 +114,13 @@ func (w *Window) ReserveFast(now time.Time) bool {
 // grants of them left (spent: the actor counts it off; Granted is counted
 // off here); else from the fast path (ReserveFast), only while the actor
 // is not in line itself (inLine: it asked for slots and waits for the
-// answer, or holds the ban breaker's probe) and nobody waits in the
-// window's line (Waiting): others waiting for the window take their turn
-// first. The actor checks the connection and the ban breaker's hold
-// before, and sends a request that needs no global slot without asking.
+// answer, or holds the ban breaker's probe), nobody waits in the
+// window's line (Waiting) and no keep stands there (Kept): others waiting
+// for the window take their turn first, and while slots are kept for a
+// bucket about to reopen, or for a queue behind a pioneer, the line
+// hands out the rest (it knows what each keep leaves spare). The actor
+// checks the connection and the ban breaker's hold before, and sends a
+// request that needs no global slot without asking.
 func (w *Window) Admit(now time.Time, grants int, inLine bool) (ok, spent bool) {
 	if w.Limiter.Blocked(now) > 0 {
 		return false, false
@@ -121,7 +129,7 @@ func (w *Window) Admit(now time.Time, grants int, inLine bool) (ok, spent bool) 
 		w.Granted.Add(-1)
 		return true, true
 	}
-	if inLine || w.Waiting.Load() > 0 {
+	if inLine || w.Waiting.Load() > 0 || w.Kept.Load() > 0 {
 		return false, false
 	}
 	return w.ReserveFast(now), false

@@ -132,6 +132,7 @@ func TestAdmit(t *testing.T) {
 		grants  int
 		inLine  bool
 		waiting int32
+		kept    int32
 		ok      bool
 		spent   bool
 	}{
@@ -145,6 +146,8 @@ func TestAdmit(t *testing.T) {
 		{name: "a granted slot with the fast path's share spent", grants: 1, full: true, ok: true, spent: true},
 		{name: "in line: no fast path", inLine: true},
 		{name: "others wait: no fast path", waiting: 1},
+		{name: "a keep stands: no fast path", kept: 1},
+		{name: "a granted slot while a keep stands", grants: 1, kept: 1, ok: true, spent: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := ratelimit.NewSlidingWindow(10, time.Second)
@@ -162,6 +165,7 @@ func TestAdmit(t *testing.T) {
 			}
 			w.Granted.Store(int32(tc.grants))
 			w.Waiting.Store(tc.waiting)
+			w.Kept.Store(tc.kept)
 			count := w.Count(t0)
 
 			ok, spent := w.Admit(t0, tc.grants, tc.inLine)

@@ -25,6 +25,7 @@ func (p *Pace) Settle(at, sentAt time.Time, h ratelimit.Headers, count ratelimit
 		p.State.Refund(at)
 	} else {
 		observe(&p.State, at, sentAt, h, count)
+		p.settledAt = max(p.settledAt, at.UnixNano())
 	}
 }
 

@@ -66,6 +66,11 @@ type Soon struct {
 	// Behind: a queue behind its pioneer may tell it (once a period at
 	// most: no keep told within the last one).
 	Behind bool
+	// Told is the backlog (Path) the actor last told (0: none): a queue
+	// behind its pioneer tells its keep again, within the period too, once
+	// its backlog has doubled since (a queue still filling as its requests
+	// are submitted).
+	Told time.Duration
 }
 
 // Keep is what a keep carries at now for the lanes ls whose queue waits
@@ -94,7 +99,8 @@ func Keep[T comparable, R LaneRules[T]](ls []*Lane[T, R], now time.Time, s Soon,
 	var r R
 	var zero T
 	k.First, k.Class = ^uint64(0), admission.Bulk
-	known := false // a known lane's reopening is in the keep
+	known := false    // a known lane's reopening is in the keep
+	var own time.Time // when the global slots of the told known lanes' last windows free
 	for _, l := range ls {
 		c := l.Line.Head()
 		if c == zero || r.Exempt(c) || l.Serial {
@@ -108,7 +114,15 @@ func Keep[T comparable, R LaneRules[T]](ls []*Lane[T, R], now time.Time, s Soon,
 			// Behind its pioneer: it asks at the pioneer's answer, for
 			// at most what a period holds at the pace assumed for an
 			// unknown bucket (admission.UnknownPace).
-			readyAt, n, tell = now.Add(s.RTT), min(l.Line.Len(), max(1, int(s.Per/admission.UnknownPace))), s.Behind
+			readyAt, n = now.Add(s.RTT), min(l.Line.Len(), max(1, int(s.Per/admission.UnknownPace)))
+			tell = s.Behind || s.Told > 0 && l.Backlog(readyAt, l.Line.Len()) >= 2*s.Told
+		case !l.State.Known && l.First:
+			// Its pioneer waits for its turn (its template's first
+			// pioneer, on another actor, or another of the actor's
+			// pioneers): its queue asks a round trip after that one's
+			// answer, as for a queue behind its own pioneer.
+			readyAt, n = now.Add(2*s.RTT), min(l.Line.Len(), max(1, int(s.Per/admission.UnknownPace)))
+			tell = s.Behind || s.Told > 0 && l.Backlog(readyAt, l.Line.Len()) >= 2*s.Told
 		case l.State.Known && l.Machine.Current() != fsm.Initial:
 			ok, wait := ready(l, now)
 			if ok || wait <= 0 || wait >= s.Per {
@@ -120,6 +134,13 @@ func Keep[T comparable, R LaneRules[T]](ls []*Lane[T, R], now time.Time, s Soon,
 			}
 			readyAt, n, tell = now.Add(wait), min(l.Line.Len(), l.State.Limit), s.Others
 			known = known || tell
+			if l.settledAt != 0 {
+				// The slots its last window took free a period after
+				// their answers.
+				if free := time.Unix(0, l.settledAt).Add(s.Per); free.After(own) {
+					own = free
+				}
+			}
 		default:
 			continue
 		}
@@ -138,9 +159,29 @@ func Keep[T comparable, R LaneRules[T]](ls []*Lane[T, R], now time.Time, s Soon,
 		}
 	}
 	if known {
-		k.Slack = s.RTT // its last window's slots free about a round trip after it reopens
+		// Its last window's slots free about a round trip after it
+		// reopens, or a period after their answers if that is later (a
+		// window sent in pieces, answers slower than the estimate): it
+		// waits for those anyway. At most a quarter period.
+		k.Slack = s.RTT
+		if d := own.Sub(k.At); d > k.Slack {
+			k.Slack = min(d, s.Per/4)
+		}
 	}
 	return k, needed
+}
+
+// AwaitsTurn reports whether a lane of ls whose limit is not known waits
+// with a queue for its first pioneer's turn (its template's first pioneer
+// on another actor, or another pioneer of the actor): Keep tells its
+// keep, as for a queue behind its pioneer on the wire.
+func AwaitsTurn[T comparable, R LaneRules[T]](ls []*Lane[T, R]) bool {
+	for _, l := range ls {
+		if !l.State.Known && l.First && l.Running == 0 && l.Line.Len() > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // ProbeAwaited reports whether a lane's queue waits for the answer to its

@@ -211,6 +211,7 @@ func TestKeepSkips(t *testing.T) {
 	exempt := long(known(5, 0, 300*time.Millisecond))
 	exempt.Line.Items()[0].exempt = true
 	unknown := long(ratelimit.Bucket{})
+	unknown.First = false // behind another lane's first pioneer of the actor: it asks at that one's answer
 	initial := &lane{Machine: fsm.NewBucket(nil), Pace: Pace{State: known(5, 0, 300*time.Millisecond), Window: time.Second}}
 	for _, c := range bulk(1, 20, sub) {
 		join(&initial.Line, c)

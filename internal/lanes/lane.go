@@ -166,6 +166,7 @@ func (l *Lane[T, R]) Merge(other *Lane[T, R]) {
 	l.Running += other.Running
 	l.Serial = l.Serial || other.Serial
 	l.Window = max(l.Window, other.Window)
+	l.settledAt = max(l.settledAt, other.settledAt)
 	for i := range other.NumRoutes() {
 		if r := other.Route(i); !l.ServesRef(r) {
 			l.Routes = append(l.Routes, r)

@@ -26,6 +26,12 @@ type Pace struct {
 	SharedUntil  time.Time
 	SharedNotify bool
 	SharedLocal  bool
+	// settledAt is when the latest answer the bucket counted came
+	// (Settle), in Unix nanoseconds of the owner's clock (0: none yet):
+	// the global slots its last window took free a global period after
+	// their answers, which a keep for its next window counts as its own
+	// (Keep).
+	settledAt int64
 }
 
 // Plan is how the bucket lets requests go from now: avail of them at
