@@ -127,9 +127,10 @@ func TestPioneerOnTheWireKeepsItsSlots(t *testing.T) {
 //
 // A global window of 6 per second; a warm-up learns the route; the hot
 // channel (11 messages) sends its pioneer and, while the server holds it,
-// tells its keep. The cold channel (3) then sends its pioneer (fast path)
-// and asks for its 2 others, held by the keep. The hot pioneer's answer
-// shuts its bucket for 1.5 s.
+// tells its keep. The cold channel (3) then asks for its pioneer (the
+// fast path is closed while a keep stands; a pioneer goes ahead of it)
+// and, at its answer, for its 2 others, held by the keep. The hot
+// pioneer's answer shuts its bucket for 1.5 s.
 func TestAKeepNoQueueNeedsIsWithdrawn(t *testing.T) {
 	const cold, hot = "100", "200"
 	var (
@@ -138,7 +139,8 @@ func TestAKeepNoQueueNeedsIsWithdrawn(t *testing.T) {
 		events []sluice.TraceEvent // the supervisor's, in order
 	)
 	hotKept, coldAsked, releaseHot := make(chan struct{}), make(chan struct{}), make(chan struct{})
-	var kept, asked atomic.Bool
+	var kept atomic.Bool
+	var asked atomic.Int32
 	srv := tlsServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		parts := strings.Split(r.URL.Path, "/") // /api/v10/channels/{id}/messages
 		ch := parts[len(parts)-2]
@@ -173,8 +175,8 @@ func TestAKeepNoQueueNeedsIsWithdrawn(t *testing.T) {
 			if e.Kind == "receive" && e.Message == "soon" && kept.CompareAndSwap(false, true) {
 				close(hotKept)
 			}
-			if e.Kind == "receive" && e.Message == "want" && kept.Load() && asked.CompareAndSwap(false, true) {
-				close(coldAsked)
+			if e.Kind == "receive" && e.Message == "want" && kept.Load() && asked.Add(1) == 2 {
+				close(coldAsked) // its pioneer's ask, then its queue's
 			}
 		}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -218,8 +220,9 @@ func TestAKeepNoQueueNeedsIsWithdrawn(t *testing.T) {
 
 	mu.Lock()
 	defer mu.Unlock()
-	// The supervisor's events: the keep, then its withdrawal, whose
-	// handler grants the cold channel's ask.
+	// The supervisor's events: the keep (told again while the hot queue
+	// filled, perhaps), then its withdrawal, whose handler grants the
+	// cold channel's ask (a keep's handler grants nothing).
 	var soons []int
 	for i, e := range events {
 		if e.Kind == "receive" && e.Message == "soon" {
@@ -228,11 +231,13 @@ func TestAKeepNoQueueNeedsIsWithdrawn(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, len(soons), 2, "the keep was never withdrawn")
 	granted := false
-	for _, e := range events[soons[1]+1:] {
-		if e.Kind == "receive" {
-			break // the next message: the withdrawal's handler is over
+	for _, s := range soons[1:] {
+		for _, e := range events[s+1:] {
+			if e.Kind == "receive" {
+				break // the next message: this soon's handler is over
+			}
+			granted = granted || e.Kind == "send" && e.Message == "grant"
 		}
-		granted = granted || e.Kind == "send" && e.Message == "grant"
 	}
 	assert.True(t, granted, "the withdrawal's handler granted nothing: the slots stayed kept")
 }
