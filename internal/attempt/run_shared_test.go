@@ -45,10 +45,15 @@ func newStore(t *testing.T, rdb redis.UniversalClient, cfg redisstore.Config) *r
 }
 
 // recordingShared is a real shared store recording the grants it gave
-// Run and the answers Run reported to it. during, when set, runs as each
-// Reserve is under way: after the store decided, before Run has the grant.
+// Run and the answers Run reported to it, and, with rec, the order of
+// Reserve ("reserve") and Report ("report") among Run's other steps.
+// during, when set, runs as each Reserve is under way: after the store
+// decided, before Run has the grant. panicOn names a method that panics
+// once the store has done its part (no real store panics on demand).
 type recordingShared struct {
 	ratelimit.Shared
+	rec     *recorder
+	panicOn string
 	during  func()
 	mu      sync.Mutex
 	grants  []ratelimit.SharedGrant
@@ -61,8 +66,14 @@ func (r *recordingShared) Reserve(ctx context.Context, sr ratelimit.SharedReques
 		r.during()
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	r.grants = append(r.grants, g)
+	r.mu.Unlock()
+	if r.rec != nil {
+		r.rec.add("reserve")
+	}
+	if r.panicOn == "Reserve" {
+		panic("reserve bug")
+	}
 	return g
 }
 
@@ -70,7 +81,13 @@ func (r *recordingShared) Report(ctx context.Context, g ratelimit.SharedGrant, a
 	r.mu.Lock()
 	r.answers = append(r.answers, a)
 	r.mu.Unlock()
+	if r.rec != nil {
+		r.rec.add("report")
+	}
 	r.Shared.Report(ctx, g, a)
+	if r.panicOn == "Report" {
+		panic("report bug")
+	}
 }
 
 // granted returns the grants so far, answered the answers.

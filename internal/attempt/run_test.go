@@ -23,7 +23,9 @@ import (
 
 	"github.com/sluicehq/sluice/internal/failure"
 	"github.com/sluicehq/sluice/internal/globalwin"
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/ratelimit"
+	"github.com/sluicehq/sluice/redisstore"
 	"github.com/sluicehq/sluice/transport"
 )
 
@@ -71,38 +73,6 @@ func (r *recorder) list() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]string(nil), r.events...)
-}
-
-// sharedStore is a ratelimit.Shared granting grant to every request and
-// recording what it hears; panicOn names a method that panics.
-type sharedStore struct {
-	rec      *recorder
-	grant    ratelimit.SharedGrant
-	panicOn  string
-	mu       sync.Mutex
-	requests []ratelimit.SharedRequest
-	answers  []ratelimit.SharedAnswer
-}
-
-func (s *sharedStore) Reserve(_ context.Context, r ratelimit.SharedRequest) ratelimit.SharedGrant {
-	s.rec.add("reserve")
-	if s.panicOn == "Reserve" {
-		panic("reserve bug")
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.requests = append(s.requests, r)
-	return s.grant
-}
-
-func (s *sharedStore) Report(_ context.Context, _ ratelimit.SharedGrant, a ratelimit.SharedAnswer) {
-	s.rec.add("report")
-	s.mu.Lock()
-	s.answers = append(s.answers, a)
-	s.mu.Unlock()
-	if s.panicOn == "Report" {
-		panic("report bug")
-	}
 }
 
 // handed is one Hand: the result, and what the test saw at that moment.
@@ -401,7 +371,10 @@ func TestRunConnectionDied(t *testing.T) {
 // TestRunSharedReportOrder: a pioneer's answer reaches the shared store
 // before the result is handed over, any other's after; a refused
 // reservation hands the refusal over (with the wake count read before it)
-// and reports nothing; the answer reported is what the attempt met.
+// and reports nothing; the answer reported is what the attempt met. The
+// store is the real one (redisstore): the first request of a bucket is its
+// pioneer, the next one, once the pioneer's answer told the bucket, is
+// not; another process's pioneer in flight refuses the request.
 func TestRunSharedReportOrder(t *testing.T) {
 	srv, conn := h2Conn(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-RateLimit-Bucket", "abc")
@@ -410,41 +383,59 @@ func TestRunSharedReportOrder(t *testing.T) {
 		w.Header().Set("X-RateLimit-Reset-After", "1")
 		io.WriteString(w, `{}`)
 	})
+	server := redistest.Start(t)
+	ns := redisstore.Namespace(t.Name())
+	store := newStore(t, server.Client(t), redisstore.Config{Namespace: ns})
 	for _, c := range []struct {
-		name  string
-		grant ratelimit.SharedGrant
-		want  []string
+		name    string
+		pioneer bool
+		refused bool
+		want    []string
 	}{
-		{"pioneer", ratelimit.SharedGrant{OK: true, Pioneer: true}, []string{"reserve", "report", "hand"}},
-		{"other", ratelimit.SharedGrant{OK: true}, []string{"reserve", "hand", "report"}},
-		{"refused", ratelimit.SharedGrant{Wait: time.Second, Scope: "bucket"}, []string{"reserve", "hand"}},
+		{name: "pioneer", pioneer: true, want: []string{"reserve", "report", "hand"}},
+		{name: "other", want: []string{"reserve", "hand", "report"}},
+		{name: "refused", refused: true, want: []string{"reserve", "hand"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h := newHarness(t, time.Minute, nil)
-			store := &sharedStore{rec: h.rec, grant: c.grant}
-			h.win.Shared = store
+			rec := &recordingShared{Shared: store, rec: h.rec}
+			path := "/t"
+			if c.refused {
+				// Another process's pioneer of a bucket not known yet is
+				// in flight.
+				path = "/r"
+				other := newStore(t, server.Client(t), redisstore.Config{Namespace: ns})
+				g := other.Reserve(context.Background(), *sharedRequest(path, time.Now()))
+				require.True(t, g.OK && g.Pioneer)
+			}
+			h.win.Shared = rec
 			h.Wakes.Store(7)
-			sr := &ratelimit.SharedRequest{Template: "GET /t", Major: "m"}
+			sr := sharedRequest(path, time.Now())
+			sr.Major = "m"
 			before := time.Now()
-			got := h.run(t, h.send(t, context.Background(), srv, conn, "/t", sr))
+			got := h.run(t, h.send(t, context.Background(), srv, conn, path, sr))
 			assert.Equal(t, c.want, h.rec.list())
-			assert.Equal(t, []ratelimit.SharedRequest{*sr}, store.requests)
-			if !c.grant.OK {
+			grants := rec.granted()
+			require.Len(t, grants, 1)
+			if c.refused {
 				require.NotNil(t, got.r.Deferred)
-				assert.Equal(t, c.grant, *got.r.Deferred)
+				assert.Equal(t, grants[0], *got.r.Deferred)
+				assert.False(t, got.r.Deferred.OK)
 				assert.EqualValues(t, 7, got.r.WakeSeq)
 				assert.Nil(t, got.r.Resp)
-				assert.Empty(t, store.answers)
+				assert.Empty(t, rec.answered())
 				return
 			}
+			assert.Equal(t, c.pioneer, grants[0].Pioneer)
 			require.NoError(t, got.r.Err)
 			assert.Nil(t, got.r.Deferred)
-			require.Len(t, store.answers, 1)
-			a := store.answers[0]
+			answers := rec.answered()
+			require.Len(t, answers, 1)
+			a := answers[0]
 			assert.True(t, a.Sent)
 			assert.Equal(t, http.StatusOK, a.Status)
 			assert.Equal(t, "abc", a.Headers.Bucket)
-			assert.Equal(t, "GET /t", a.Template)
+			assert.Equal(t, "GET "+path, a.Template)
 			assert.Equal(t, "m", a.Major)
 			assert.Equal(t, got.r.At, a.Now)
 			assert.False(t, a.Now.Before(before))
@@ -466,7 +457,7 @@ func TestRunGlobal429(t *testing.T) {
 		io.WriteString(w, `{"message":"You are being rate limited.","retry_after":3,"global":true}`)
 	})
 	h := newHarness(t, time.Minute, nil)
-	store := &sharedStore{rec: h.rec, grant: ratelimit.SharedGrant{OK: true}}
+	store := &recordingShared{Shared: newStore(t, redistest.Start(t).Client(t), redisstore.Config{}), rec: h.rec}
 	h.win.Shared = store
 	var blockedAtHit time.Duration
 	hit := h.GlobalHit
@@ -474,7 +465,7 @@ func TestRunGlobal429(t *testing.T) {
 		blockedAtHit = h.win.Limiter.Blocked(time.Now())
 		hit(to, until)
 	}
-	got := h.run(t, h.send(t, context.Background(), srv, conn, "/g", &ratelimit.SharedRequest{Template: "GET /g"}))
+	got := h.run(t, h.send(t, context.Background(), srv, conn, "/g", sharedRequest("/g", time.Now())))
 	assert.Equal(t, []string{"reserve", "report", "global", "hand"}, h.rec.list())
 	require.NoError(t, got.r.Err)
 	assert.Equal(t, ratelimit.GlobalLimit, got.r.Verdict.Kind)
@@ -482,30 +473,46 @@ func TestRunGlobal429(t *testing.T) {
 	assert.True(t, until.Equal(got.r.At.Add(3*time.Second)), "paused until %v", until)
 	assert.Positive(t, blockedAtHit, "the window was blocked before GlobalHit")
 	assert.Positive(t, got.blocked, "and before the result was handed over")
-	require.Len(t, store.answers, 1, "reported once")
-	assert.Equal(t, ratelimit.GlobalLimit, store.answers[0].Verdict.Kind)
+	answers := store.answered()
+	require.Len(t, answers, 1, "reported once")
+	assert.Equal(t, ratelimit.GlobalLimit, answers[0].Verdict.Kind)
 }
 
 // TestRunPanicOneResult: a panic in Run hands over exactly one result:
 // failure.ErrInternal when nothing was handed over yet, nothing more
-// once the result was; it is logged, and the connection's claim ends.
+// once the result was; it is logged, and the connection's claim ends. The
+// store is the real one, made to panic in the method named (no real store
+// panics on demand): a bucket's first request is its pioneer, a later one
+// (once the first's answer told the bucket) is not.
 func TestRunPanicOneResult(t *testing.T) {
-	srv, conn := h2Conn(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, `{}`) })
+	srv, conn := h2Conn(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-RateLimit-Bucket", "p")
+		w.Header().Set("X-RateLimit-Limit", "50")
+		w.Header().Set("X-RateLimit-Remaining", "49")
+		w.Header().Set("X-RateLimit-Reset-After", "60")
+		io.WriteString(w, `{}`)
+	})
 	for _, c := range []struct {
 		name     string
 		panicOn  string
-		grant    ratelimit.SharedGrant
+		known    bool // the bucket was learned before: not a pioneer
 		internal bool
 		want     []string
 	}{
-		{"before the send", "Reserve", ratelimit.SharedGrant{OK: true}, true, []string{"reserve", "hand"}},
-		{"a pioneer's report, before the hand-over", "Report", ratelimit.SharedGrant{OK: true, Pioneer: true}, true, []string{"reserve", "report", "hand"}},
-		{"after the hand-over", "Report", ratelimit.SharedGrant{OK: true}, false, []string{"reserve", "hand", "report"}},
+		{"before the send", "Reserve", false, true, []string{"reserve", "hand"}},
+		{"a pioneer's report, before the hand-over", "Report", false, true, []string{"reserve", "report", "hand"}},
+		{"after the hand-over", "Report", true, false, []string{"reserve", "hand", "report"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			store := newStore(t, redistest.Start(t).Client(t), redisstore.Config{})
+			if c.known {
+				first := newHarness(t, time.Minute, nil)
+				first.win.Shared = store
+				require.NoError(t, first.run(t, first.send(t, context.Background(), srv, conn, "/p", sharedRequest("/p", time.Now()))).r.Err)
+			}
 			h := newHarness(t, time.Minute, nil)
-			h.win.Shared = &sharedStore{rec: h.rec, grant: c.grant, panicOn: c.panicOn}
-			got := h.run(t, h.send(t, context.Background(), srv, conn, "/p", &ratelimit.SharedRequest{}))
+			h.win.Shared = &recordingShared{Shared: store, rec: h.rec, panicOn: c.panicOn}
+			got := h.run(t, h.send(t, context.Background(), srv, conn, "/p", sharedRequest("/p", time.Now())))
 			assert.Equal(t, c.want, h.rec.list())
 			if c.internal {
 				assert.ErrorIs(t, got.r.Err, failure.ErrInternal)
