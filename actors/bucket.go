@@ -93,7 +93,7 @@ type bucket struct {
 	// pop until a worker has it: in no queue and not on the wire, so a
 	// panic in between leaves it here for recoverCrash to fail.
 	dispatching *Call
-	tbuf        tracing.Buffer
+	tbuf        *tracing.Buffer // made at the first traced message (b.TraceBuffer): 24 bytes less a live bucket untraced
 	crashes     *supervision.Intensity
 	broken      error // set past the restart intensity
 }
@@ -117,8 +117,13 @@ func (b *bucket) timers() timers {
 // win is the global window of the bucket's requests.
 func (b *bucket) win() *globalwin.Window { return b.sys.windows[b.window] }
 
-func (b *bucket) TraceName() string               { return "bucket" }
-func (b *bucket) TraceBuffer(any) *tracing.Buffer { return &b.tbuf }
+func (b *bucket) TraceName() string { return "bucket" }
+func (b *bucket) TraceBuffer(any) *tracing.Buffer {
+	if b.tbuf == nil {
+		b.tbuf = new(tracing.Buffer)
+	}
+	return b.tbuf
+}
 
 // TraceState and TraceKey describe the lane a message concerns (the
 // actor's major parameters for the others).
@@ -303,7 +308,7 @@ func (b *bucket) receive(ctx actor.Context, msg any) {
 		case m.idle:
 			kind = timerIdle
 		}
-		if b.timers().current(kind, m.gen) {
+		if b.timers().fired(kind, m.gen) {
 			b.pump(ctx)
 		}
 	case *etaMsg:
@@ -1132,7 +1137,9 @@ func (b *bucket) maybeIdle(ctx actor.Context) {
 	}
 	if len(b.lanes) > 0 {
 		if wake > 0 {
-			b.timers().after(timerIdle, wake, func(gen uint64) any { return &wakeMsg{gen: gen, idle: true} })
+			// Kept while it fires no later: each message moves the end
+			// later, and the firing checks it again.
+			b.timers().within(timerIdle, now, wake, func(gen uint64) any { return &wakeMsg{gen: gen, idle: true} })
 		}
 		return
 	}

@@ -77,7 +77,7 @@ func (c *bucketCell) TraceKey(msg any) string {
 
 func (c *bucketCell) TraceBuffer(msg any) *tracing.Buffer {
 	if b := c.bound(msg); b != nil {
-		return &b.tbuf
+		return b.TraceBuffer(msg)
 	}
 	return &tracing.Buffer{} // Started before the bucket came: nothing to hold
 }

@@ -3,13 +3,16 @@ package actors
 import (
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/internal/actorhost"
+	"github.com/sluicehq/sluice/internal/workers"
 )
 
 // TestBucketActorsRegistrySlices: every live bucket actor's id is kept in
@@ -45,4 +48,61 @@ func TestBucketActorsRegistrySlices(t *testing.T) {
 		}
 	}
 	assert.GreaterOrEqual(t, buckets, 200, "every bucket actor found in the registry")
+}
+
+// TestDispatcherRunsMailboxesOnThePool: a mailbox's run goes to an idle
+// worker of the System's pool when one waits (the pool's Wait then waits
+// for it), and otherwise, or once the pool is stopped (Close), runs on a
+// goroutine of its own, starting no worker.
+func TestDispatcherRunsMailboxesOnThePool(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &System{}
+		done := make(chan struct{})
+		s.workers = workers.New(func(j job) { j.run(s) }, func(any) {}, time.Hour, done)
+		d := dispatcher{s}
+		var ran atomic.Int32
+		closedOn := func(ch chan struct{}) bool {
+			select {
+			case <-ch:
+				return true
+			default:
+				return false
+			}
+		}
+
+		// No idle worker: its own goroutine, and the pool starts none.
+		release0 := make(chan struct{})
+		d.Schedule(func() { <-release0; ran.Add(1) })
+		synctest.Wait()
+		waited0 := make(chan struct{})
+		go func() { s.workers.Wait(); close(waited0) }()
+		synctest.Wait()
+		assert.True(t, closedOn(waited0), "a worker was started for a mailbox's run")
+		close(release0)
+
+		// An idle worker: it takes the run.
+		require.True(t, s.workers.Go(job{f: func() {}}))
+		synctest.Wait() // the worker waits for work
+		release1 := make(chan struct{})
+		d.Schedule(func() { <-release1; ran.Add(1) })
+		synctest.Wait()
+		assert.False(t, s.workers.Lend(job{f: func() {}}), "the pool's one worker is not busy with the run")
+		s.workers.Stop()
+		waited := make(chan struct{})
+		go func() { s.workers.Wait(); close(waited) }()
+		synctest.Wait()
+		assert.False(t, closedOn(waited), "the pool's Wait returned while its worker runs the mailbox")
+
+		// Stopped: its own goroutine.
+		d.Schedule(func() { ran.Add(1) })
+		synctest.Wait()
+		assert.Equal(t, int32(2), ran.Load(), "the run after Stop ran")
+
+		close(release1)
+		close(done)
+		synctest.Wait()
+		assert.True(t, closedOn(waited), "the worker exits once done")
+		assert.Equal(t, int32(3), ran.Load(), "each run once")
+		assert.Equal(t, 300, d.Throughput(), "protoactor's default")
+	})
 }

@@ -61,6 +61,18 @@ func (t timers) after(kind timerKind, d time.Duration, mk func(gen uint64) any) 
 	gentimers.Arm(&t.slots[kind], d, timerDelivery{t.sys, t.pid, mk})
 }
 
+// within arms the timer of kind to deliver mk(gen) to the actor in d,
+// unless the pending one fires no later (internal/timers.Within): for a
+// deadline whose handler checks it again when the timer fires.
+func (t timers) within(kind timerKind, now time.Time, d time.Duration, mk func(gen uint64) any) {
+	gentimers.Within(&t.slots[kind], now, d, timerDelivery{t.sys, t.pid, mk})
+}
+
+// fired reports whether gen is the latest arming of kind and, if so,
+// counts it as fired (internal/timers.Slot.Fired); where the actor
+// handles the timer's message.
+func (t timers) fired(kind timerKind, gen uint64) bool { return t.slots[kind].Fired(gen) }
+
 // current reports whether gen is the latest arming of kind.
 func (t timers) current(kind timerKind, gen uint64) bool { return t.slots[kind].Current(gen) }
 

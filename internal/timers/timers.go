@@ -10,8 +10,14 @@
 // armed with, on the timer's goroutine, with the generation; the actors
 // (package actors, timers.go) pass one that sends the actor its timer
 // message, and keep the kinds and their slots. A Slot is its actor's:
-// Arm, Current and Stop are called from the actor's Receive only, never
-// concurrently; the firing reads nothing of the Slot.
+// Arm, Within, Current, Fired and Stop are called from the actor's
+// Receive only, never concurrently; the firing reads nothing of the Slot.
+//
+// Within is for a deadline that moves later at nearly every message (a
+// bucket actor's end of life): it keeps the pending timer while that one
+// fires no later than asked, and the handler of the early firing checks
+// the deadline again and arms for the rest, so a busy actor arms about
+// one timer per deadline rather than one per message.
 //
 // Arming costs what time.AfterFunc does and one closure (the Firing's
 // value and the generation): Arm takes the Firing as a type parameter, by
@@ -27,7 +33,10 @@ import "time"
 // ready: never armed, generation 0.
 type Slot struct {
 	gen uint64      // the latest arming's generation; bumped by Arm and Stop
-	t   *time.Timer // the latest arming's timer; nil before the first and after Stop
+	t   *time.Timer // the latest arming's timer; nil before the first and after Stop or Fired
+	// due is when t fires, in UnixNano of the clock Within was given; 0
+	// when that is not known (armed by Arm) or t is not pending (Fired).
+	due int64
 }
 
 // Firing is what a timer does when it fires: Fire(gen), on the timer's
@@ -47,10 +56,39 @@ func Arm[F Firing](s *Slot, d time.Duration, f F) {
 		d = 0
 	}
 	s.t = time.AfterFunc(d, func() { f.Fire(gen) })
+	s.due = 0
+}
+
+// Within makes s fire f within d of now: it keeps the pending arming of
+// s if that one fires no later than now+d, and otherwise arms anew as Arm
+// does. It is for a deadline that moves later at every call and whose
+// handler, when the timer fires, checks what is due and arms again for
+// the rest (a bucket actor's end of life): an early firing costs that
+// check, where arming again at every call cost a timer. now is read from
+// the clock the caller's deadlines are on; a pending arming counts only
+// until its firing is handled (Fired).
+func Within[F Firing](s *Slot, now time.Time, d time.Duration, f F) {
+	due := now.Add(max(d, 0)).UnixNano()
+	if s.t != nil && s.due != 0 && s.due <= due {
+		return
+	}
+	Arm(s, d, f)
+	s.due = due
 }
 
 // Current reports whether gen is s's latest arming.
 func (s *Slot) Current(gen uint64) bool { return s.gen == gen }
+
+// Fired reports whether gen is s's latest arming, as Current does, and
+// if so counts that arming as fired: no longer pending, so a later Within
+// arms anew. Called where the actor handles the timer's message.
+func (s *Slot) Fired(gen uint64) bool {
+	if s.gen != gen {
+		return false
+	}
+	s.t, s.due = nil, 0
+	return true
+}
 
 // Stop stops s's timer, if any, and makes every arming so far stale.
 func (s *Slot) Stop() {

@@ -13,12 +13,17 @@
 //
 // Its caller is package actors: System.workers, a Pool of its job struct
 // (an attempt's arguments, or a func for dials, connection watchers and
-// direct requests). The bucket actors and the supervisor call Go; Close
+// direct requests, and the mailbox runs the actors' dispatcher lends it).
+// The bucket actors and the supervisor call Go; Close
 // calls Stop, then Wait, once the requests on the wire were cancelled
 // (the done channel, System.hardCtx).
 //
+// Lend is Go for short jobs a goroutine of their own serves as well (the
+// actors' mailbox runs): it hands the job to a worker that waits for one
+// and never starts a worker.
+//
 // Invariants:
-//   - Go after Stop returns false and starts nothing: Stop takes the
+//   - Go and Lend after Stop return false and starts nothing: Stop takes the
 //     write lock of the flag Go reads under the read lock, so a Go that
 //     began before Stop has added its worker by the time Stop returns,
 //     and none adds one after;
@@ -82,6 +87,26 @@ func (p *Pool[J]) Go(j J) bool {
 	p.workers.Add(1)
 	go p.worker(j)
 	return true
+}
+
+// Lend runs j on an idle worker if one waits for work, and reports
+// whether one took it; it never starts a worker, and returns false once
+// Stop was called. For short jobs that a goroutine of their own serves as
+// well (an actor's mailbox run): a worker's stack is grown already, but a
+// burst of such jobs must not leave the pool a worker per job for its idle
+// timeout.
+func (p *Pool[J]) Lend(j J) bool {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.stopped {
+		return false
+	}
+	select {
+	case p.ch <- j:
+		return true
+	default:
+		return false
+	}
 }
 
 // Stop makes every later Go return false without starting anything. The

@@ -84,6 +84,34 @@ func TestGoReusesIdleWorker(t *testing.T) {
 	})
 }
 
+// Lend hands a job to a worker that waits for one and starts none: with
+// no worker, or every worker busy, or after Stop, it returns false and the
+// job does not run.
+func TestLendOnlyToAnIdleWorker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		done := make(chan struct{})
+		p := New(run, noPanic(t), time.Minute, done)
+		ran := make(chan uint64, 2)
+
+		assert.False(t, p.Lend(job{ran: ran}), "no worker yet")
+		require.True(t, p.Go(job{ran: ran}))
+		first := <-ran
+		synctest.Wait() // the worker waits for more work
+		hold := make(chan struct{})
+		require.True(t, p.Lend(job{ran: ran, hold: hold}))
+		assert.Equal(t, first, <-ran, "the idle worker took the lent job")
+		assert.False(t, p.Lend(job{ran: ran}), "its one worker is busy")
+		close(hold)
+		synctest.Wait()
+
+		p.Stop()
+		assert.False(t, p.Lend(job{ran: ran}), "stopped with a worker idle")
+		close(done)
+		p.Wait()
+		assert.Empty(t, ran, "no refused job ran")
+	})
+}
+
 // After Stop, Go returns false and runs nothing, whether a worker waits
 // for work or none is left.
 func TestGoAfterStop(t *testing.T) {
