@@ -249,6 +249,74 @@ func TestPlaceFollowsTheLatestAsk(t *testing.T) {
 	assert.Equal(t, admission.Grant[string]{Key: "cold", Slots: 4}, grants[0], "equal backlogs: the earlier request first")
 }
 
+// A bucket served in part keeps its place for the rest when it asks again
+// for more (its window turned out wider once its first slot's answer
+// came), where its new ask's place would put it behind buckets that asked
+// when it first did and were not served yet; a higher class still moves
+// it ahead, and a bucket never served takes its latest ask's place.
+func TestPartlyServedKeepsItsPlace(t *testing.T) {
+	window := func() countOnly {
+		sw := ratelimit.NewSlidingWindow(10, time.Second)
+		for range 9 { // one slot free until t0 + 1 s
+			sw.Reserve(t0)
+			sw.Settle(t0)
+		}
+		return countOnly{sw}
+	}
+	ask := func(want int, path time.Duration, first uint64) admission.Ask {
+		return admission.Ask{Want: want, Global: true, Path: path, Since: t0, First: first, Class: admission.Bulk}
+	}
+	fresh := func() *admission.Queue[string] { // both Bulk
+		q := admission.New[string](10, time.Second)
+		q.Want(t0, "a", ask(4, time.Second, 1))
+		q.Want(t0, "b", ask(4, time.Second, 2))
+		return q
+	}
+
+	q := fresh()
+	grants, _, _ := q.Serve(t0, window(), false)
+	require.Equal(t, []admission.Grant[string]{{Key: "a", Slots: 1, More: true}}, grants, "one slot free: a in part")
+	now := t0.Add(20 * time.Millisecond)
+	q.Want(now, "a", ask(4, 0, 3)) // its first slot's answer: 4 ready, no window after this one
+	assert.Equal(t, "a", head(t, q), "served in part: the rest keeps its place ahead of b")
+	q.Want(now, "b", ask(4, 0, 4))
+	assert.Equal(t, "a", head(t, q), "b's ask moves it, not a")
+
+	q = fresh()
+	grants, _, _ = q.Serve(t0, window(), false)
+	require.Len(t, grants, 1)
+	q.Want(now, "b", admission.Ask{Want: 4, Global: true, Since: t0, First: 2, Class: admission.Interactive})
+	assert.Equal(t, "b", head(t, q), "a higher class goes ahead of a bucket served in part")
+	q.Want(now, "a", admission.Ask{Want: 4, Global: true, Since: t0, First: 3, Class: admission.Interactive})
+	assert.Equal(t, "b", head(t, q), "a's new class: its new place, behind b's of that class")
+
+	q = fresh()
+	grants, _, _ = q.Serve(t0, window(), false)
+	require.Len(t, grants, 1)
+	q.Want(now, "b", admission.Ask{Want: 4, Global: true, Since: t0, First: 2, Class: admission.Normal})
+	q.Want(now, "a", admission.Ask{Want: 4, Global: true, Since: t0, First: 3, Class: admission.Interactive})
+	assert.Equal(t, "a", head(t, q), "a's new, higher class moves it ahead: its place is its new ask's")
+
+	q = fresh()
+	grants, _, _ = q.Serve(t0, window(), false)
+	require.Len(t, grants, 1)
+	q.Want(now, "c", ask(4, 5*time.Second, 5))
+	require.Equal(t, "c", head(t, q), "the longer backlog first")
+	q.Want(now, "a", ask(9, 10*time.Second, 3)) // more was submitted: a backlog longer than c's
+	assert.Equal(t, "a", head(t, q), "a new ask ahead of its place moves it ahead")
+
+	q = fresh()
+	q.Want(now, "a", ask(4, 0, 3)) // never served
+	assert.Equal(t, "b", head(t, q), "a bucket never served takes its latest ask's place")
+}
+
+func head(t *testing.T, q *admission.Queue[string]) string {
+	t.Helper()
+	k, _, _, ok := q.Head()
+	require.True(t, ok, "someone in line")
+	return k
+}
+
 // While a bucket with a backlog longer than the period waits, slots go at
 // the window's rate after its burst: a window filled at once would free
 // at once, a period later. Slots given back unused give their tokens back.
