@@ -14,9 +14,7 @@
 // bucket for a pioneer (PioneerFirst); ties go to that request's id. Serve
 // hands out slots earliest deadline first; a bucket gets a slot for each
 // request it has ready, in one Grant, so a channel's window goes whole. A
-// bucket served in part keeps its place for the rest (Grant.More), also
-// when it asks again for more; otherwise a bucket's place is its latest
-// ask's.
+// bucket served in part keeps its place for the rest (Grant.More).
 //
 // # Classes
 //
@@ -262,9 +260,6 @@ type entry[K comparable] struct {
 	// and its grant's index there.
 	serve uint64
 	grant int
-	// partly: it was served in part (a Grant with More) and waits for the
-	// rest, at its place (Want).
-	partly bool
 }
 
 type keep struct {
@@ -305,11 +300,9 @@ func New[K comparable](limit int, period time.Duration) *Queue[K] {
 }
 
 // Want puts key in line at now, or updates its ask: the latest want wins,
-// its place too (Deadline of its ask), but for a bucket served in part
-// (Grant.More), which keeps its place for the rest if that is ahead of
-// its new ask's. Its keep, if any, is dropped: it is ready now; but a
-// pioneer's ask leaves the keep of the queue behind it, which asks a
-// round trip later.
+// its place too (Deadline of its ask). Its keep, if any, is dropped: it
+// is ready now; but a pioneer's ask leaves the keep of the queue behind
+// it, which asks a round trip later.
 func (q *Queue[K]) Want(now time.Time, key K, a Ask) {
 	if !a.Pioneer {
 		delete(q.keeps, key) // a pioneer's ask leaves the keep of the queue behind it
@@ -323,14 +316,6 @@ func (q *Queue[K]) Want(now time.Time, key K, a Ask) {
 		q.byKey[key] = e
 		q.count(p.Class, 1)
 		heap.Push(&q.ring, e)
-	case e.partly && p.Class == e.place.Class && e.place.sooner(p):
-		// Served in part, it asks again for the rest and more (its
-		// bucket's window turned out wider once its first slot's answer
-		// came): the rest keeps the place it was served at. Moved back
-		// behind every bucket that asked when it first did and has not
-		// been served yet (their backlogs as they were then), its window
-		// would wait for all of theirs, whole periods after its first
-		// slot.
 	case p != e.place:
 		// Its place is its latest ask's: its class, and its backlog as it
 		// is now. A backlog that shrank while it waited (its bucket
@@ -531,7 +516,6 @@ func (q *Queue[K]) Serve(now time.Time, w Window, paused bool) (grants []Grant[K
 		// keep), later in this call. Its place did not change: it stays
 		// where it is in the ring.
 		e.want -= slots
-		e.partly = e.partly || slots > 0
 	}
 	return grants, retry, again
 }
