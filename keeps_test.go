@@ -241,3 +241,71 @@ func TestAKeepNoQueueNeedsIsWithdrawn(t *testing.T) {
 	}
 	assert.True(t, granted, "the withdrawal's handler granted nothing: the slots stayed kept")
 }
+
+// A queue whose bucket reopens more than a global period away tells its
+// keep a period before the reopening, though no message comes to its
+// actor meanwhile: otherwise it asked only when its window had reopened,
+// found the slots handed out to the line and waited for them (scenario 8
+// of docs/comparison.md, a hot channel among cold ones under a global
+// window of 100 ms: 60 ms on its second window).
+//
+// A global window of 6 per 200 ms; a warm-up learns the route; a hot
+// channel (15 messages, 5 per second: three windows) and ten cold ones (5
+// each) keep the line busy for more than a second. Once its first window
+// has gone (the server saw 5 of its messages), before its second, a
+// second later, the hot bucket tells a keep (its queue then still needs a
+// window after that one). Before, its only keeps were those of its queue
+// behind its pioneer, while the server had seen at most that one.
+func TestAKeepIsToldAPeriodBeforeAFarReopening(t *testing.T) {
+	const hot = "200"
+	var (
+		mu     sync.Mutex
+		sent   = map[string]int{}
+		keptAt []int // how many hot messages the server had seen at each keep the hot bucket told
+	)
+	srv := tlsServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		parts := strings.Split(r.URL.Path, "/") // /api/v10/channels/{id}/messages
+		ch := parts[len(parts)-2]
+		mu.Lock()
+		sent[ch]++
+		n := sent[ch]
+		mu.Unlock()
+		h := w.Header()
+		h.Set("X-RateLimit-Limit", "5")
+		h.Set("X-RateLimit-Remaining", strconv.Itoa((5-n%5)%5))
+		h.Set("X-RateLimit-Reset-After", "1.000")
+		h.Set("X-RateLimit-Bucket", "msgs")
+		w.Write([]byte(`{}`))
+	}))
+	lim := limiterFor(t, srv, sluice.Options{GlobalLimit: 6, GlobalWindow: 200 * time.Millisecond, NoDefaultLimits: true,
+		Trace: func(e sluice.TraceEvent) {
+			if e.Kind == "send" && e.Actor == "bucket" && strings.Contains(e.Bucket, hot) && e.Message == "soon" {
+				mu.Lock()
+				keptAt = append(keptAt, sent[hot])
+				mu.Unlock()
+			}
+		}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := lim.Do(ctx, req("POST", "/channels/1/messages", `{}`))
+	require.NoError(t, err)
+	resp.Body.Close()
+
+	var fs []*sluice.Future
+	for range 15 {
+		fs = append(fs, lim.Send(ctx, req("POST", "/channels/"+hot+"/messages", `{}`)))
+	}
+	for c := range 10 {
+		for range 5 {
+			fs = append(fs, lim.Send(ctx, req("POST", "/channels/"+strconv.Itoa(300+c)+"/messages", `{}`)))
+		}
+	}
+	for _, f := range fs {
+		resp, err := f.Await(ctx)
+		require.NoError(t, err)
+		resp.Body.Close()
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Contains(t, keptAt, 5, "no keep told between the hot bucket's first window and its second (messages the server had seen at each keep: %v)", keptAt)
+}

@@ -540,6 +540,13 @@ func (b *bucket) pump(ctx actor.Context) {
 		b.announceSoon(ctx, now)
 	}
 	if wake > 0 {
+		if _, per, ok := b.win().Limit(); ok && wake > per {
+			// Its reopening is more than the global window's period
+			// away: pump once it is within it, so the keep its queue may
+			// need is told a period ahead (announceSoon), not when its
+			// window has reopened and the line has handed the slots out.
+			wake += time.Millisecond - per
+		}
 		b.timers().after(timerWake, wake, func(gen uint64) any { return &wakeMsg{gen: gen} })
 	}
 	b.markHolders()

@@ -132,6 +132,7 @@ type laneState struct {
 	answer  int64   // while probing: its probe's answer (Unix ns), 0: not sent
 	soonest int64   // while probing: the earliest the probe may go (its answer may follow at once)
 	waited  bool    // a call of it took its slot after it was released: its later windows open late
+	last    int64   // when its latest call served went (Unix ns; 0: none): its slots free a round trip and a period later
 }
 
 // Replay returns, for each waiter, when the supervisor is
@@ -384,6 +385,61 @@ func Replay(ws []Waiter, src Source, now time.Time, rtt, lag time.Duration, held
 	heap.Init(&slots)
 	recycle, quick := int64(rtt+per), int64(rtt/2+per)
 
+	// keptFor is when the window's next slot goes, if it is kept at t
+	// for lanes that reopen within the period, ahead in line of the
+	// ready call it would go to: the live keeps (admission.Queue.Soon,
+	// told a period ahead, lanes.Keep), which hold back what those lanes
+	// would find missing at their reopening, a round trip after it (the
+	// slots free by then count). 0: not kept.
+	keptFor := func(t int64) int64 {
+		if len(wakes) == 0 || wakes[0].at > t+int64(per) {
+			return 0 // no lane reopens within the period
+		}
+		h := &ws[ready.idx[0]]
+		want, until, first := 0, int64(0), int64(math.MaxInt64)
+		for _, wk := range wakes {
+			li := wk.lane
+			if wk.at <= t || wk.at > t+int64(per) || li.limit <= 0 || len(li.queue) == 0 || li.pace <= 0 {
+				continue
+			}
+			c := &ws[li.queue[0]]
+			if c.Class < h.rank {
+				continue // behind the call the slot goes to: not kept from it
+			}
+			avail := max(0, li.limit-li.out)
+			long := admission.Backlog(len(li.queue), avail, li.limit, time.Duration(li.pace))
+			if long < per {
+				continue // no keep: its queue needs no window after the reopening one
+			}
+			// Its place at its reopening (admission.Deadline, in ns).
+			if c.Class == h.rank && min(wk.at, c.Submitted)-admission.PathWeight*int64(long) >= h.key {
+				continue // behind the call the slot goes to: not kept from it
+			}
+			// Its slots come a round trip after it reopens, or when its
+			// last window's free, if later: at most a quarter period
+			// (lanes.Keep's slack).
+			slack := int64(rtt)
+			if d := li.last + int64(rtt+per) - wk.at; li.last > 0 && d > slack {
+				slack = min(d, int64(per/4))
+			}
+			want += min(len(li.queue), avail)
+			until, first = max(until, wk.at+slack), min(first, wk.at)
+		}
+		if want == 0 {
+			return 0
+		}
+		free := 0
+		for _, s := range slots {
+			if s.At <= until {
+				free++
+			}
+		}
+		if free > want {
+			return 0
+		}
+		return first
+	}
+
 	clock := nowNs // the replay's time: it never goes back
 	cut := newBurstCut(len(ws), n, rtt)
 	for served := 0; targets > 0; {
@@ -392,6 +448,12 @@ func Replay(ws []Waiter, src Source, now time.Time, rtt, lag time.Duration, held
 			t = max(t, slots[0].At)
 		}
 		admit(t)
+		if served >= held && ready.Len() > 0 && per > 0 {
+			if at := keptFor(t); at > 0 {
+				clock = at // the slot waits for the kept lanes' reopening
+				continue
+			}
+		}
 		if ready.Len() == 0 {
 			next := int64(math.MaxInt64)
 			if pending.Len() > 0 {
@@ -441,6 +503,7 @@ func Replay(ws []Waiter, src Source, now time.Time, rtt, lag time.Duration, held
 		if t > ws[i].Due {
 			li.waited = true // the window held it past the time its lane released it
 		}
+		li.last = max(li.last, sent)
 		out[i] = Slot{At: sent, Early: early, Late: max(late, sent), Waited: li.waited}
 		if ws[i].Target >= 0 {
 			targets--

@@ -282,6 +282,51 @@ func TestAdmissionForecastKeepsTheWindow(t *testing.T) {
 	}
 }
 
+// The replay keeps slots as the live keeps do (lanes.Keep,
+// admission.Queue.Soon): a lane reopening within the global period, ahead
+// in line, with a window of backlog after the reopening one, gets the
+// slots it would find missing then, and a colder call waits for the next;
+// a lane whose queue fits its reopening window keeps none.
+func TestAdmissionForecastKeepsSlotsForAReopening(t *testing.T) {
+	now := time.Unix(1000, 0)
+	ns := func(d time.Duration) int64 { return now.Add(d).UnixNano() }
+	src := fixedSlots{n: 2, per: 100 * time.Millisecond} // two slots, free now
+	rtt := 10 * time.Millisecond
+	w := func(id uint64, actor string, due time.Duration, limit int, pace time.Duration) Waiter {
+		return Waiter{ID: id, Submitted: ns(time.Duration(id) * time.Microsecond), Due: ns(due), Limit: limit, Pace: int64(pace),
+			Actor: actor, Route: "POST /m", Target: int(id)}
+	}
+	hot := func(calls int) []Waiter { // its window reopens at 60 ms: 2 a window, windows 500 ms apart
+		var ws []Waiter
+		for i := range calls {
+			ws = append(ws, w(uint64(10+i), "h", 60*time.Millisecond+time.Duration(i/2)*500*time.Millisecond, 2, 500*time.Millisecond))
+		}
+		return ws
+	}
+	cold := []Waiter{w(0, "c", 0, 0, 0), w(1, "c", 0, 0, 0)}
+
+	at := forecastAt(append(slices.Clone(cold), hot(4)...), src, now, rtt, 0, nil)
+	assert.Equal(t, ns(60*time.Millisecond), at[2], "the hot lane takes the slots kept for its reopening")
+	assert.Equal(t, ns(60*time.Millisecond), at[3])
+	assert.Equal(t, ns(170*time.Millisecond), at[0], "the cold calls wait for those slots to free, a round trip and a period later")
+	assert.Equal(t, ns(170*time.Millisecond), at[1])
+
+	short := hot(2)
+	for i := range short {
+		short[i].Submitted = ns(-time.Second) // ahead of the cold calls in line
+	}
+	at = forecastAt(append(slices.Clone(cold), short...), src, now, rtt, 0, nil)
+	assert.Equal(t, []int64{ns(0), ns(0), ns(110 * time.Millisecond), ns(110 * time.Millisecond)}, at,
+		"its queue fits its reopening window: no keep, the cold calls go now")
+
+	bulk := hot(4)
+	for i := range bulk {
+		bulk[i].Class = admission.Bulk
+	}
+	at = forecastAt(append(slices.Clone(cold), bulk...), src, now, rtt, 0, nil)
+	assert.Equal(t, []int64{ns(0), ns(0)}, at[:2], "a lane behind the cold calls in line (a lower class) keeps nothing from them")
+}
+
 // The calls served at a burst's cut get both bursts: the last of a burst
 // with calls still ready behind it may slip to the next one, and the first
 // of a burst that was passed over by the previous one may have gone in it.
