@@ -110,18 +110,19 @@ func Keep[T comparable, R LaneRules[T]](ls []*Lane[T, R], now time.Time, s Soon,
 		var n int
 		tell := false
 		switch {
-		case !l.State.Known && l.Running > 0:
+		case !l.State.Known && (l.Running > 0 || l.First):
 			// Behind its pioneer: it asks at the pioneer's answer, for
 			// at most what a period holds at the pace assumed for an
-			// unknown bucket (admission.UnknownPace).
-			readyAt, n = now.Add(s.RTT), min(l.Line.Len(), max(1, int(s.Per/admission.UnknownPace)))
-			tell = s.Behind || s.Told > 0 && l.Backlog(readyAt, l.Line.Len()) >= 2*s.Told
-		case !l.State.Known && l.First:
-			// Its pioneer waits for its turn (its template's first
-			// pioneer, on another actor, or another of the actor's
-			// pioneers): its queue asks a round trip after that one's
-			// answer, as for a queue behind its own pioneer.
-			readyAt, n = now.Add(2*s.RTT), min(l.Line.Len(), max(1, int(s.Per/admission.UnknownPace)))
+			// unknown bucket (admission.UnknownPace). A pioneer that
+			// waits for its turn (its template's first pioneer, on
+			// another actor, or another of the actor's pioneers) is a
+			// round trip further: its queue asks a round trip after
+			// that one's answer.
+			readyAt = now.Add(s.RTT)
+			if l.Running == 0 {
+				readyAt = readyAt.Add(s.RTT)
+			}
+			n = min(l.Line.Len(), max(1, int(s.Per/admission.UnknownPace)))
 			tell = s.Behind || s.Told > 0 && l.Backlog(readyAt, l.Line.Len()) >= 2*s.Told
 		case l.State.Known && l.Machine.Current() != fsm.Initial:
 			ok, wait := ready(l, now)
