@@ -55,29 +55,32 @@ func TestBucketActorsRegistrySlices(t *testing.T) {
 // for it), and otherwise, or once the pool is stopped (Close), runs on a
 // goroutine of its own, starting no worker.
 func TestDispatcherRunsMailboxesOnThePool(t *testing.T) {
+	closedOn := func(ch chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	waitFor := func(s *System) chan struct{} {
+		waited := make(chan struct{})
+		go func() { s.workers.Wait(); close(waited) }()
+		synctest.Wait()
+		return waited
+	}
 	synctest.Test(t, func(t *testing.T) {
 		s := &System{}
 		done := make(chan struct{})
 		s.workers = workers.New(func(j job) { j.run(s) }, func(any) {}, time.Hour, done)
 		d := dispatcher{s}
 		var ran atomic.Int32
-		closedOn := func(ch chan struct{}) bool {
-			select {
-			case <-ch:
-				return true
-			default:
-				return false
-			}
-		}
 
 		// No idle worker: its own goroutine, and the pool starts none.
 		release0 := make(chan struct{})
 		d.Schedule(func() { <-release0; ran.Add(1) })
 		synctest.Wait()
-		waited0 := make(chan struct{})
-		go func() { s.workers.Wait(); close(waited0) }()
-		synctest.Wait()
-		assert.True(t, closedOn(waited0), "a worker was started for a mailbox's run")
+		assert.True(t, closedOn(waitFor(s)), "a worker was started for a mailbox's run")
 		close(release0)
 
 		// An idle worker: it takes the run.
@@ -87,22 +90,32 @@ func TestDispatcherRunsMailboxesOnThePool(t *testing.T) {
 		d.Schedule(func() { <-release1; ran.Add(1) })
 		synctest.Wait()
 		assert.False(t, s.workers.Lend(job{f: func() {}}), "the pool's one worker is not busy with the run")
-		s.workers.Stop()
-		waited := make(chan struct{})
-		go func() { s.workers.Wait(); close(waited) }()
-		synctest.Wait()
+		close(done) // an idle worker would exit now
+		waited := waitFor(s)
 		assert.False(t, closedOn(waited), "the pool's Wait returned while its worker runs the mailbox")
-
-		// Stopped: its own goroutine.
-		d.Schedule(func() { ran.Add(1) })
-		synctest.Wait()
-		assert.Equal(t, int32(2), ran.Load(), "the run after Stop ran")
-
 		close(release1)
-		close(done)
 		synctest.Wait()
-		assert.True(t, closedOn(waited), "the worker exits once done")
-		assert.Equal(t, int32(3), ran.Load(), "each run once")
+		assert.True(t, closedOn(waited), "the worker exits once its run is over")
+		assert.Equal(t, int32(2), ran.Load(), "each run once")
 		assert.Equal(t, 300, d.Throughput(), "protoactor's default")
+	})
+	synctest.Test(t, func(t *testing.T) {
+		s := &System{}
+		done := make(chan struct{})
+		s.workers = workers.New(func(j job) { j.run(s) }, func(any) {}, time.Hour, done)
+		d := dispatcher{s}
+		require.True(t, s.workers.Go(job{f: func() {}}))
+		synctest.Wait() // a worker waits for work
+
+		// Stopped: its own goroutine, though a worker is idle.
+		s.workers.Stop()
+		var ran atomic.Int32
+		release := make(chan struct{})
+		d.Schedule(func() { <-release; ran.Add(1) })
+		close(done)
+		assert.True(t, closedOn(waitFor(s)), "the run after Stop went to the pool's worker")
+		close(release)
+		synctest.Wait()
+		assert.Equal(t, int32(1), ran.Load(), "the run after Stop ran")
 	})
 }

@@ -23,10 +23,12 @@
 // and never starts a worker.
 //
 // Invariants:
-//   - Go and Lend after Stop return false and starts nothing: Stop takes the
-//     write lock of the flag Go reads under the read lock, so a Go that
-//     began before Stop has added its worker by the time Stop returns,
-//     and none adds one after;
+//   - Go and Lend after Stop return false and start nothing: Stop sets
+//     the flag under the write lock Go reads it under (the read lock), so
+//     a Go that began before Stop has added its worker by the time Stop
+//     returns, and none adds one after; Lend reads the flag alone, as it
+//     adds no worker (a job it lends just as Stop runs goes to a worker
+//     Wait waits for);
 //   - Wait returns once every worker has exited, and after Stop none
 //     starts again: no goroutine of the Pool outlives a Wait that follows
 //     Stop (Close waits for every goroutine it started);
@@ -41,6 +43,7 @@ package workers
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -58,9 +61,9 @@ type Pool[J any] struct {
 	done      <-chan struct{} // closed: every worker exits after its job
 
 	workers sync.WaitGroup // the worker goroutines
-	mu      sync.RWMutex   // guards stopped against workers.Add: Go reads, Stop writes
+	mu      sync.RWMutex   // orders workers.Add against Stop: Go reads under it, Stop writes
 	ch      chan J         // idle workers receive work here (unbuffered)
-	stopped bool           // set by Stop: Go starts nothing more
+	stopped atomic.Bool    // set by Stop, under mu's write lock: Go and Lend start or lend nothing more
 }
 
 // New returns a Pool whose workers run each job with run, tell recovered
@@ -76,7 +79,7 @@ func New[J any](run func(J), recovered func(r any), idle time.Duration, done <-c
 func (p *Pool[J]) Go(j J) bool {
 	p.mu.RLock() // dispatches from every actor hand off at once; Stop alone writes
 	defer p.mu.RUnlock()
-	if p.stopped {
+	if p.stopped.Load() {
 		return false
 	}
 	select {
@@ -94,11 +97,10 @@ func (p *Pool[J]) Go(j J) bool {
 // Stop was called. For short jobs that a goroutine of their own serves as
 // well (an actor's mailbox run): a worker's stack is grown already, but a
 // burst of such jobs must not leave the pool a worker per job for its idle
-// timeout.
+// timeout. It takes no lock (it runs at every mailbox's wake-up): it
+// starts no worker, and a worker it lends j to is one Wait waits for.
 func (p *Pool[J]) Lend(j J) bool {
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	if p.stopped {
+	if p.stopped.Load() {
 		return false
 	}
 	select {
@@ -113,7 +115,7 @@ func (p *Pool[J]) Lend(j J) bool {
 // workers finish their jobs and exit on their own (idle, or done).
 func (p *Pool[J]) Stop() {
 	p.mu.Lock()
-	p.stopped = true
+	p.stopped.Store(true)
 	p.mu.Unlock()
 }
 
