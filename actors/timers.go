@@ -64,8 +64,8 @@ func (t timers) after(kind timerKind, d time.Duration, mk func(gen uint64) any) 
 // within arms the timer of kind to deliver mk(gen) to the actor in d,
 // unless the pending one fires no later (internal/timers.Within): for a
 // deadline whose handler checks it again when the timer fires.
-func (t timers) within(kind timerKind, now time.Time, d time.Duration, mk func(gen uint64) any) {
-	gentimers.Within(&t.slots[kind], now, d, timerDelivery{t.sys, t.pid, mk})
+func (t timers) within(kind timerKind, d time.Duration, mk func(gen uint64) any) {
+	gentimers.Within(&t.slots[kind], d, timerDelivery{t.sys, t.pid, mk})
 }
 
 // fired reports whether gen is the latest arming of kind and, if so,

@@ -27,17 +27,29 @@
 // generic code's dictionary).
 package timers
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // Slot is one kind's latest timer and its generation. The zero Slot is
 // ready: never armed, generation 0.
 type Slot struct {
 	gen uint64      // the latest arming's generation; bumped by Arm and Stop
 	t   *time.Timer // the latest arming's timer; nil before the first and after Stop or Fired
-	// due is when t fires, in UnixNano of the clock Within was given; 0
-	// when that is not known (armed by Arm) or t is not pending (Fired).
-	due int64
+	// due is when t fires, on the monotonic clock timers run on (since
+	// epoch); unknown when Arm armed it, or t is not pending (Fired, Stop).
+	due time.Duration
 }
+
+// epoch is where Slot.due counts from: time.Since reads the monotonic
+// clock, as the runtime's timers do, so a step of the wall clock (or a
+// caller's clock running apart) cannot make a kept timer late.
+var epoch = time.Now()
+
+// unknown is Slot.due when no firing time is known: 292 years before
+// epoch, which no due comes near, so it stands apart from every real one.
+const unknown = time.Duration(math.MinInt64)
 
 // Firing is what a timer does when it fires: Fire(gen), on the timer's
 // goroutine, with gen the generation of the arming that armed it.
@@ -56,20 +68,19 @@ func Arm[F Firing](s *Slot, d time.Duration, f F) {
 		d = 0
 	}
 	s.t = time.AfterFunc(d, func() { f.Fire(gen) })
-	s.due = 0
+	s.due = unknown
 }
 
-// Within makes s fire f within d of now: it keeps the pending arming of
-// s if that one fires no later than now+d, and otherwise arms anew as Arm
-// does. It is for a deadline that moves later at every call and whose
+// Within makes s fire f within d: it keeps the pending arming of s if
+// that one fires no later than d from now, and otherwise arms anew as
+// Arm does. It is for a deadline that moves later at every call and whose
 // handler, when the timer fires, checks what is due and arms again for
 // the rest (a bucket actor's end of life): an early firing costs that
-// check, where arming again at every call cost a timer. now is read from
-// the clock the caller's deadlines are on; a pending arming counts only
-// until its firing is handled (Fired).
-func Within[F Firing](s *Slot, now time.Time, d time.Duration, f F) {
-	due := now.Add(max(d, 0)).UnixNano()
-	if s.t != nil && s.due != 0 && s.due <= due {
+// check, where arming again at every call cost a timer. A pending arming
+// counts only until its firing is handled (Fired).
+func Within[F Firing](s *Slot, d time.Duration, f F) {
+	due := time.Since(epoch) + max(d, 0)
+	if s.t != nil && s.due != unknown && s.due <= due {
 		return
 	}
 	Arm(s, d, f)
@@ -86,7 +97,7 @@ func (s *Slot) Fired(gen uint64) bool {
 	if s.gen != gen {
 		return false
 	}
-	s.t, s.due = nil, 0
+	s.t, s.due = nil, unknown
 	return true
 }
 
@@ -96,7 +107,7 @@ func (s *Slot) Stop() {
 		s.t.Stop()
 		s.t = nil
 	}
-	s.gen++
+	s.gen, s.due = s.gen+1, unknown
 }
 
 // StopAll stops every slot of slots (an actor's, on Stopping).

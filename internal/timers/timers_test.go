@@ -3,6 +3,7 @@ package timers
 import (
 	"runtime"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -135,44 +136,47 @@ func TestArmAllocations(t *testing.T) {
 // Within keeps a pending arming that fires no later than asked, and arms
 // anew when asked for an earlier firing, when nothing is pending, after
 // the pending one fired (Fired), after Arm (its firing time is not
-// known) and after Stop.
+// known) and after Stop. In a synctest bubble, time moves only when the
+// test sleeps.
 func TestWithin(t *testing.T) {
-	ch := make(chan fired, 8)
-	now := time.Unix(1000, 0)
-	var s Slot
+	synctest.Test(t, func(t *testing.T) {
+		ch := make(chan fired, 8)
+		var s Slot
 
-	Within(&s, now, time.Hour, send{ch, "first"})
-	assert.True(t, s.Current(1), "nothing pending: armed")
-	first := s.t
+		Within(&s, time.Hour, send{ch, "first"})
+		assert.True(t, s.Current(1), "nothing pending: armed")
+		first := s.t
 
-	Within(&s, now.Add(time.Minute), time.Hour, send{ch, "later"})
-	assert.True(t, s.Current(1), "the pending one fires earlier than asked: kept")
-	assert.Same(t, first, s.t)
-	Within(&s, now, time.Hour, send{ch, "same"})
-	assert.True(t, s.Current(1), "the pending one fires when asked: kept")
+		time.Sleep(time.Minute)
+		Within(&s, time.Hour, send{ch, "later"})
+		assert.True(t, s.Current(1), "the pending one fires earlier than asked: kept")
+		assert.Same(t, first, s.t)
+		Within(&s, 59*time.Minute, send{ch, "same"})
+		assert.True(t, s.Current(1), "the pending one fires when asked: kept")
 
-	Within(&s, now, time.Minute, send{ch, "sooner"})
-	assert.True(t, s.Current(2), "asked for an earlier firing: armed anew")
-	assert.False(t, first.Stop(), "the replaced timer was stopped")
+		Within(&s, time.Minute, send{ch, "sooner"})
+		assert.True(t, s.Current(2), "asked for an earlier firing: armed anew")
+		assert.False(t, first.Stop(), "the replaced timer was stopped")
 
-	Within(&s, now.Add(-time.Hour), 0, send{ch, "now"})
-	assert.True(t, s.Current(3), "asked to fire at once, earlier than pending: armed anew")
-	assert.Equal(t, fired{"now", 3}, <-ch)
-	assert.False(t, s.Fired(2), "a stale generation")
-	assert.True(t, s.Fired(3), "the latest arming's firing")
-	assert.Nil(t, s.t)
-	assert.True(t, s.Current(3), "Fired leaves the generation current")
+		Within(&s, -time.Hour, send{ch, "now"})
+		assert.True(t, s.Current(3), "asked to fire at once, earlier than pending: armed anew")
+		assert.Equal(t, fired{"now", 3}, <-ch)
+		assert.False(t, s.Fired(2), "a stale generation")
+		assert.True(t, s.Fired(3), "the latest arming's firing")
+		assert.Nil(t, s.t)
+		assert.True(t, s.Current(3), "Fired leaves the generation current")
 
-	Within(&s, now.Add(-time.Hour), time.Hour, send{ch, "after firing"})
-	assert.True(t, s.Current(4), "nothing pending once fired: armed anew, though its due is earlier")
+		Within(&s, time.Hour, send{ch, "after firing"})
+		assert.True(t, s.Current(4), "nothing pending once fired: armed anew")
 
-	Arm(&s, time.Hour, send{ch, "armed"})
-	Within(&s, now.Add(-2*time.Hour), time.Minute, send{ch, "after Arm"})
-	assert.True(t, s.Current(6), "Arm's firing time is not known: armed anew")
+		Arm(&s, time.Minute, send{ch, "armed"})
+		Within(&s, time.Hour, send{ch, "after Arm"})
+		assert.True(t, s.Current(6), "Arm's firing time is not known: armed anew, though it would fire sooner")
 
-	s.Stop()
-	Within(&s, now.Add(-2*time.Hour), time.Minute, send{ch, "after Stop"})
-	assert.True(t, s.Current(8), "stopped: armed anew")
-	s.Stop()
-	assert.Empty(t, ch, "only the one at once fired")
+		s.Stop()
+		Within(&s, time.Hour, send{ch, "after Stop"})
+		assert.True(t, s.Current(8), "stopped: armed anew")
+		s.Stop()
+		assert.Empty(t, ch, "only the one at once fired")
+	})
 }
