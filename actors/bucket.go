@@ -401,10 +401,7 @@ func (b *bucket) enqueue(c *Call) {
 	limit := forecast.MaxWait(b.sys.cfg.MaxWait, c.MaxWait, dl, hasDl, now)
 	pos, start, known := l.Place(c, now, limit)
 	in := forecast.Waits{Bucket: start.Sub(now), Known: known, Declared: b.sys.groups.Reserve(c.decl(), now),
-		Exempt: c.Route.GlobalExempt, Limit: limit}
-	if !in.Exempt {
-		in.Global = b.win().Limiter.Blocked(now)
-	}
+		Global: b.win().Limiter.Blocked(now), Exempt: c.Route.GlobalExempt, Limit: limit}
 	wait, by, known, refuse := in.Weigh()
 	c.stamp(now.Add(wait), known, l, now)
 	if refuse {
@@ -638,8 +635,9 @@ func (b *bucket) askAdmission(ctx actor.Context, now time.Time) {
 // period, its backlog then is longer than the period and others wait for
 // the window (soonMsg): the window keeps its slots from the actors behind
 // it in line. Once per reopening. A queue behind a pioneer on the wire
-// (its bucket's limit not known yet) waits for the pioneer's answer, a
-// round trip away: it says so whether others wait or not, as the buckets
+// (its bucket's limit not known yet), or behind a first pioneer waiting
+// for its turn (lanes.AwaitsTurn), waits for the pioneer's answer, a
+// round trip or two away: it says so whether others wait or not, as the buckets
 // that learn their limits first would otherwise take the window's slots
 // one after the other, each alone in line, before a longer backlog
 // behind a later answer could ask. A keep that no queue needs any more
@@ -649,16 +647,18 @@ func (b *bucket) announceSoon(ctx actor.Context, now time.Time) {
 	w := b.win()
 	others := w.Waiting.Load() > 0
 	if !others && b.pioneers == 0 && !b.kept && !lanes.AwaitsTurn(b.lanes) {
-		return // nobody in line, no queue behind a pioneer, no keep standing
+		return // nobody in line, no queue behind a pioneer (out or awaiting its turn), no keep standing
 	}
 	_, per, ok := w.Limit()
 	if !ok {
 		return
 	}
 	rtt := time.Duration(b.sys.rtt.Load())
-	// A queue behind its pioneer tells it once a period at most: each
-	// request that joins would otherwise tell it again, and a slow
-	// pioneer's queue keep slots idle again and again.
+	// A queue behind its pioneer tells it once a period at most after the
+	// last keep counted its slots by (soonAt: its reopening and slack),
+	// unless its backlog has doubled since (Soon.Told): each request that
+	// joins would otherwise tell it again, and a slow pioneer's queue keep
+	// slots idle again and again.
 	behind := b.soonAt.IsZero() || now.Sub(b.soonAt) >= per
 	k, needed := lanes.Keep(b.lanes, now, lanes.Soon{Per: per, RTT: rtt, Others: others, Behind: behind, Told: b.toldPath}, b.ready)
 	if b.kept && !needed {
@@ -830,32 +830,32 @@ func (b *bucket) result(ctx actor.Context, m *resultMsg) {
 	if c.lane == nil {
 		return // not on the wire for us (already released)
 	}
-	if m.deferred != nil {
+	if m.Deferred != nil {
 		b.deferred(ctx, c, m)
 		return
 	}
-	c.waitNetwork.Add(int64(m.at.Sub(c.sentAt)))
-	h := m.headers
-	answered := m.resp != nil || h.Has.RateLimit
+	c.waitNetwork.Add(int64(m.At.Sub(c.sentAt)))
+	h := m.Headers
+	answered := m.Resp != nil || h.Has.RateLimit
 	if answered {
-		b.sys.observeRTT(m.at.Sub(c.sentAt))
-		b.sys.clock.Observe(m.wired, m.at, h)
+		b.sys.observeRTT(m.At.Sub(c.sentAt))
+		b.sys.clock.Observe(m.Wired, m.At, h)
 		b.sys.clock.Annotate(&h)
 	}
-	notSent := m.err != nil && (transport.Classify(m.err) == transport.NotSent || errors.Is(m.err, attempt.ErrNotSent))
+	notSent := m.Err != nil && (transport.Classify(m.Err) == transport.NotSent || errors.Is(m.Err, attempt.ErrNotSent))
 	status := 0
-	if m.resp != nil {
-		status = m.resp.StatusCode
+	if m.Resp != nil {
+		status = m.Resp.StatusCode
 		telemetry.EventWith(c.span, "headers", attribute.Int("http.response.status_code", status))
 	}
-	v := m.verdict
+	v := m.Verdict
 	// What the attempt means, by the one outcome table: what its bucket,
 	// its global slot and its declared groups count, what pauses, and
 	// what becomes of c. (A 5xx without rate-limit headers stays charged
 	// like a lost answer: giving its slot back drew user 429s at window
 	// edges under load.)
 	o := ratelimit.Judge(ratelimit.Attempt{
-		Sent: !notSent, Status: status, PeerClosed: m.resp == nil && transport.PeerClosed(m.err),
+		Sent: !notSent, Status: status, PeerClosed: m.Resp == nil && transport.PeerClosed(m.Err),
 		Headers: h, Verdict: v, BotToken: b.sys.botAuthenticated(c), Safe: c.Safe,
 		Retries: c.attempts, MaxRetries: b.sys.cfg.MaxRetries,
 		ErrorRetries: c.errAttempts, MaxErrorRetries: b.sys.cfg.MaxErrorRetries,
@@ -863,13 +863,13 @@ func (b *bucket) result(ctx actor.Context, m *resultMsg) {
 	count := o.Charge
 	prev := &c.lane.Resolve().State
 	known, limit, paused := prev.Known, prev.Limit, prev.PausedUntil
-	if c.first && m.resp != nil && status < 500 && status != http.StatusTooManyRequests && !(h.Has.Bucket && h.Bucket != "") {
+	if c.first && m.Resp != nil && status < 500 && status != http.StatusTooManyRequests && !(h.Has.Bucket && h.Bucket != "") {
 		// A first answer without a bucket: nothing to learn, the
 		// template's other first pioneers need not wait (release tells
 		// them).
 		b.sys.firsts.Settle(c.lane.Resolve().Template)
 	}
-	l := b.release(ctx, c, m.at, h, count)
+	l := b.release(ctx, c, m.At, h, count)
 	if answered {
 		b.learn(l, c, h, status)
 		l = l.Resolve() // learn may have merged it into its bucket's lane, which takes the window
@@ -887,8 +887,8 @@ func (b *bucket) result(ctx actor.Context, m *resultMsg) {
 		c.probe = false
 		ctx.Send(b.sys.sup, &probeDoneMsg{status: status, banned: o.Pause == ratelimit.PauseBan})
 	}
-	if m.err != nil {
-		b.failed(l, c, m.err, o)
+	if m.Err != nil {
+		b.failed(l, c, m.Err, o)
 		return
 	}
 	now := b.sys.now()
@@ -910,12 +910,12 @@ func (b *bucket) result(ctx actor.Context, m *resultMsg) {
 	}
 	switch {
 	case status == http.StatusTooManyRequests:
-		b.limited(ctx, l, c, v, o, m.at)
+		b.limited(ctx, l, c, v, o, m.At)
 	case o.Next == ratelimit.Resend:
 		b.sys.log.Warn("sluice: retrying after a server error", slog.Int("status", status), slog.String("route", c.Route.Redacted()))
 		b.retryLater(l, now, c)
 	default:
-		c.Complete(m.resp, nil)
+		c.Complete(m.Resp, nil)
 	}
 }
 
@@ -923,8 +923,8 @@ func (b *bucket) result(ctx actor.Context, m *resultMsg) {
 // was sent (Config.Shared): its slots are given back, and its lane waits for
 // the time told, or for the answer another process's request gets.
 func (b *bucket) deferred(ctx actor.Context, c *Call, m *resultMsg) {
-	g := m.deferred
-	l := b.release(ctx, c, m.at, ratelimit.Headers{}, ratelimit.ChargeNone).Resolve()
+	g := m.Deferred
+	l := b.release(ctx, c, m.At, ratelimit.Headers{}, ratelimit.ChargeNone).Resolve()
 	c.sends.Add(-1)
 	now := b.sys.now()
 	if b.draining != nil {
@@ -949,7 +949,7 @@ func (b *bucket) deferred(ctx actor.Context, c *Call, m *resultMsg) {
 		own = sh.Refused(now, g.Wait)
 	}
 	requeueFront(l, c, now)
-	if own || g.Notify && b.lastWake > m.wakeSeq {
+	if own || g.Notify && b.lastWake > m.WakeSeq {
 		return // or the answer it waits for came while it was being refused
 	}
 	if until := now.Add(g.Wait); until.After(l.SharedUntil) {
@@ -1146,7 +1146,7 @@ func (b *bucket) maybeIdle(ctx actor.Context) {
 		if wake > 0 {
 			// Kept while it fires no later: each message moves the end
 			// later, and the firing checks it again.
-			b.timers().within(timerIdle, now, wake, func(gen uint64) any { return &wakeMsg{gen: gen, idle: true} })
+			b.timers().within(timerIdle, wake, func(gen uint64) any { return &wakeMsg{gen: gen, idle: true} })
 		}
 		return
 	}

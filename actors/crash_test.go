@@ -250,7 +250,7 @@ func TestCrashAfterTheWireAgainKeepsTheAnswer(t *testing.T) {
 			if armed.Load() && rewritten.CompareAndSwap(false, true) {
 				// Its answer says it was never sent: back to the head of
 				// the queue, and on the wire again in this handler.
-				m.resp, m.headers, m.err = nil, ratelimit.Headers{}, &transport.ConnectionDiedError{Reason: errors.New("injected"), Sent: false}
+				m.Resp, m.Headers, m.Err = nil, ratelimit.Headers{}, &transport.ConnectionDiedError{Reason: errors.New("injected"), Sent: false}
 				target.Store(m.call)
 			}
 		case pumpedPoint:
@@ -280,11 +280,11 @@ func TestCrashAfterADeferredResendKeepsTheAnswer(t *testing.T) {
 			if armed.Load() && m.call.sends.Load() == 1 && rewritten.CompareAndSwap(false, true) {
 				// The shared count refused it, for no time: back in line
 				// and on the wire again in this handler.
-				if m.resp != nil {
-					_ = m.resp.Body.Close()
+				if m.Resp != nil {
+					_ = m.Resp.Body.Close()
 				}
-				m.resp, m.headers, m.err = nil, ratelimit.Headers{}, nil
-				m.deferred = &ratelimit.SharedGrant{Scope: "bucket"}
+				m.Resp, m.Headers, m.Err = nil, ratelimit.Headers{}, nil
+				m.Deferred = &ratelimit.SharedGrant{Scope: "bucket"}
 				target.Store(m.call)
 			}
 		case dispatchPoint:

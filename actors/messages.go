@@ -1,15 +1,14 @@
 package actors
 
 import (
-	"net/http"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/sluicehq/sluice/internal/admission"
+	"github.com/sluicehq/sluice/internal/attempt"
 	"github.com/sluicehq/sluice/internal/declared"
 	"github.com/sluicehq/sluice/internal/lanes"
-	"github.com/sluicehq/sluice/ratelimit"
 	"github.com/sluicehq/sluice/transport"
 )
 
@@ -35,25 +34,12 @@ type enqueueMsg struct {
 	bind *bucket
 }
 
-// resultMsg: worker -> bucket. The attempt is over: the answer, parsed and
-// classified once by the worker, or the error that ended it.
+// resultMsg: worker -> bucket. The attempt is over (attempt.Result): the
+// answer, parsed and classified once by the worker, or the error that
+// ended it, or the shared count's refusal before it was sent.
 type resultMsg struct {
 	call *Call
-	// at is when the response headers arrived (or the attempt failed): the
-	// time every window computed from this answer starts from.
-	at time.Time
-	// wired is when the request's headers were written to the connection
-	// (zero if it was not sent): the send time of the server clock's
-	// sample (bucket.result).
-	wired   time.Time
-	resp    *http.Response // body fully read and replaced by a buffer
-	headers ratelimit.Headers
-	verdict ratelimit.Verdict
-	err     error
-	// deferred is set when the shared count (Config.Shared) refused the
-	// request before it was sent: it goes back in line for the wait told.
-	deferred *ratelimit.SharedGrant
-	wakeSeq  uint64 // System.wakes before the refused reservation
+	attempt.Result
 }
 
 // wantMsg: bucket -> supervisor. The bucket has want requests ready to go

@@ -676,8 +676,7 @@ type dest struct {
 
 // hand sends an attempt's result to its bucket actor (attempt.Runner.Hand).
 func (s *System) hand(d dest, r attempt.Result) {
-	s.root.Send(d.bucket, &resultMsg{call: d.call, at: r.At, wired: r.Wired, resp: r.Resp, headers: r.Headers,
-		verdict: r.Verdict, err: r.Err, deferred: r.Deferred, wakeSeq: r.WakeSeq})
+	s.root.Send(d.bucket, &resultMsg{call: d.call, Result: r})
 }
 
 // globalHit tells the supervisor of a global 429, for its state machine

@@ -81,8 +81,8 @@ func describe(e tracing.Event, msg any) tracing.Event {
 			e.Route = c.Route.String()
 		}
 	}
-	if m, ok := msg.(*resultMsg); ok && m.resp != nil {
-		e.Status = m.resp.StatusCode
+	if m, ok := msg.(*resultMsg); ok && m.Resp != nil {
+		e.Status = m.Resp.StatusCode
 	}
 	return e
 }

@@ -70,7 +70,8 @@ type windowAdmission struct {
 	retry   timerKind                // its globalRetryMsg timer
 }
 
-// store publishes the line's length for the bucket actors.
+// store publishes the line's length and its keeps' count for the bucket
+// actors (globalwin.Window.Waiting and Kept).
 func (a *windowAdmission) store() {
 	a.g.Waiting.Store(int32(a.q.Len()))
 	a.g.Kept.Store(int32(a.q.Keeps()))

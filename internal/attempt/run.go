@@ -364,7 +364,7 @@ func (x *Runner[T]) Run(to T, a Send) {
 // ends with complete's call, once: the answer, or the error typed as Ended
 // types it when the attempt's context ended (a body over its bound stays
 // failure.ErrResponseTooLarge), or failure.ErrInternal for a panic. The
-// attempt's context ends after complete.
+// attempt's context ends after complete (before it, after a panic).
 func (x *Runner[T]) Direct(b Bounds, rt http.RoundTripper, sealed *http.Request, complete func(*http.Response, error) bool) {
 	defer func() {
 		if r := recover(); r != nil {
